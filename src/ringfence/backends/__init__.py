@@ -1,0 +1,37 @@
+"""Backends and the factory that picks one by name (``SANDBOX_BACKEND``)."""
+
+from __future__ import annotations
+
+import importlib
+
+from ringfence.backends._protocol import Executor, OutputCallback
+from ringfence.config import Config
+from ringfence.errors import UnknownBackend
+
+__all__ = ["BACKENDS", "Executor", "OutputCallback", "create_executor"]
+
+# name -> "module:Class", imported only when chosen.
+BACKENDS: dict[str, str] = {
+    "local": "ringfence.backends.local:LocalExecutor",
+    "process": "ringfence.backends.process:ProcessExecutor",
+}
+
+
+def create_executor(config: Config | None = None) -> Executor:
+    """Return the executor that ``config.backend`` names (``local`` unless configured).
+
+    Raises:
+        UnknownBackend: the name is not one of ``BACKENDS``.
+        BackendUnavailable: the host lacks a prerequisite of that backend.
+    """
+    config = config or Config()
+    try:
+        target = BACKENDS[config.backend]
+    except KeyError:
+        valid = ", ".join(sorted(BACKENDS))
+        raise UnknownBackend(
+            f"unknown backend {config.backend!r}; valid backends: {valid}"
+        ) from None
+    module_name, class_name = target.split(":")
+    executor: Executor = getattr(importlib.import_module(module_name), class_name)(config)
+    return executor

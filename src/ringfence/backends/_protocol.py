@@ -1,0 +1,60 @@
+"""The Executor protocol: one-shot executions, each in a fresh sandbox."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from ringfence.models import ExecutionRequest, ExecutionResult
+
+__all__ = ["Executor", "OutputCallback"]
+
+OutputCallback = Callable[[bytes], None]
+"""Called with each chunk of the command's output (stdout and stderr, in order) as it comes."""
+
+
+class Executor(Protocol):
+    """Runs ``ExecutionRequest``s once each, in a fresh sandbox destroyed at the end.
+
+    Callers are the service layer, the CLI and tests. The executor owns every process,
+    cgroup and mount it creates: when ``execute`` returns (or is itself cancelled), nothing of
+    the sandbox remains. ``aclose`` cancels what still runs. Errors that may escape:
+    ``InvalidRequest`` (the request cannot be honoured by this backend), ``DuplicateExecution``,
+    ``ExecutionNotFound``; failures of the sandbox itself are reported in the result's
+    ``status`` and ``error``, not raised.
+    """
+
+    name: str
+
+    async def execute(
+        self, request: ExecutionRequest, *, on_output: OutputCallback | None = None
+    ) -> ExecutionResult:
+        """Run the request and wait for a terminal status.
+
+        Raises:
+            DuplicateExecution: an execution with this id is running or retained.
+            InvalidRequest: this backend cannot honour the request.
+        """
+        ...
+
+    async def get_status(self, execution_id: str) -> ExecutionResult:
+        """The current state of a running or retained execution.
+
+        Raises:
+            ExecutionNotFound: no such execution, or its result was already forgotten.
+        """
+        ...
+
+    async def cancel(self, execution_id: str) -> ExecutionResult:
+        """Kill the whole process tree; the execution ends ``cancelled``.
+
+        Cancelling a finished execution changes nothing and returns its result.
+
+        Raises:
+            ExecutionNotFound: no such execution.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Cancel every running execution and wait until they are cleaned up."""
+        ...

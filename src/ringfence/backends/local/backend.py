@@ -1,0 +1,164 @@
+"""The ``local`` backend: bubblewrap namespaces + seccomp + cgroups, the embedded default.
+
+Start-up of one sandbox:
+1. create its cgroup with the limits;
+2. start bwrap as the unprivileged sandbox user, with the seccomp program on a pipe, told to
+   report the sandbox init's pid (``--info-fd``) and to wait (``--block-fd``) before it starts
+   the command;
+3. move the sandbox init into the cgroup, so every process of the sandbox is inside it;
+4. let the command start.
+The end: the pid namespace dies with its init; the cgroup is swept and removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+from ringfence.backends._supervisor import SupervisingExecutor
+from ringfence.backends.local.bwrap import Fds, bwrap_argv, sandbox_env
+from ringfence.backends.local.cgroups import Cgroup
+from ringfence.backends.local.probe import Host, require
+from ringfence.backends.local.rootfs import HOST_IMAGE, Entry, layout_for
+from ringfence.config import Config
+from ringfence.errors import InvalidRequest, SandboxError
+from ringfence.models import ExecutionRequest, ResourceLimits
+
+__all__ = ["LocalExecutor"]
+
+_INFO_TIMEOUT_SECONDS = 10.0
+
+
+class LocalExecutor(SupervisingExecutor):
+    """Runs each request in a fresh bubblewrap sandbox with every isolation layer."""
+
+    name = "local"
+
+    def __init__(self, config: Config, host: Host | None = None) -> None:
+        """Raises ``BackendUnavailable`` when the host lacks an isolation layer."""
+        super().__init__(config)
+        self._host = host or require(config)
+        self._host_layout = layout_for(HOST_IMAGE, self._host.generated_etc)
+        self._spawn_kwargs: dict[str, Any] = {}
+        if self._host.run_as is not None:
+            uid, gid = self._host.run_as
+            self._spawn_kwargs = {"user": uid, "group": gid, "extra_groups": []}
+
+    def check(self, request: ExecutionRequest) -> None:
+        self._layout(request)
+        for mount in request.mounts:
+            if not os.path.exists(mount.source):
+                raise InvalidRequest(f"mount source {mount.source} does not exist on the host")
+
+    def _layout(self, request: ExecutionRequest) -> tuple[Entry, ...]:
+        image = request.image or self.config.default_image
+        if image == HOST_IMAGE:
+            return self._host_layout
+        return layout_for(image, self._host.generated_etc)
+
+    async def _launch(self, request: ExecutionRequest, limits: ResourceLimits) -> _Sandbox:
+        name = f"rf-{request.id}"
+        cgroup = self._host.cgroups.create(name, limits)
+        seccomp_r, seccomp_w = os.pipe()
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        try:
+            os.write(seccomp_w, self._host.seccomp)
+            os.close(seccomp_w)
+            argv = bwrap_argv(
+                self._host.bwrap, self._layout(request), request, limits,
+                Fds(seccomp=seccomp_r, info=info_w, block=block_r),
+            )  # fmt: skip
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=sandbox_env(request.env),
+                    cwd="/",
+                    pass_fds=(seccomp_r, info_w, block_r),
+                    **self._spawn_kwargs,
+                )
+            finally:
+                for fd in (seccomp_r, info_w, block_r):
+                    os.close(fd)
+            sandbox = _Sandbox(process, name, cgroup)
+            try:
+                info = await _read_json(info_r, _INFO_TIMEOUT_SECONDS)
+                if info is not None:  # None: bwrap failed early and says why on its output
+                    cgroup.add(int(info["child-pid"]))
+                os.write(block_w, b"1")
+            except BaseException:
+                await sandbox.kill()
+                await process.wait()
+                raise
+        except BaseException:
+            await cgroup.remove()
+            raise
+        finally:
+            os.close(block_w)
+        return sandbox
+
+
+class _Sandbox:
+    def __init__(self, process: asyncio.subprocess.Process, name: str, cgroup: Cgroup) -> None:
+        self.process = process
+        self.name = name
+        self._cgroup = cgroup
+
+    async def kill(self) -> None:
+        # The sandbox init is in the cgroup: once it dies the kernel kills its pid namespace.
+        await self._cgroup.kill_all()
+        try:
+            self.process.kill()
+        except ProcessLookupError:
+            pass
+
+    async def release(self) -> str | None:
+        oom_kills = self._cgroup.oom_kills()
+        try:
+            await self._cgroup.remove()
+        except SandboxError as exc:
+            return f"cleanup failed: {exc.message}"
+        return "out of memory" if oom_kills else None
+
+    def setup_error(self, exit_code: int, head: str) -> str | None:
+        if exit_code == 1 and head.startswith("bwrap: "):
+            return "sandbox setup failed: " + head.splitlines()[0].removeprefix("bwrap: ")
+        return None
+
+
+async def _read_json(fd: int, timeout: float) -> dict[str, Any] | None:
+    """Read one JSON object from ``fd`` without blocking the loop; None at EOF. Closes fd."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[dict[str, Any] | None] = loop.create_future()
+    buffer = bytearray()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        if done.done():
+            return
+        if not chunk:
+            done.set_result(None)
+            return
+        buffer.extend(chunk)
+        try:
+            done.set_result(json.loads(buffer))
+        except ValueError:
+            pass  # incomplete: wait for more
+
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, readable)
+    try:
+        return await asyncio.wait_for(done, timeout)
+    except TimeoutError:
+        raise SandboxError(f"the sandbox did not start within {timeout:g} s") from None
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)

@@ -1,0 +1,112 @@
+"""Policy -> bubblewrap argv. Pure: no I/O, tested without privileges.
+
+Every sandbox gets all of these, always (there is no flag to leave one out):
+new user, pid, mount, network, ipc, uts and cgroup namespaces; no further user namespaces;
+a root built from read-only binds and remounted read-only; fresh /proc and a minimal /dev
+(read-only, with a size-limited /dev/shm); size-limited tmpfs on the workspace and /tmp; the
+sandbox user uid 1000 with no capabilities and no_new_privs; a new session (no terminal
+injection); the seccomp filter; death with its supervisor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ringfence.backends.local.rootfs import Entry, Kind
+from ringfence.models import ExecutionRequest, Mount, ResourceLimits
+
+__all__ = [
+    "DEFAULT_PATH",
+    "HOSTNAME",
+    "SANDBOX_GID",
+    "SANDBOX_UID",
+    "WORKSPACE",
+    "Fds",
+    "bwrap_argv",
+    "sandbox_env",
+]
+
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+WORKSPACE = "/home/user"
+HOSTNAME = "sandbox"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Fds:
+    """File descriptors handed to bwrap: the seccomp program, where it reports the sandbox's
+    pids, and what it waits on before starting the command."""
+
+    seccomp: int
+    info: int | None = None
+    block: int | None = None
+
+
+def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The sandbox's whole environment: defaults overridden by the request's own variables."""
+    return {
+        "PATH": DEFAULT_PATH,
+        "HOME": WORKSPACE,
+        "USER": "user",
+        "LOGNAME": "user",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        **env,
+    }
+
+
+def bwrap_argv(
+    bwrap: str,
+    layout: Iterable[Entry],
+    request: ExecutionRequest,
+    limits: ResourceLimits,
+    fds: Fds,
+) -> list[str]:
+    """The full bubblewrap command line that runs ``request`` with ``limits``."""
+    assert limits.disk is not None, "limits must be merged over the defaults first"
+    disk = str(limits.disk)
+    argv = [
+        bwrap,
+        "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+        "--unshare-uts", "--unshare-cgroup", "--disable-userns",
+        "--die-with-parent", "--new-session",
+        "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+        "--hostname", HOSTNAME,
+        "--tmpfs", "/",
+    ]  # fmt: skip
+    for entry in layout:
+        argv += _entry_args(entry)
+    argv += [
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--perms", "1777", "--size", disk, "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
+        "--perms", "1777", "--size", disk, "--tmpfs", "/tmp",
+        "--perms", "0755", "--size", disk, "--tmpfs", WORKSPACE,
+    ]  # fmt: skip
+    for mount in request.mounts:
+        argv += _mount_args(mount)
+    argv += [
+        "--chdir", request.cwd or WORKSPACE,
+        "--remount-ro", "/",
+        "--seccomp", str(fds.seccomp),
+    ]  # fmt: skip
+    if fds.info is not None:
+        argv += ["--info-fd", str(fds.info)]
+    if fds.block is not None:
+        argv += ["--block-fd", str(fds.block)]
+    return [*argv, "--", *request.argv]
+
+
+def _entry_args(entry: Entry) -> list[str]:
+    if entry.kind is Kind.DIR:
+        return ["--dir", entry.target]
+    if entry.kind is Kind.SYMLINK:
+        return ["--symlink", entry.source, entry.target]
+    return ["--ro-bind", entry.source, entry.target]
+
+
+def _mount_args(mount: Mount) -> list[str]:
+    return ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]

@@ -1,0 +1,364 @@
+"""Cgroup limits for sandboxes, on cgroup v2 (unified) and cgroup v1 (legacy and hybrid hosts).
+
+Each sandbox gets its own cgroup ``<our cgroup>/ringfence/<name>`` with a memory, pids and CPU
+limit. The sandbox's init is moved in before the command starts, so every process of the
+sandbox is counted and can be found (and killed) through ``cgroup.procs``.
+
+v2 needs the memory, pids and cpu controllers delegated to our cgroup; a cgroup with processes
+cannot hand controllers to children, so on v2 Ringfence moves itself into a leaf
+``<our cgroup>/supervisor`` first (the layout systemd's ``Delegate=yes`` expects).
+v1 has one hierarchy per controller and no ``cgroup.kill``: killing means signalling every pid
+in ``cgroup.procs`` until it stays empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringfence.errors import BackendUnavailable, SandboxError
+from ringfence.models import ResourceLimits
+
+__all__ = ["Cgroup", "CgroupDriver", "detect"]
+
+CONTROLLERS = ("memory", "pids", "cpu")
+GROUP = "ringfence"
+_CPU_PERIOD_US = 100_000
+_KILL_ROUNDS = 2000  # x 1 ms: a sandbox whose pids keep reappearing for 2 s is an error
+_RMDIR_ROUNDS = 1000
+
+
+class Cgroup(ABC):
+    """The cgroup(s) of one sandbox."""
+
+    @abstractmethod
+    def add(self, pid: int) -> None:
+        """Move ``pid`` into the cgroup. Raises ``SandboxError``."""
+
+    @abstractmethod
+    def pids(self) -> list[int]:
+        """Every process in the cgroup."""
+
+    @abstractmethod
+    def oom_kills(self) -> int:
+        """How many processes the out-of-memory killer has killed in this cgroup."""
+
+    @abstractmethod
+    def _dirs(self) -> list[Path]: ...
+
+    async def kill_all(self) -> None:
+        """SIGKILL every process until the cgroup is empty. Raises ``SandboxError``."""
+        for _ in range(_KILL_ROUNDS):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            await asyncio.sleep(0.001)
+        raise SandboxError(f"processes survive in {self._dirs()[0]}")
+
+    def discard(self) -> None:
+        """Remove the directories of a cgroup that never held a process."""
+        for directory in self._dirs():
+            _try_rmdir(directory)
+
+    async def remove(self) -> None:
+        """Kill what is left and remove the cgroup directories. Raises ``SandboxError``."""
+        await self.kill_all()
+        for directory in self._dirs():
+            for _ in range(_RMDIR_ROUNDS):
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        raise SandboxError(f"cannot remove {directory}: {exc}") from exc
+                    await asyncio.sleep(0.001)
+            else:
+                raise SandboxError(f"cannot remove {directory}: still busy")
+
+
+class CgroupDriver(ABC):
+    """Creates sandbox cgroups on one host."""
+
+    version: int
+
+    @abstractmethod
+    def create(self, name: str, limits: ResourceLimits) -> Cgroup:
+        """Create the cgroup ``name`` with ``limits``. Raises ``SandboxError``."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where the cgroups live, in words."""
+
+
+# -- v1 ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _V1Cgroup(Cgroup):
+    dirs: dict[str, Path]  # controller -> directory
+
+    def add(self, pid: int) -> None:
+        for directory in self.dirs.values():
+            _write(directory / "cgroup.procs", str(pid))
+
+    def pids(self) -> list[int]:
+        return _read_pids(self.dirs["pids"] / "cgroup.procs")
+
+    def oom_kills(self) -> int:
+        return _read_counter(self.dirs["memory"] / "memory.oom_control", "oom_kill")
+
+    def _dirs(self) -> list[Path]:
+        return list(self.dirs.values())
+
+
+class V1Driver(CgroupDriver):
+    version = 1
+
+    def __init__(self, groups: dict[str, Path]) -> None:
+        self.groups = groups  # controller -> <our cgroup>/ringfence
+
+    def create(self, name: str, limits: ResourceLimits) -> Cgroup:
+        cgroup = _V1Cgroup({c: group / name for c, group in self.groups.items()})
+        try:
+            for directory in cgroup.dirs.values():
+                directory.mkdir(exist_ok=True)
+            for filename, value in v1_limit_files(limits):
+                controller = filename.split(".")[0]
+                path = cgroup.dirs[controller] / filename
+                if filename != "memory.memsw.limit_in_bytes" or path.exists():
+                    _write(path, value)
+        except (OSError, SandboxError) as exc:
+            for directory in cgroup.dirs.values():
+                _try_rmdir(directory)
+            raise SandboxError(f"cannot create the sandbox's cgroup: {exc}") from exc
+        return cgroup
+
+    def describe(self) -> str:
+        return "cgroup v1: " + ", ".join(str(p) for p in self.groups.values())
+
+
+def v1_limit_files(limits: ResourceLimits) -> list[tuple[str, str]]:
+    """The files and values that apply ``limits`` in cgroup v1 (pure)."""
+    assert limits.memory is not None and limits.pids is not None and limits.cpus is not None
+    return [
+        ("memory.limit_in_bytes", str(limits.memory)),
+        ("memory.memsw.limit_in_bytes", str(limits.memory)),  # no escape into swap
+        ("pids.max", str(limits.pids)),
+        ("cpu.cfs_period_us", str(_CPU_PERIOD_US)),
+        ("cpu.cfs_quota_us", str(_cpu_quota(limits.cpus))),
+    ]
+
+
+# -- v2 ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _V2Cgroup(Cgroup):
+    directory: Path
+
+    def add(self, pid: int) -> None:
+        _write(self.directory / "cgroup.procs", str(pid))
+
+    def pids(self) -> list[int]:
+        return _read_pids(self.directory / "cgroup.procs")
+
+    def oom_kills(self) -> int:
+        return _read_counter(self.directory / "memory.events", "oom_kill")
+
+    def _dirs(self) -> list[Path]:
+        return [self.directory]
+
+    async def kill_all(self) -> None:
+        kill_file = self.directory / "cgroup.kill"
+        if kill_file.exists() and self.pids():
+            _write(kill_file, "1")
+        await super().kill_all()
+
+
+class V2Driver(CgroupDriver):
+    version = 2
+
+    def __init__(self, group: Path) -> None:
+        self.group = group  # <our cgroup>/ringfence, with the controllers enabled
+
+    def create(self, name: str, limits: ResourceLimits) -> Cgroup:
+        cgroup = _V2Cgroup(self.group / name)
+        try:
+            cgroup.directory.mkdir(exist_ok=True)
+            for filename, value in v2_limit_files(limits):
+                path = cgroup.directory / filename
+                if filename != "memory.swap.max" or path.exists():
+                    _write(path, value)
+        except (OSError, SandboxError) as exc:
+            _try_rmdir(cgroup.directory)
+            raise SandboxError(f"cannot create the sandbox's cgroup: {exc}") from exc
+        return cgroup
+
+    def describe(self) -> str:
+        return f"cgroup v2: {self.group}"
+
+
+def v2_limit_files(limits: ResourceLimits) -> list[tuple[str, str]]:
+    """The files and values that apply ``limits`` in cgroup v2 (pure)."""
+    assert limits.memory is not None and limits.pids is not None and limits.cpus is not None
+    return [
+        ("memory.max", str(limits.memory)),
+        ("memory.swap.max", "0"),
+        ("pids.max", str(limits.pids)),
+        ("cpu.max", f"{_cpu_quota(limits.cpus)} {_CPU_PERIOD_US}"),
+    ]
+
+
+def _delegate_v2(own: Path) -> Path:
+    """Enable our controllers for ``own/ringfence`` and return it."""
+    wanted = " ".join("+" + c for c in CONTROLLERS)
+    subtree = own / "cgroup.subtree_control"
+    if not set(CONTROLLERS) <= set(subtree.read_text().split()):
+        try:
+            _write(subtree, wanted)
+        except SandboxError:
+            # "No internal processes": leave our cgroup for a leaf, then delegate.
+            leaf = own / "supervisor"
+            leaf.mkdir(exist_ok=True)
+            _write(leaf / "cgroup.procs", str(os.getpid()))
+            _write(subtree, wanted)
+    group = own / GROUP
+    group.mkdir(exist_ok=True)
+    _write(group / "cgroup.subtree_control", wanted)
+    return group
+
+
+# -- discovery --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CgroupMount:
+    mountpoint: str
+    root: str
+    fstype: str
+    options: frozenset[str]
+
+
+def parse_mountinfo(text: str) -> list[CgroupMount]:
+    """The cgroup mounts listed in ``/proc/self/mountinfo`` (pure)."""
+    mounts = []
+    for line in text.splitlines():
+        head, _, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if len(fields) < 5 or len(rest) < 3 or rest[0] not in ("cgroup", "cgroup2"):
+            continue
+        root, mountpoint = (_unescape(f) for f in fields[3:5])
+        mounts.append(CgroupMount(mountpoint, root, rest[0], frozenset(rest[2].split(","))))
+    return mounts
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """Controller -> our path, from ``/proc/self/cgroup``; the v2 entry is under "" (pure)."""
+    paths: dict[str, str] = {}
+    for line in text.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller] = path
+    return paths
+
+
+def _own_dir(mount: CgroupMount, path: str) -> Path:
+    if mount.root != "/" and path.startswith(mount.root):
+        path = path[len(mount.root) :]
+    candidate = Path(mount.mountpoint + path)
+    return candidate if candidate.is_dir() else Path(mount.mountpoint)
+
+
+def detect() -> CgroupDriver:
+    """The driver for this host: v2 where it has our controllers, else v1.
+
+    Raises:
+        BackendUnavailable: neither hierarchy offers memory, pids and cpu to us.
+    """
+    mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+    own = parse_proc_cgroup(Path("/proc/self/cgroup").read_text())
+    problems = []
+    for mount in (m for m in mounts if m.fstype == "cgroup2"):
+        directory = _own_dir(mount, own.get("", "/"))
+        available = set((directory / "cgroup.controllers").read_text().split())
+        if set(CONTROLLERS) <= available:
+            try:
+                return V2Driver(_delegate_v2(directory))
+            except (OSError, SandboxError) as exc:
+                problems.append(f"cgroup v2 at {directory}: {exc}")
+    groups: dict[str, Path] = {}
+    for controller in CONTROLLERS:
+        mount = next((m for m in mounts if m.fstype == "cgroup" and controller in m.options), None)
+        if mount is None:
+            continue
+        group = _own_dir(mount, own.get(controller, "/")) / GROUP
+        try:
+            group.mkdir(exist_ok=True)
+            groups[controller] = group
+        except OSError as exc:
+            problems.append(f"cgroup v1 {controller} at {group}: {exc.strerror}")
+    if len(groups) == len(CONTROLLERS):
+        return V1Driver(groups)
+    missing = [c for c in CONTROLLERS if c not in groups]
+    raise BackendUnavailable(
+        "no usable cgroup for the memory, pids and cpu limits "
+        f"(missing: {', '.join(missing)}; {'; '.join(problems) or 'controllers not mounted'}). "
+        "Run Ringfence as root, or in a cgroup v2 subtree delegated to it "
+        "(systemd-run --user --scope -p Delegate=yes ...)"
+    )
+
+
+# -- small file helpers -----------------------------------------------------------------------
+
+
+def _cpu_quota(cpus: float) -> int:
+    return max(1000, int(cpus * _CPU_PERIOD_US))
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except OSError as exc:
+        raise SandboxError(f"cannot write {value!r} to {path}: {exc.strerror}") from exc
+
+
+def _read_pids(path: Path) -> list[int]:
+    try:
+        return [int(line) for line in path.read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def _read_counter(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def _try_rmdir(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass
+
+
+def _unescape(field: str) -> str:
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")

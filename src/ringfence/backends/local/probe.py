@@ -1,0 +1,176 @@
+"""What the local backend needs from the host, checked for real, with the fix for each gap.
+
+``ringfence doctor`` prints these checks; ``LocalExecutor`` runs them at start and refuses to
+start unless every one passes (fail closed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ringfence.backends.local.bwrap import Fds, bwrap_argv, sandbox_env
+from ringfence.backends.local.cgroups import CgroupDriver, detect
+from ringfence.backends.local.rootfs import layout_for, write_generated_etc
+from ringfence.config import Config
+from ringfence.errors import BackendUnavailable, RingfenceError
+from ringfence.models import ExecutionRequest, ResourceLimits
+
+__all__ = ["Check", "Host", "check_host", "require"]
+
+MIN_BWRAP = (0, 8, 0)  # --disable-userns, --size and --perms for tmpfs
+
+
+@dataclass(frozen=True)
+class Check:
+    layer: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Host:
+    """Everything the local backend found and prepared on this host."""
+
+    bwrap: str
+    cgroups: CgroupDriver
+    seccomp: bytes
+    generated_etc: Path
+    run_as: tuple[int, int] | None  # (uid, gid) to drop to, or None when not root
+
+
+def check_host(config: Config) -> tuple[list[Check], Host | None]:
+    """Run every check; return them and, when all pass, what the backend needs."""
+    checks: list[Check] = []
+    bwrap = _check_bwrap(config, checks)
+    seccomp = _check_seccomp(checks)
+    cgroups = _check_cgroups(config, checks)
+    run_as = _check_user(config, checks)
+    generated_etc = _check_runtime_dir(config, checks)
+    if bwrap and seccomp is not None and generated_etc is not None:
+        _check_namespaces(bwrap, seccomp, generated_etc, run_as, checks)
+    else:
+        checks.append(Check("namespaces", False, "not tried: a prerequisite above is missing"))
+    if all(c.ok for c in checks):
+        assert bwrap and seccomp is not None and cgroups and generated_etc
+        return checks, Host(bwrap, cgroups, seccomp, generated_etc, run_as)
+    return checks, None
+
+
+def require(config: Config) -> Host:
+    """Raises ``BackendUnavailable`` naming every missing layer and its fix."""
+    checks, host = check_host(config)
+    if host is None:
+        lines = [f"- {c.layer}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "")
+                 for c in checks if not c.ok]
+        raise BackendUnavailable(
+            "the local backend cannot isolate sandboxes on this host, so it refuses to start:\n"
+            + "\n".join(lines)
+            + "\nRun 'ringfence doctor' for the full report."
+        )
+    return host
+
+
+def _check_bwrap(config: Config, checks: list[Check]) -> str | None:
+    fix = "apt-get install bubblewrap (0.8 or newer), or set RINGFENCE_BWRAP_PATH"
+    path = shutil.which(config.bwrap_path)
+    if path is None:
+        checks.append(Check("bubblewrap", False, f"{config.bwrap_path!r} not found", fix))
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        checks.append(Check("bubblewrap", False, f"{path} does not run: {exc}", fix))
+        return None
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", out.stdout)
+    version = tuple(int(x) for x in match.groups()) if match else (0, 0, 0)
+    if version < MIN_BWRAP:
+        checks.append(Check("bubblewrap", False, f"{out.stdout.strip()} is too old", fix))
+        return None
+    checks.append(Check("bubblewrap", True, f"{path} ({out.stdout.strip()})"))
+    return path
+
+
+def _check_seccomp(checks: list[Check]) -> bytes | None:
+    from ringfence.policy.seccomp import DENIED_SYSCALLS, compile_filter
+
+    fix = "apt-get install libseccomp2 and pip install 'ringfence[local]' (pyseccomp)"
+    if "Seccomp:" not in Path("/proc/self/status").read_text():
+        checks.append(Check("seccomp", False, "the kernel has no seccomp support", fix))
+        return None
+    try:
+        program = compile_filter()
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        checks.append(Check("seccomp", False, f"cannot build the filter: {exc}", fix))
+        return None
+    detail = f"libseccomp filter, {len(DENIED_SYSCALLS) + 3} rules, {len(program)} bytes of BPF"
+    checks.append(Check("seccomp", True, detail))
+    return program
+
+
+def _check_cgroups(config: Config, checks: list[Check]) -> CgroupDriver | None:
+    try:
+        driver = detect()
+        probe = driver.create(f"probe-{os.getpid()}", config.default_limits)
+        probe.discard()
+    except RingfenceError as exc:
+        fix = "run as root, or give Ringfence a delegated cgroup v2 subtree"
+        checks.append(Check("cgroups", False, exc.message, fix))
+        return None
+    checks.append(Check("cgroups", True, f"memory, pids and cpu limits via {driver.describe()}"))
+    return driver
+
+
+def _check_user(config: Config, checks: list[Check]) -> tuple[int, int] | None:
+    if os.geteuid() == 0:
+        uid, gid = config.sandbox_uid, config.sandbox_gid
+        checks.append(Check("unprivileged user", True, f"sandboxes run as host uid {uid}, "
+                            f"gid {gid}, no supplementary groups (never host root)"))
+        return uid, gid
+    checks.append(Check("unprivileged user", True,
+                        f"sandboxes run as your own uid {os.geteuid()} (not root)"))
+    return None
+
+
+def _check_runtime_dir(config: Config, checks: list[Check]) -> Path | None:
+    try:
+        etc = write_generated_etc(config.runtime_dir)
+    except OSError as exc:
+        checks.append(Check("runtime directory", False, f"{config.runtime_dir}: {exc}",
+                            "set RINGFENCE_RUNTIME_DIR to a writable directory"))
+        return None
+    checks.append(Check("runtime directory", True, str(config.runtime_dir)))
+    return etc
+
+
+def _check_namespaces(
+    bwrap: str, seccomp: bytes, etc: Path, run_as: tuple[int, int] | None, checks: list[Check]
+) -> None:
+    """Start a real sandbox with every namespace and the seccomp filter."""
+    request = ExecutionRequest(command=["/bin/true"])
+    limits = ResourceLimits(disk=1 << 20)
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, seccomp)
+    os.close(write_fd)
+    argv = bwrap_argv(bwrap, layout_for("host", etc), request, limits, Fds(read_fd, None, None))
+    kwargs = {"user": run_as[0], "group": run_as[1], "extra_groups": []} if run_as else {}
+    try:
+        result = subprocess.run(
+            argv, pass_fds=(read_fd,), capture_output=True, text=True, cwd="/", timeout=30,
+            env=sandbox_env({}), **kwargs,  # type: ignore[call-overload]
+        )
+    finally:
+        os.close(read_fd)
+    if result.returncode == 0:
+        checks.append(Check("namespaces", True,
+                            "user, pid, mount, network, ipc, uts and cgroup namespaces work"))
+        return
+    message = (result.stderr or result.stdout).strip()
+    fix = "enable unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1 " \
+          "user.max_user_namespaces=28633 (and kernel.apparmor_restrict_unprivileged_userns=0)"
+    checks.append(Check("namespaces", False, f"a test sandbox failed: {message}", fix))

@@ -1,0 +1,120 @@
+"""The root filesystem of a local sandbox: which host paths appear where, read-only.
+
+``host`` shows the host's system directories (``/usr``, ``/bin``, ``/lib``...) and a short
+allowlist of ``/etc`` entries; nothing else of the host (no ``/home``, ``/root``, ``/var``,
+``/run``, ``/tmp``) is visible. A directory root filesystem (one built with debootstrap, say)
+shows its own top-level directories. Either way ``/etc/passwd``, ``group``, ``hosts`` and
+``hostname`` come from files Ringfence generates, so the sandbox user has a name.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from ringfence.errors import InvalidRequest
+
+__all__ = ["GENERATED_ETC", "Entry", "Kind", "layout_for", "write_generated_etc"]
+
+HOST_IMAGE = "host"
+
+_HOST_TOP_LEVEL = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_HOST_ETC = (
+    "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version",
+    "fonts", "gai.conf", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
+    "login.defs", "magic", "magic.mime", "mime.types", "nsswitch.conf", "os-release", "profile",
+    "protocols", "python3", "python3.11", "services", "ssl", "timezone", "xdg",
+)
+# Top-level directories of a directory rootfs that the sandbox provides itself.
+_OWN_TOP_LEVEL = frozenset({"proc", "dev", "sys", "tmp", "run", "home", "etc", "mnt", "media"})
+
+GENERATED_ETC = {
+    "passwd": (
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        "user:x:1000:1000:Sandbox user:/home/user:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    ),
+    "group": "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    "hostname": "sandbox\n",
+}
+
+
+class Kind(str, Enum):
+    RO_BIND = "ro-bind"
+    SYMLINK = "symlink"
+    DIR = "dir"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One step of building the sandbox's root: bind ``source`` (or link to it) at ``target``."""
+
+    kind: Kind
+    source: str
+    target: str
+
+
+def write_generated_etc(runtime_dir: Path) -> Path:
+    """Write the generated ``/etc`` files (world-readable) and return their directory."""
+    etc = runtime_dir / "etc"
+    etc.mkdir(parents=True, exist_ok=True)
+    for directory in (runtime_dir, etc):
+        directory.chmod(0o755)
+    for name, content in GENERATED_ETC.items():
+        path = etc / name
+        if not path.exists() or path.read_text() != content:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(content)
+            tmp.chmod(0o644)
+            tmp.replace(path)
+    return etc
+
+
+def layout_for(image: str, generated_etc: Path) -> tuple[Entry, ...]:
+    """The entries that build the root for ``image``.
+
+    Raises:
+        InvalidRequest: ``image`` is neither ``host`` nor a directory root filesystem.
+    """
+    if image == HOST_IMAGE:
+        return _host_layout(generated_etc)
+    if not image.startswith("/"):
+        raise InvalidRequest(
+            f"unknown image {image!r}: the local backend takes 'host' or the absolute path "
+            "of a directory root filesystem"
+        )
+    root = Path(image)
+    if not (root / "usr").is_dir() and not (root / "bin").is_dir():
+        raise InvalidRequest(f"{image} is not a directory root filesystem (no usr/ or bin/)")
+    top = tuple(sorted(name for name in os.listdir(root) if name not in _OWN_TOP_LEVEL))
+    entries = [e for name in top if (e := _entry(os.path.join(image, name), "/" + name))]
+    etc = root / "etc"
+    if etc.is_dir() and not etc.is_symlink():
+        # The image's own /etc, with the generated files bound over those it has.
+        entries.append(Entry(Kind.RO_BIND, str(etc), "/etc"))
+        generated = [name for name in GENERATED_ETC if (etc / name).is_file()]
+    else:
+        entries.append(Entry(Kind.DIR, "", "/etc"))
+        generated = list(GENERATED_ETC)
+    entries += [Entry(Kind.RO_BIND, str(generated_etc / n), "/etc/" + n) for n in generated]
+    return tuple(entries)
+
+
+def _host_layout(generated_etc: Path) -> tuple[Entry, ...]:
+    entries = [e for name in _HOST_TOP_LEVEL if (e := _entry("/" + name, "/" + name))]
+    entries.append(Entry(Kind.DIR, "", "/etc"))
+    entries += [e for name in _HOST_ETC if (e := _entry("/etc/" + name, "/etc/" + name))]
+    entries += [Entry(Kind.RO_BIND, str(generated_etc / n), "/etc/" + n) for n in GENERATED_ETC]
+    entries += [Entry(Kind.DIR, "", "/var"), Entry(Kind.SYMLINK, "../tmp", "/var/tmp")]
+    return tuple(entries)
+
+
+def _entry(source: str, target: str) -> Entry | None:
+    if os.path.islink(source):
+        return Entry(Kind.SYMLINK, os.readlink(source), target)
+    if os.path.exists(source):
+        return Entry(Kind.RO_BIND, source, target)
+    return None

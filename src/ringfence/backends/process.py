@@ -1,0 +1,86 @@
+"""The ``process`` backend: a plain subprocess. NO isolation; for development only.
+
+It runs the command as the server's own user, with the server's view of the host. It applies
+the deadline, cancel, environment and log bounds; it ignores resource limits and cannot grant
+mounts. It is never chosen by default: ``SANDBOX_BACKEND=process`` must name it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import tempfile
+
+from ringfence.backends._supervisor import SupervisingExecutor
+from ringfence.config import Config
+from ringfence.errors import InvalidRequest
+from ringfence.models import ExecutionRequest, ResourceLimits
+
+__all__ = ["ProcessExecutor"]
+
+log = logging.getLogger(__name__)
+
+WARNING = (
+    "the 'process' backend runs commands as plain subprocesses with NO isolation: "
+    "use it only for development with trusted code"
+)
+
+
+class ProcessExecutor(SupervisingExecutor):
+    """Runs each request as a subprocess in its own session and a temporary directory."""
+
+    name = "process"
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        log.warning(WARNING)
+
+    def check(self, request: ExecutionRequest) -> None:
+        if request.mounts:
+            raise InvalidRequest("the process backend cannot grant mounts (it has no sandbox)")
+        image = request.image or self.config.default_image
+        if image != "host":
+            raise InvalidRequest(f"the process backend runs on the host only, not image {image!r}")
+
+    async def _launch(self, request: ExecutionRequest, limits: ResourceLimits) -> _Subprocess:
+        workdir = tempfile.mkdtemp(prefix=f"ringfence-{request.id}-")
+        env = {"PATH": os.defpath, "HOME": workdir, **request.env}
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *request.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=request.cwd or workdir,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        return _Subprocess(process, workdir)
+
+
+class _Subprocess:
+    def __init__(self, process: asyncio.subprocess.Process, workdir: str) -> None:
+        self.process = process
+        self.name = f"pid-{process.pid}"
+        self._workdir = workdir
+
+    async def kill(self) -> None:
+        # The command leads its own process group; this misses descendants that left it.
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    async def release(self) -> str | None:
+        await self.kill()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+        return None
+
+    def setup_error(self, exit_code: int, head: str) -> str | None:
+        return None

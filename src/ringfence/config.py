@@ -1,0 +1,66 @@
+"""Configuration: read once, from ``RINGFENCE_*`` environment variables, then passed down."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ringfence.models import ResourceLimits
+
+__all__ = ["Config"]
+
+
+def _default_runtime_dir() -> Path:
+    # Sandboxes bind files from here while running as the unprivileged sandbox user, so the
+    # directory must be traversable by that user: not under a private home directory.
+    if os.geteuid() == 0:
+        return Path("/run/ringfence")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime, "ringfence") if runtime else Path(f"/tmp/ringfence-{os.geteuid()}")
+
+
+class Config(BaseSettings):
+    """Settings of an executor. Each field reads ``RINGFENCE_<NAME>`` from the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="RINGFENCE_", frozen=True, extra="ignore")
+
+    backend: str = Field(
+        "local",
+        validation_alias=AliasChoices("SANDBOX_BACKEND", "RINGFENCE_BACKEND", "backend"),
+        description="Backend name: local (isolated, the default) or process (NO isolation).",
+    )
+    namespace: str = Field("ringfence-sandboxes", description="Sandbox namespace (Kubernetes).")
+    service_account: str = Field("ringfence-sandbox", description="Sandbox service account.")
+    default_image: str = Field(
+        "host", description="Root filesystem when a request names none: 'host' or a directory."
+    )
+    default_timeout: float = Field(300.0, gt=0, description="Seconds, when a request sets none.")
+    ttl_seconds_after_finished: int = Field(
+        3600, ge=0, description="How long a finished execution's result is kept."
+    )
+    max_retained_results: int = Field(
+        10_000, ge=1, description="At most this many finished results are kept in memory."
+    )
+    max_log_bytes: int = Field(
+        1 << 20, ge=1024, description="Output kept per execution; the middle is cut beyond it."
+    )
+    runtime_class_name: str | None = Field(None, description="RuntimeClass (Kubernetes).")
+    automount_service_account_token: bool = Field(False, description="Kubernetes only.")
+    default_limits: ResourceLimits = Field(
+        default_factory=lambda: ResourceLimits(
+            memory=512 << 20, pids=256, cpus=1.0, disk=256 << 20
+        ),
+        description="Limits for fields a request leaves unset (JSON in the environment).",
+    )
+    sandbox_uid: int = Field(
+        64000, ge=1, description="Host uid that sandboxed processes run as when run by root."
+    )
+    sandbox_gid: int = Field(64000, ge=1, description="Host gid that goes with sandbox_uid.")
+    runtime_dir: Path = Field(
+        default_factory=_default_runtime_dir,
+        description="Where the local backend keeps the small files sandboxes bind read-only.",
+    )
+    bwrap_path: str = Field("bwrap", description="The bubblewrap executable.")

@@ -1,0 +1,87 @@
+"""Errors raised by Ringfence.
+
+Every error Ringfence raises on purpose is a ``RingfenceError``; each class carries a stable
+``code`` (API: it never changes) that HTTP responses, the CLI and the SDK use to tell errors
+apart without matching message text.
+
+    RingfenceError
+    ├── InvalidRequest          bad input: the caller can fix it          (invalid_request)
+    ├── ExecutionNotFound       no execution with that id                 (not_found)
+    ├── DuplicateExecution      an execution with that id already exists  (duplicate_id)
+    ├── UnknownBackend          SANDBOX_BACKEND names no backend          (unknown_backend)
+    ├── BackendUnavailable      the host lacks what the backend needs     (backend_unavailable)
+    └── SandboxError            the sandbox could not be set up or run    (sandbox_error)
+
+Foreign exceptions (OSError from a syscall, pydantic's ValidationError) are translated at the
+boundary that meets them, with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HTTP_STATUS",
+    "BackendUnavailable",
+    "DuplicateExecution",
+    "ExecutionNotFound",
+    "InvalidRequest",
+    "RingfenceError",
+    "SandboxError",
+    "UnknownBackend",
+]
+
+
+class RingfenceError(Exception):
+    """The root of every error Ringfence raises on purpose."""
+
+    code = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(RingfenceError):
+    """The request is malformed or asks for something not allowed; fix the input."""
+
+    code = "invalid_request"
+
+
+class ExecutionNotFound(RingfenceError):
+    """No execution with this id exists (or it was forgotten after its retention time)."""
+
+    code = "not_found"
+
+
+class DuplicateExecution(RingfenceError):
+    """An execution with this id is running or still retained; ids are never reused."""
+
+    code = "duplicate_id"
+
+
+class UnknownBackend(RingfenceError):
+    """The configured backend name is not one Ringfence knows."""
+
+    code = "unknown_backend"
+
+
+class BackendUnavailable(RingfenceError):
+    """The host lacks a prerequisite of the chosen backend; the message says how to fix it."""
+
+    code = "backend_unavailable"
+
+
+class SandboxError(RingfenceError):
+    """The sandbox could not be created, supervised or cleaned up."""
+
+    code = "sandbox_error"
+
+
+HTTP_STATUS: dict[str, int] = {
+    RingfenceError.code: 500,
+    InvalidRequest.code: 400,
+    ExecutionNotFound.code: 404,
+    DuplicateExecution.code: 409,
+    UnknownBackend.code: 400,
+    BackendUnavailable.code: 503,
+    SandboxError.code: 500,
+}

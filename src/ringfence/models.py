@@ -1,0 +1,263 @@
+"""The data of the founding design: what to run, with which limits, and what came out.
+
+These models cross every boundary (Python API, CLI ``--json``, later HTTP), so they are
+validated, frozen and JSON-serialisable. Their ``Field(description=...)`` is their documentation.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import uuid
+from datetime import datetime
+from enum import Enum
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from ringfence._units import parse_size
+
+__all__ = [
+    "ExecutionRequest",
+    "ExecutionResult",
+    "Mount",
+    "ResourceLimits",
+    "Status",
+    "advance",
+]
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+# Sandbox paths a mount may not cover: the sandbox's own plumbing.
+_RESERVED_TARGETS = ("/", "/proc", "/dev", "/sys")
+
+
+class Status(str, Enum):
+    """The lifecycle of an execution. The strings are API: they never change."""
+
+    PENDING = "pending"  # accepted, the sandbox is being set up
+    RUNNING = "running"  # the command runs inside its sandbox
+    SUCCEEDED = "succeeded"  # the command exited with status 0
+    FAILED = "failed"  # non-zero exit, out of memory, or a system failure (see error)
+    TIMED_OUT = "timed_out"  # the deadline passed; the whole process tree was killed
+    CANCELLED = "cancelled"  # cancel() was called; the whole process tree was killed
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.TIMED_OUT, Status.CANCELLED})
+_NEXT: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset({Status.RUNNING, Status.FAILED, Status.CANCELLED}),
+    Status.RUNNING: _TERMINAL,
+}
+
+
+def advance(current: Status, new: Status) -> Status:
+    """Return ``new`` if an execution may move from ``current`` to it.
+
+    Raises:
+        ValueError: the move is illegal (for example out of a terminal state).
+    """
+    if new not in _NEXT.get(current, frozenset()):
+        raise ValueError(f"an execution cannot go from {current.value} to {new.value}")
+    return new
+
+
+def _size(value: object) -> object:
+    if value is None or isinstance(value, (str, int)):
+        return None if value is None else parse_size(value)
+    return value
+
+
+Size = Annotated[int, BeforeValidator(_size), Field(ge=0)]
+
+
+class ResourceLimits(BaseModel):
+    """Limits on one sandbox. A field left out takes the default from ``Config``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory: Size | None = Field(
+        None,
+        ge=4 << 20,
+        description="Memory limit in bytes (accepts '256M'). Exceeding it kills the command "
+        "with the error 'out of memory'. Writable tmpfs contents count towards it.",
+    )
+    pids: int | None = Field(
+        None, ge=1, le=1_000_000, description="Most processes and threads alive at once."
+    )
+    cpus: float | None = Field(
+        None, gt=0, le=1024, description="CPU time as a number of cores (0.5 = half a core)."
+    )
+    disk: Size | None = Field(
+        None,
+        ge=1 << 20,
+        description="Size in bytes of each writable tmpfs (the workspace and /tmp).",
+    )
+
+    def merged_over(self, defaults: ResourceLimits) -> ResourceLimits:
+        """Return these limits with every unset field taken from ``defaults``."""
+        given = self.model_dump(exclude_none=True)
+        return defaults.model_copy(update=given)
+
+
+class Mount(BaseModel):
+    """A host path made visible inside the sandbox. Read-only unless ``writable``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(description="Absolute path on the host.")
+    target: str = Field(description="Absolute path inside the sandbox.")
+    writable: bool = Field(False, description="Mount read-write instead of read-only.")
+
+    @field_validator("source", "target")
+    @classmethod
+    def _absolute_and_normal(cls, path: str) -> str:
+        if "\0" in path or not path.startswith("/"):
+            raise ValueError(f"must be an absolute path: {path!r}")
+        if ".." in path.split("/"):
+            raise ValueError(f"must not contain '..': {path!r}")
+        return posixpath.normpath(path)
+
+    @field_validator("target")
+    @classmethod
+    def _not_reserved(cls, target: str) -> str:
+        for reserved in _RESERVED_TARGETS:
+            if target == reserved or (reserved != "/" and target.startswith(reserved + "/")):
+                raise ValueError(f"cannot mount over {reserved}: it belongs to the sandbox")
+        return target
+
+    @classmethod
+    def parse(cls, spec: str) -> Mount:
+        """Parse the CLI form ``HOST:SANDBOX[:ro|rw]``.
+
+        Raises:
+            ValueError: the form or a path is invalid.
+        """
+        parts = spec.split(":")
+        mode = "ro"
+        if len(parts) == 3:
+            mode = parts.pop()
+        if len(parts) != 2 or mode not in ("ro", "rw"):
+            raise ValueError(f"mount must be HOST:SANDBOX[:ro|rw], got {spec!r}")
+        return cls(source=parts[0], target=parts[1], writable=mode == "rw")
+
+
+class ExecutionRequest(BaseModel):
+    """One command to run once in a fresh sandbox (the founding design's request)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(
+        default_factory=lambda: uuid.uuid4().hex,
+        pattern=_ID,
+        description="Execution id, unique; generated when left out.",
+    )
+    session_id: str | None = Field(None, max_length=256, description="Agent session id.")
+    task_id: str | None = Field(None, max_length=256, description="Task id within the session.")
+    checkpoint_id: str | None = Field(
+        None, max_length=256, description="Approval checkpoint this execution was approved at."
+    )
+    namespace: str | None = Field(
+        None, max_length=63, description="Sandbox namespace (Kubernetes); default from Config."
+    )
+    target_namespace: str | None = Field(
+        None, max_length=63, description="Namespace the remediation acts on (Kubernetes)."
+    )
+    image: str | None = Field(
+        None,
+        description="What the root filesystem is: 'host' (a read-only view of the host's system "
+        "directories) or an absolute path to a directory root filesystem; default from Config.",
+    )
+    command: list[str] = Field(min_length=1, description="Program and leading arguments.")
+    args: list[str] = Field(default_factory=list, description="Further arguments.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="The only environment variables set in the sandbox, besides PATH, HOME, "
+        "USER, LANG and TERM defaults that these override.",
+    )
+    cwd: str | None = Field(
+        None, description="Working directory inside the sandbox; default the workspace."
+    )
+    timeout: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Wall-clock limit in seconds; default from Config.",
+    )
+    approved_by: str | None = Field(None, max_length=256, description="Who approved it.")
+    remediation_action: str | None = Field(
+        None, max_length=1024, description="Name of the remediation this carries out."
+    )
+    limits: ResourceLimits = Field(
+        default_factory=ResourceLimits, description="Resource limits; unset fields default."
+    )
+    mounts: list[Mount] = Field(
+        default_factory=list, max_length=64, description="Host paths granted to the sandbox."
+    )
+
+    @field_validator("command", "args")
+    @classmethod
+    def _no_nul(cls, words: list[str]) -> list[str]:
+        if any("\0" in word for word in words):
+            raise ValueError("arguments must not contain NUL bytes")
+        if words and words[0] == "" and len(words) == 1:
+            raise ValueError("the command must not be empty")
+        return words
+
+    @field_validator("env")
+    @classmethod
+    def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"invalid environment variable name: {name!r}")
+            if "\0" in value:
+                raise ValueError(f"environment variable {name} contains a NUL byte")
+        return env
+
+    @field_validator("cwd")
+    @classmethod
+    def _absolute_cwd(cls, cwd: str | None) -> str | None:
+        if cwd is not None and (not cwd.startswith("/") or "\0" in cwd):
+            raise ValueError(f"cwd must be an absolute path inside the sandbox: {cwd!r}")
+        return cwd
+
+    @model_validator(mode="after")
+    def _distinct_targets(self) -> ExecutionRequest:
+        targets = [m.target for m in self.mounts]
+        if len(set(targets)) != len(targets):
+            raise ValueError("two mounts share a sandbox path")
+        return self
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.command, *self.args]
+
+
+class ExecutionResult(BaseModel):
+    """What became of an execution; ``get_status`` returns it while running too."""
+
+    model_config = ConfigDict(frozen=True)
+
+    execution_id: str
+    status: Status
+    exit_code: int | None = Field(
+        None, description="The command's exit status; None while running, or when it was "
+        "killed for its deadline or a cancel, or never started."
+    )
+    logs: str = Field("", description="stdout and stderr interleaved in order, bounded.")
+    logs_truncated: bool = Field(
+        False, description="True when the middle of the output was cut (a marker says where)."
+    )
+    job_name: str | None = Field(None, description="Name of the sandbox or Job that ran it.")
+    backend: str | None = Field(None, description="The backend that ran it.")
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = Field(
+        None, description="A system failure or cause of death in plain words, e.g. "
+        "'out of memory'."
+    )
