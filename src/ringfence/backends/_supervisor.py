@@ -10,8 +10,10 @@ import asyncio
 import logging
 import signal
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Protocol
 
+from ringfence.backends._child import Child
 from ringfence.backends._output import BoundedLog
 from ringfence.backends._protocol import OutputCallback
 from ringfence.backends._runs import Run, RunTable
@@ -29,13 +31,12 @@ log = logging.getLogger(__name__)
 _DRAIN_GRACE_SECONDS = 1.0
 # How long a killed sandbox may take to be reaped before the execution reports an error.
 _REAP_SECONDS = 10.0
-_CHUNK = 64 * 1024
 
 
 class Launched(Protocol):
-    """A command started in its sandbox; its stdout carries stdout and stderr interleaved."""
+    """A command started in its sandbox; its output carries stdout and stderr interleaved."""
 
-    process: asyncio.subprocess.Process
+    child: Child
     name: str
 
     async def kill(self) -> None:
@@ -116,19 +117,19 @@ class SupervisingExecutor(ABC):
             return
         run.job_name = sandbox.name
         run.move_to(Status.RUNNING)
-        assert sandbox.process.stdout is not None
-        reader = asyncio.create_task(_pump(sandbox.process.stdout, run.log, on_output))
+        reader = asyncio.create_task(sandbox.child.pump(_sink(run.log, on_output)))
         outcome = Status.CANCELLED
         try:
             outcome = await _wait_for_end(sandbox, run.cancel_requested, timeout)
             if outcome is not Status.SUCCEEDED:
                 await sandbox.kill()
-            await asyncio.wait_for(sandbox.process.wait(), _REAP_SECONDS)
+            await asyncio.wait_for(sandbox.child.wait(), _REAP_SECONDS)
             await _drain(reader)
         finally:
             # Runs even when we are cancelled from outside: nothing of the sandbox may remain.
             reader.cancel()
             cause = await asyncio.shield(sandbox.release())
+            sandbox.child.close()
         self._conclude(run, outcome, sandbox, cause, timeout)
 
     def _conclude(
@@ -142,7 +143,7 @@ class SupervisingExecutor(ABC):
             run.error = "cancelled; the whole process tree was killed"
             run.move_to(Status.CANCELLED)
             return
-        code = sandbox.process.returncode
+        code = sandbox.child.returncode
         assert code is not None
         run.exit_code = code
         setup_error = sandbox.setup_error(code, run.log.text()[:4096])
@@ -159,7 +160,7 @@ class SupervisingExecutor(ABC):
 
 async def _wait_for_end(sandbox: Launched, cancel: asyncio.Event, timeout: float) -> Status:
     """SUCCEEDED here means only "the process exited by itself"."""
-    exited = asyncio.create_task(sandbox.process.wait())
+    exited = asyncio.create_task(sandbox.child.wait())
     cancelled = asyncio.create_task(cancel.wait())
     try:
         done, _ = await asyncio.wait(
@@ -173,17 +174,20 @@ async def _wait_for_end(sandbox: Launched, cancel: asyncio.Event, timeout: float
     return Status.CANCELLED if cancelled in done else Status.TIMED_OUT
 
 
-async def _pump(
-    stream: asyncio.StreamReader, sink: BoundedLog, on_output: OutputCallback | None
-) -> None:
-    while chunk := await stream.read(_CHUNK):
-        sink.write(chunk)
-        if on_output is not None:
+def _sink(log_: BoundedLog, on_output: OutputCallback | None) -> Callable[[bytes], None]:
+    callback = on_output
+
+    def write(chunk: bytes) -> None:
+        nonlocal callback
+        log_.write(chunk)
+        if callback is not None:
             try:
-                on_output(chunk)
+                callback(chunk)
             except Exception:  # boundary: a caller's callback must not break supervision
                 log.exception("output callback failed; no more output will be passed to it")
-                on_output = None
+                callback = None
+
+    return write
 
 
 async def _drain(reader: asyncio.Task[None]) -> None:

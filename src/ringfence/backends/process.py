@@ -7,13 +7,13 @@ mounts. It is never chosen by default: ``SANDBOX_BACKEND=process`` must name it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
 import signal
 import tempfile
 
+from ringfence.backends._child import Child
 from ringfence.backends._supervisor import SupervisingExecutor
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
@@ -49,31 +49,25 @@ class ProcessExecutor(SupervisingExecutor):
         workdir = tempfile.mkdtemp(prefix=f"ringfence-{request.id}-")
         env = {"PATH": os.defpath, "HOME": workdir, **request.env}
         try:
-            process = await asyncio.create_subprocess_exec(
-                *request.argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=request.cwd or workdir,
-                env=env,
-                start_new_session=True,
+            child = Child.spawn(
+                request.argv, env=env, cwd=request.cwd or workdir, start_new_session=True
             )
         except OSError:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
-        return _Subprocess(process, workdir)
+        return _Subprocess(child, workdir)
 
 
 class _Subprocess:
-    def __init__(self, process: asyncio.subprocess.Process, workdir: str) -> None:
-        self.process = process
-        self.name = f"pid-{process.pid}"
+    def __init__(self, child: Child, workdir: str) -> None:
+        self.child = child
+        self.name = f"pid-{child.pid}"
         self._workdir = workdir
 
     async def kill(self) -> None:
         # The command leads its own process group; this misses descendants that left it.
         try:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            os.killpg(self.child.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 

@@ -17,6 +17,7 @@ import json
 import os
 from typing import Any
 
+from ringfence.backends._child import Child
 from ringfence.backends._supervisor import SupervisingExecutor
 from ringfence.backends.local.bwrap import Fds, bwrap_argv, sandbox_env
 from ringfence.backends.local.cgroups import Cgroup
@@ -40,11 +41,7 @@ class LocalExecutor(SupervisingExecutor):
         """Raises ``BackendUnavailable`` when the host lacks an isolation layer."""
         super().__init__(config)
         self._host = host or require(config)
-        self._host_layout = layout_for(HOST_IMAGE, self._host.generated_etc)
-        self._spawn_kwargs: dict[str, Any] = {}
-        if self._host.run_as is not None:
-            uid, gid = self._host.run_as
-            self._spawn_kwargs = {"user": uid, "group": gid, "extra_groups": []}
+        self._host_layout = layout_for(HOST_IMAGE, self._host.files)
 
     def check(self, request: ExecutionRequest) -> None:
         self._layout(request)
@@ -56,7 +53,7 @@ class LocalExecutor(SupervisingExecutor):
         image = request.image or self.config.default_image
         if image == HOST_IMAGE:
             return self._host_layout
-        return layout_for(image, self._host.generated_etc)
+        return layout_for(image, self._host.files)
 
     async def _launch(self, request: ExecutionRequest, limits: ResourceLimits) -> _Sandbox:
         name = f"rf-{request.id}"
@@ -67,25 +64,19 @@ class LocalExecutor(SupervisingExecutor):
         try:
             os.write(seccomp_w, self._host.seccomp)
             os.close(seccomp_w)
-            argv = bwrap_argv(
-                self._host.bwrap, self._layout(request), request, limits,
-                Fds(seccomp=seccomp_r, info=info_w, block=block_r),
-            )  # fmt: skip
+            fds = Fds(seccomp=seccomp_r, info=info_w, block=block_r)
+            argv = [
+                *self._host.drop_privileges,
+                *bwrap_argv(self._host.bwrap, self._layout(request), request, limits, fds),
+            ]
             try:
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT,
-                    env=sandbox_env(request.env),
-                    cwd="/",
-                    pass_fds=(seccomp_r, info_w, block_r),
-                    **self._spawn_kwargs,
+                child = Child.spawn(
+                    argv, env=sandbox_env(request.env), pass_fds=(seccomp_r, info_w, block_r)
                 )
             finally:
                 for fd in (seccomp_r, info_w, block_r):
                     os.close(fd)
-            sandbox = _Sandbox(process, name, cgroup)
+            sandbox = _Sandbox(child, name, cgroup)
             try:
                 info = await _read_json(info_r, _INFO_TIMEOUT_SECONDS)
                 if info is not None:  # None: bwrap failed early and says why on its output
@@ -93,7 +84,8 @@ class LocalExecutor(SupervisingExecutor):
                 os.write(block_w, b"1")
             except BaseException:
                 await sandbox.kill()
-                await process.wait()
+                await child.wait()
+                child.close()
                 raise
         except BaseException:
             await cgroup.remove()
@@ -104,18 +96,15 @@ class LocalExecutor(SupervisingExecutor):
 
 
 class _Sandbox:
-    def __init__(self, process: asyncio.subprocess.Process, name: str, cgroup: Cgroup) -> None:
-        self.process = process
+    def __init__(self, child: Child, name: str, cgroup: Cgroup) -> None:
+        self.child = child
         self.name = name
         self._cgroup = cgroup
 
     async def kill(self) -> None:
         # The sandbox init is in the cgroup: once it dies the kernel kills its pid namespace.
         await self._cgroup.kill_all()
-        try:
-            self.process.kill()
-        except ProcessLookupError:
-            pass
+        self.child.kill()
 
     async def release(self) -> str | None:
         oom_kills = self._cgroup.oom_kills()

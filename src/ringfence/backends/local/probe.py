@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ringfence.backends.local.bwrap import Fds, bwrap_argv, sandbox_env
 from ringfence.backends.local.cgroups import CgroupDriver, detect
-from ringfence.backends.local.rootfs import layout_for, write_generated_etc
+from ringfence.backends.local.rootfs import RuntimeFiles, layout_for, prepare_runtime_files
 from ringfence.config import Config
 from ringfence.errors import BackendUnavailable, RingfenceError
 from ringfence.models import ExecutionRequest, ResourceLimits
@@ -40,8 +40,10 @@ class Host:
     bwrap: str
     cgroups: CgroupDriver
     seccomp: bytes
-    generated_etc: Path
-    run_as: tuple[int, int] | None  # (uid, gid) to drop to, or None when not root
+    files: RuntimeFiles
+    # Runs bwrap as the unprivileged sandbox user. An exec'd setpriv rather than Popen(user=):
+    # Python cannot vfork when it changes uid, and fork costs grow with the server's size.
+    drop_privileges: tuple[str, ...]
 
 
 def check_host(config: Config) -> tuple[list[Check], Host | None]:
@@ -50,15 +52,15 @@ def check_host(config: Config) -> tuple[list[Check], Host | None]:
     bwrap = _check_bwrap(config, checks)
     seccomp = _check_seccomp(checks)
     cgroups = _check_cgroups(config, checks)
-    run_as = _check_user(config, checks)
-    generated_etc = _check_runtime_dir(config, checks)
-    if bwrap and seccomp is not None and generated_etc is not None:
-        _check_namespaces(bwrap, seccomp, generated_etc, run_as, checks)
+    drop = _check_user(config, checks)
+    files = _check_runtime_dir(config, checks)
+    if bwrap and seccomp is not None and files is not None and drop is not None:
+        _check_namespaces(bwrap, seccomp, files, drop, checks)
     else:
         checks.append(Check("namespaces", False, "not tried: a prerequisite above is missing"))
     if all(c.ok for c in checks):
-        assert bwrap and seccomp is not None and cgroups and generated_etc
-        return checks, Host(bwrap, cgroups, seccomp, generated_etc, run_as)
+        assert bwrap and seccomp is not None and cgroups and files and drop is not None
+        return checks, Host(bwrap, cgroups, seccomp, files, drop)
     return checks, None
 
 
@@ -126,30 +128,36 @@ def _check_cgroups(config: Config, checks: list[Check]) -> CgroupDriver | None:
     return driver
 
 
-def _check_user(config: Config, checks: list[Check]) -> tuple[int, int] | None:
-    if os.geteuid() == 0:
-        uid, gid = config.sandbox_uid, config.sandbox_gid
-        checks.append(Check("unprivileged user", True, f"sandboxes run as host uid {uid}, "
-                            f"gid {gid}, no supplementary groups (never host root)"))
-        return uid, gid
-    checks.append(Check("unprivileged user", True,
-                        f"sandboxes run as your own uid {os.geteuid()} (not root)"))
-    return None
+def _check_user(config: Config, checks: list[Check]) -> tuple[str, ...] | None:
+    if os.geteuid() != 0:
+        checks.append(Check("unprivileged user", True,
+                            f"sandboxes run as your own uid {os.geteuid()} (not root)"))
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        checks.append(Check("unprivileged user", False, "setpriv not found: cannot run "
+                            "sandboxes as an unprivileged user", "apt-get install util-linux"))
+        return None
+    uid, gid = config.sandbox_uid, config.sandbox_gid
+    checks.append(Check("unprivileged user", True, f"sandboxes run as host uid {uid}, gid {gid}, "
+                        "no supplementary groups, no capabilities (never host root)"))
+    return (setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--")
 
 
-def _check_runtime_dir(config: Config, checks: list[Check]) -> Path | None:
+def _check_runtime_dir(config: Config, checks: list[Check]) -> RuntimeFiles | None:
     try:
-        etc = write_generated_etc(config.runtime_dir)
+        files = prepare_runtime_files(config.runtime_dir)
     except OSError as exc:
         checks.append(Check("runtime directory", False, f"{config.runtime_dir}: {exc}",
                             "set RINGFENCE_RUNTIME_DIR to a writable directory"))
         return None
     checks.append(Check("runtime directory", True, str(config.runtime_dir)))
-    return etc
+    return files
 
 
 def _check_namespaces(
-    bwrap: str, seccomp: bytes, etc: Path, run_as: tuple[int, int] | None, checks: list[Check]
+    bwrap: str, seccomp: bytes, files: RuntimeFiles, drop: tuple[str, ...], checks: list[Check]
 ) -> None:
     """Start a real sandbox with every namespace and the seccomp filter."""
     request = ExecutionRequest(command=["/bin/true"])
@@ -157,12 +165,11 @@ def _check_namespaces(
     read_fd, write_fd = os.pipe()
     os.write(write_fd, seccomp)
     os.close(write_fd)
-    argv = bwrap_argv(bwrap, layout_for("host", etc), request, limits, Fds(read_fd, None, None))
-    kwargs = {"user": run_as[0], "group": run_as[1], "extra_groups": []} if run_as else {}
+    argv = bwrap_argv(bwrap, layout_for("host", files), request, limits, Fds(read_fd))
     try:
         result = subprocess.run(
-            argv, pass_fds=(read_fd,), capture_output=True, text=True, cwd="/", timeout=30,
-            env=sandbox_env({}), **kwargs,  # type: ignore[call-overload]
+            [*drop, *argv], pass_fds=(read_fd,), capture_output=True, text=True, cwd="/",
+            timeout=30, env=sandbox_env({}),
         )
     finally:
         os.close(read_fd)

@@ -1,22 +1,26 @@
 """The root filesystem of a local sandbox: which host paths appear where, read-only.
 
-``host`` shows the host's system directories (``/usr``, ``/bin``, ``/lib``...) and a short
-allowlist of ``/etc`` entries; nothing else of the host (no ``/home``, ``/root``, ``/var``,
-``/run``, ``/tmp``) is visible. A directory root filesystem (one built with debootstrap, say)
+``host`` shows the host's system directories (``/usr``, ``/bin``, ``/lib``...) and a copy of a
+short allowlist of ``/etc`` entries, taken when the backend starts (one bind instead of dozens:
+each bind costs bubblewrap a pass over the mount table); nothing else of the host (no
+``/home``, ``/root``, ``/var``, ``/run``, ``/tmp``) is visible. A directory root filesystem (one built with debootstrap, say)
 shows its own top-level directories. Either way ``/etc/passwd``, ``group``, ``hosts`` and
 ``hostname`` come from files Ringfence generates, so the sandbox user has a name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 from ringfence.errors import InvalidRequest
 
-__all__ = ["GENERATED_ETC", "Entry", "Kind", "layout_for", "write_generated_etc"]
+__all__ = ["GENERATED_ETC", "Entry", "Kind", "RuntimeFiles", "layout_for", "prepare_runtime_files"]
 
 HOST_IMAGE = "host"
 
@@ -57,30 +61,75 @@ class Entry:
     target: str
 
 
-def write_generated_etc(runtime_dir: Path) -> Path:
-    """Write the generated ``/etc`` files (world-readable) and return their directory."""
-    etc = runtime_dir / "etc"
-    etc.mkdir(parents=True, exist_ok=True)
-    for directory in (runtime_dir, etc):
-        directory.chmod(0o755)
+@dataclass(frozen=True)
+class RuntimeFiles:
+    """Files the backend prepared for sandboxes to bind read-only."""
+
+    generated_etc: Path  # passwd, group, hosts, hostname
+    host_etc: Path  # the allowlisted host /etc entries plus the generated files
+
+
+def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> RuntimeFiles:
+    """Write the generated ``/etc`` files and the host ``/etc`` copy under ``runtime_dir``.
+
+    Everything is world-readable: the unprivileged sandbox user binds it. A directory's name
+    is a digest of its content, so a running sandbox's files never change under it.
+
+    Raises:
+        OSError: the directory cannot be written.
+    """
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    runtime_dir.chmod(0o755)
+    with tempfile.TemporaryDirectory(dir=runtime_dir) as tmp:
+        generated = Path(tmp, "generated")
+        generated.mkdir()
+        _write_generated(generated)
+        etc = Path(tmp, "etc")
+        etc.mkdir()
+        for name in _HOST_ETC:
+            source = host_etc / name
+            if source.is_symlink() or source.is_file():
+                shutil.copy2(source, etc / name, follow_symlinks=False)
+            elif source.is_dir():
+                shutil.copytree(source, etc / name, symlinks=True)
+        _write_generated(etc)
+        return RuntimeFiles(_publish(generated, runtime_dir), _publish(etc, runtime_dir))
+
+
+def _write_generated(directory: Path) -> None:
     for name, content in GENERATED_ETC.items():
-        path = etc / name
-        if not path.exists() or path.read_text() != content:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(content)
-            tmp.chmod(0o644)
-            tmp.replace(path)
-    return etc
+        (directory / name).write_text(content)
 
 
-def layout_for(image: str, generated_etc: Path) -> tuple[Entry, ...]:
+def _publish(built: Path, runtime_dir: Path) -> Path:
+    digest = hashlib.sha256()
+    for path in sorted(built.rglob("*")):
+        digest.update(str(path.relative_to(built)).encode() + b"\0")
+        if path.is_symlink():
+            digest.update(b"L" + os.readlink(path).encode())
+        elif path.is_file():
+            digest.update(b"F" + path.read_bytes())
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    built.chmod(0o755)
+    final = runtime_dir / f"{built.name}-{digest.hexdigest()[:16]}"
+    if not final.exists():
+        try:
+            built.rename(final)
+        except OSError:
+            if not final.exists():  # lost a race to an identical copy: fine
+                raise
+    return final
+
+
+def layout_for(image: str, files: RuntimeFiles) -> tuple[Entry, ...]:
     """The entries that build the root for ``image``.
 
     Raises:
         InvalidRequest: ``image`` is neither ``host`` nor a directory root filesystem.
     """
     if image == HOST_IMAGE:
-        return _host_layout(generated_etc)
+        return _host_layout(files)
     if not image.startswith("/"):
         raise InvalidRequest(
             f"unknown image {image!r}: the local backend takes 'host' or the absolute path "
@@ -99,15 +148,15 @@ def layout_for(image: str, generated_etc: Path) -> tuple[Entry, ...]:
     else:
         entries.append(Entry(Kind.DIR, "", "/etc"))
         generated = list(GENERATED_ETC)
-    entries += [Entry(Kind.RO_BIND, str(generated_etc / n), "/etc/" + n) for n in generated]
+    entries += [
+        Entry(Kind.RO_BIND, str(files.generated_etc / n), "/etc/" + n) for n in generated
+    ]
     return tuple(entries)
 
 
-def _host_layout(generated_etc: Path) -> tuple[Entry, ...]:
+def _host_layout(files: RuntimeFiles) -> tuple[Entry, ...]:
     entries = [e for name in _HOST_TOP_LEVEL if (e := _entry("/" + name, "/" + name))]
-    entries.append(Entry(Kind.DIR, "", "/etc"))
-    entries += [e for name in _HOST_ETC if (e := _entry("/etc/" + name, "/etc/" + name))]
-    entries += [Entry(Kind.RO_BIND, str(generated_etc / n), "/etc/" + n) for n in GENERATED_ETC]
+    entries.append(Entry(Kind.RO_BIND, str(files.host_etc), "/etc"))
     entries += [Entry(Kind.DIR, "", "/var"), Entry(Kind.SYMLINK, "../tmp", "/var/tmp")]
     return tuple(entries)
 

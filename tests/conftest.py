@@ -1,0 +1,100 @@
+"""Test harness.
+
+Attack tests run fork bombs, memory hogs and disk fillers. Before any test runs, the test
+process moves itself into a cgroup of its own with a cap on tasks and memory, so a broken
+defence fails one test instead of freezing the machine (sandbox cgroups nest under it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ringfence.backends.local.cgroups import parse_mountinfo, parse_proc_cgroup
+from ringfence.config import Config
+
+HARNESS_PIDS = 4096
+HARNESS_MEMORY = 6 << 30
+
+
+def _cap_own_cgroup() -> list[Path]:
+    if os.geteuid() != 0:
+        return []
+    mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+    own = parse_proc_cgroup(Path("/proc/self/cgroup").read_text())
+    name = f"ringfence-tests-{os.getpid()}"
+    v1 = {m.fstype: m for m in mounts}
+    memory = next((m for m in mounts if m.fstype == "cgroup" and "memory" in m.options), None)
+    pids = next((m for m in mounts if m.fstype == "cgroup" and "pids" in m.options), None)
+    if memory and pids:
+        placed = []
+        for mount, controller, files in (
+            (pids, "pids", {"pids.max": HARNESS_PIDS}),
+            (memory, "memory", {"memory.limit_in_bytes": HARNESS_MEMORY}),
+        ):
+            directory = Path(mount.mountpoint + own.get(controller, "/")) / name
+            directory.mkdir(exist_ok=True)
+            for filename, value in files.items():
+                (directory / filename).write_text(str(value))
+            (directory / "cgroup.procs").write_text(str(os.getpid()))
+            placed.append(directory)
+        return placed
+    unified = v1.get("cgroup2")
+    if unified is None:
+        return []
+    directory = Path(unified.mountpoint + own.get("", "/")) / name
+    directory.mkdir(exist_ok=True)
+    for filename, value in (("pids.max", HARNESS_PIDS), ("memory.max", HARNESS_MEMORY)):
+        if (directory / filename).exists():
+            (directory / filename).write_text(str(value))
+    (directory / "cgroup.procs").write_text(str(os.getpid()))
+    return [directory]
+
+
+_HARNESS_KEY = pytest.StashKey[list[Path]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_HARNESS_KEY] = _cap_own_cgroup()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for directory in config.stash.get(_HARNESS_KEY, []):
+        # Back to the parent, then remove ours (anything left inside keeps it, visibly).
+        (directory.parent / "cgroup.procs").write_text(str(os.getpid()))
+        try:
+            for sub in sorted(directory.glob("**/"), key=lambda p: -len(p.parts)):
+                sub.rmdir()
+        except OSError as exc:
+            print(f"harness cgroup {directory} not removed: {exc}")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    capped = config.stash.get(_HARNESS_KEY, [])
+    if capped:
+        where = ", ".join(map(str, capped))
+        return f"harness cgroup: {where} (pids {HARNESS_PIDS}, memory {HARNESS_MEMORY >> 30}G)"
+    return "harness cgroup: none (not root)"
+
+
+@pytest.fixture(scope="session")
+def local_host() -> object:
+    """The local backend's host prerequisites, probed once per test session."""
+    from ringfence.backends.local.probe import require
+
+    return require(Config())
+
+
+@pytest.fixture
+async def local_executor(local_host: object) -> AsyncIterator[object]:
+    """A fresh ``LocalExecutor`` (full isolation), closed after the test."""
+    from ringfence.backends.local import LocalExecutor
+    from ringfence.backends.local.probe import Host
+
+    assert isinstance(local_host, Host)
+    executor = LocalExecutor(Config(), host=local_host)
+    yield executor
+    await executor.aclose()
