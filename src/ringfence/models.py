@@ -10,7 +10,7 @@ import posixpath
 import re
 import uuid
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -34,7 +34,7 @@ MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
 _RESERVED_TARGETS = ("/", "/proc", "/dev", "/sys")
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """The lifecycle of an execution. The strings are API: they never change."""
 
     PENDING = "pending"  # accepted, the sandbox is being set up
@@ -246,8 +246,9 @@ class ExecutionResult(BaseModel):
     execution_id: str
     status: Status
     exit_code: int | None = Field(
-        None, description="The command's exit status; None while running, or when it was "
-        "killed for its deadline or a cancel, or never started."
+        None,
+        description="The command's exit status; None while running, or when it was "
+        "killed for its deadline or a cancel, or never started.",
     )
     logs: str = Field("", description="stdout and stderr interleaved in order, bounded.")
     logs_truncated: bool = Field(
@@ -258,6 +259,5 @@ class ExecutionResult(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = Field(
-        None, description="A system failure or cause of death in plain words, e.g. "
-        "'out of memory'."
+        None, description="A system failure or cause of death in plain words, e.g. 'out of memory'."
     )

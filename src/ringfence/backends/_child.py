@@ -8,6 +8,7 @@ so they can never hit a recycled pid.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -114,15 +115,11 @@ class Child:
     def kill(self) -> None:
         """SIGKILL the child itself (not its descendants)."""
         if self._popen.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def close(self) -> None:
         """Release the pidfd and the pipe. Call once the child has been reaped."""
         for fd in (self._pidfd, self._output):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

@@ -64,7 +64,7 @@ class SupervisingExecutor(ABC):
             ttl=config.ttl_seconds_after_finished, max_finished=config.max_retained_results
         )
 
-    def check(self, request: ExecutionRequest) -> None:
+    def check(self, request: ExecutionRequest) -> None:  # noqa: B027 (optional hook)
         """Reject a request this backend cannot honour (raise ``InvalidRequest``)."""
 
     @abstractmethod

@@ -7,6 +7,7 @@ mounts. It is never chosen by default: ``SANDBOX_BACKEND=process`` must name it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -66,10 +67,8 @@ class _Subprocess:
 
     async def kill(self) -> None:
         # The command leads its own process group; this misses descendants that left it.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     async def release(self) -> str | None:
         await self.kill()

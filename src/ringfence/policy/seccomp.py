@@ -91,9 +91,7 @@ def compile_filter() -> bytes:
     for name in DENIED_SYSCALLS:
         sf.add_rule(denied, name)
     sf.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-    sf.add_rule(
-        denied, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_NEWUSER, _CLONE_NEWUSER)
-    )
+    sf.add_rule(denied, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_NEWUSER, _CLONE_NEWUSER))
     sf.add_rule(denied, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, _TIOCSTI))
     with tempfile.TemporaryFile() as out:
         sf.export_bpf(out)

@@ -13,6 +13,7 @@ The end: the pid namespace dies with its init; the cgroup is swept and removed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from typing import Any
@@ -137,10 +138,8 @@ async def _read_json(fd: int, timeout: float) -> dict[str, Any] | None:
             done.set_result(None)
             return
         buffer.extend(chunk)
-        try:
+        with contextlib.suppress(ValueError):  # incomplete: wait for more
             done.set_result(json.loads(buffer))
-        except ValueError:
-            pass  # incomplete: wait for more
 
     os.set_blocking(fd, False)
     loop.add_reader(fd, readable)

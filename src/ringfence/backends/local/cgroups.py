@@ -14,6 +14,7 @@ in ``cgroup.procs`` until it stays empty.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import signal
@@ -58,10 +59,8 @@ class Cgroup(ABC):
             if not pids:
                 return
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             await asyncio.sleep(0.001)
         raise SandboxError(f"processes survive in {self._dirs()[0]}")
 
@@ -300,10 +299,10 @@ def detect() -> CgroupDriver:
                 problems.append(f"cgroup v2 at {directory}: {exc}")
     groups: dict[str, Path] = {}
     for controller in CONTROLLERS:
-        mount = next((m for m in mounts if m.fstype == "cgroup" and controller in m.options), None)
-        if mount is None:
+        v1 = next((m for m in mounts if m.fstype == "cgroup" and controller in m.options), None)
+        if v1 is None:
             continue
-        group = _own_dir(mount, own.get(controller, "/")) / GROUP
+        group = _own_dir(v1, own.get(controller, "/")) / GROUP
         try:
             group.mkdir(exist_ok=True)
             groups[controller] = group
@@ -354,10 +353,8 @@ def _read_counter(path: Path, key: str) -> int:
 
 
 def _try_rmdir(directory: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         directory.rmdir()
-    except OSError:
-        pass
 
 
 def _unescape(field: str) -> str:

@@ -68,8 +68,11 @@ def require(config: Config) -> Host:
     """Raises ``BackendUnavailable`` naming every missing layer and its fix."""
     checks, host = check_host(config)
     if host is None:
-        lines = [f"- {c.layer}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "")
-                 for c in checks if not c.ok]
+        lines = [
+            f"- {c.layer}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "")
+            for c in checks
+            if not c.ok
+        ]
         raise BackendUnavailable(
             "the local backend cannot isolate sandboxes on this host, so it refuses to start:\n"
             + "\n".join(lines)
@@ -130,27 +133,57 @@ def _check_cgroups(config: Config, checks: list[Check]) -> CgroupDriver | None:
 
 def _check_user(config: Config, checks: list[Check]) -> tuple[str, ...] | None:
     if os.geteuid() != 0:
-        checks.append(Check("unprivileged user", True,
-                            f"sandboxes run as your own uid {os.geteuid()} (not root)"))
+        checks.append(
+            Check(
+                "unprivileged user",
+                True,
+                f"sandboxes run as your own uid {os.geteuid()} (not root)",
+            )
+        )
         return ()
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        checks.append(Check("unprivileged user", False, "setpriv not found: cannot run "
-                            "sandboxes as an unprivileged user", "apt-get install util-linux"))
+        checks.append(
+            Check(
+                "unprivileged user",
+                False,
+                "setpriv not found: cannot run sandboxes as an unprivileged user",
+                "apt-get install util-linux",
+            )
+        )
         return None
     uid, gid = config.sandbox_uid, config.sandbox_gid
-    checks.append(Check("unprivileged user", True, f"sandboxes run as host uid {uid}, gid {gid}, "
-                        "no supplementary groups, no capabilities (never host root)"))
-    return (setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-            "--inh-caps=-all", "--bounding-set=-all", "--")
+    checks.append(
+        Check(
+            "unprivileged user",
+            True,
+            f"sandboxes run as host uid {uid}, gid {gid}, "
+            "no supplementary groups, no capabilities (never host root)",
+        )
+    )
+    return (
+        setpriv,
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    )
 
 
 def _check_runtime_dir(config: Config, checks: list[Check]) -> RuntimeFiles | None:
     try:
         files = prepare_runtime_files(config.runtime_dir)
     except OSError as exc:
-        checks.append(Check("runtime directory", False, f"{config.runtime_dir}: {exc}",
-                            "set RINGFENCE_RUNTIME_DIR to a writable directory"))
+        checks.append(
+            Check(
+                "runtime directory",
+                False,
+                f"{config.runtime_dir}: {exc}",
+                "set RINGFENCE_RUNTIME_DIR to a writable directory",
+            )
+        )
         return None
     checks.append(Check("runtime directory", True, str(config.runtime_dir)))
     return files
@@ -168,16 +201,26 @@ def _check_namespaces(
     argv = bwrap_argv(bwrap, layout_for("host", files), request, limits, Fds(read_fd))
     try:
         result = subprocess.run(
-            [*drop, *argv], pass_fds=(read_fd,), capture_output=True, text=True, cwd="/",
-            timeout=30, env=sandbox_env({}),
+            [*drop, *argv],
+            pass_fds=(read_fd,),
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=30,
+            env=sandbox_env({}),
         )
     finally:
         os.close(read_fd)
     if result.returncode == 0:
-        checks.append(Check("namespaces", True,
-                            "user, pid, mount, network, ipc, uts and cgroup namespaces work"))
+        checks.append(
+            Check(
+                "namespaces", True, "user, pid, mount, network, ipc, uts and cgroup namespaces work"
+            )
+        )
         return
     message = (result.stderr or result.stdout).strip()
-    fix = "enable unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1 " \
-          "user.max_user_namespaces=28633 (and kernel.apparmor_restrict_unprivileged_userns=0)"
+    fix = (
+        "enable unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1 "
+        "user.max_user_namespaces=28633 (and kernel.apparmor_restrict_unprivileged_userns=0)"
+    )
     checks.append(Check("namespaces", False, f"a test sandbox failed: {message}", fix))

@@ -3,9 +3,10 @@
 ``host`` shows the host's system directories (``/usr``, ``/bin``, ``/lib``...) and a copy of a
 short allowlist of ``/etc`` entries, taken when the backend starts (one bind instead of dozens:
 each bind costs bubblewrap a pass over the mount table); nothing else of the host (no
-``/home``, ``/root``, ``/var``, ``/run``, ``/tmp``) is visible. A directory root filesystem (one built with debootstrap, say)
-shows its own top-level directories. Either way ``/etc/passwd``, ``group``, ``hosts`` and
-``hostname`` come from files Ringfence generates, so the sandbox user has a name.
+``/home``, ``/root``, ``/var``, ``/run``, ``/tmp``) is visible. A directory root filesystem
+(one built with debootstrap, say) shows its own top-level directories. Either way
+``/etc/passwd``, ``group``, ``hosts`` and ``hostname`` come from files Ringfence generates,
+so the sandbox user has a name.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from ringfence.errors import InvalidRequest
@@ -26,10 +28,32 @@ HOST_IMAGE = "host"
 
 _HOST_TOP_LEVEL = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _HOST_ETC = (
-    "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version",
-    "fonts", "gai.conf", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
-    "login.defs", "magic", "magic.mime", "mime.types", "nsswitch.conf", "os-release", "profile",
-    "protocols", "python3", "python3.11", "services", "ssl", "timezone", "xdg",
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "fonts",
+    "gai.conf",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "login.defs",
+    "magic",
+    "magic.mime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "profile",
+    "protocols",
+    "python3",
+    "python3.11",
+    "services",
+    "ssl",
+    "timezone",
+    "xdg",
 )
 # Top-level directories of a directory rootfs that the sandbox provides itself.
 _OWN_TOP_LEVEL = frozenset({"proc", "dev", "sys", "tmp", "run", "home", "etc", "mnt", "media"})
@@ -46,7 +70,7 @@ GENERATED_ETC = {
 }
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     RO_BIND = "ro-bind"
     SYMLINK = "symlink"
     DIR = "dir"
@@ -73,27 +97,28 @@ def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> R
     """Write the generated ``/etc`` files and the host ``/etc`` copy under ``runtime_dir``.
 
     Everything is world-readable: the unprivileged sandbox user binds it. A directory's name
-    is a digest of its content, so a running sandbox's files never change under it.
+    is a fingerprint of its sources, so a copy is made only when the host's files change, and
+    a running sandbox's files never change under it.
 
     Raises:
         OSError: the directory cannot be written.
     """
     runtime_dir.mkdir(parents=True, exist_ok=True)
     runtime_dir.chmod(0o755)
-    with tempfile.TemporaryDirectory(dir=runtime_dir) as tmp:
-        generated = Path(tmp, "generated")
-        generated.mkdir()
-        _write_generated(generated)
-        etc = Path(tmp, "etc")
-        etc.mkdir()
-        for name in _HOST_ETC:
-            source = host_etc / name
+    generated_digest = hashlib.sha256(repr(sorted(GENERATED_ETC.items())).encode())
+    generated = _materialize(runtime_dir, "generated", generated_digest, _write_generated)
+    sources = [host_etc / name for name in _HOST_ETC]
+    etc_digest = _fingerprint(sources, generated_digest.copy())
+
+    def build_etc(directory: Path) -> None:
+        for source in sources:
             if source.is_symlink() or source.is_file():
-                shutil.copy2(source, etc / name, follow_symlinks=False)
+                shutil.copy2(source, directory / source.name, follow_symlinks=False)
             elif source.is_dir():
-                shutil.copytree(source, etc / name, symlinks=True)
-        _write_generated(etc)
-        return RuntimeFiles(_publish(generated, runtime_dir), _publish(etc, runtime_dir))
+                shutil.copytree(source, directory / source.name, symlinks=True)
+        _write_generated(directory)
+
+    return RuntimeFiles(generated, _materialize(runtime_dir, "etc", etc_digest, build_etc))
 
 
 def _write_generated(directory: Path) -> None:
@@ -101,23 +126,42 @@ def _write_generated(directory: Path) -> None:
         (directory / name).write_text(content)
 
 
-def _publish(built: Path, runtime_dir: Path) -> Path:
-    digest = hashlib.sha256()
-    for path in sorted(built.rglob("*")):
-        digest.update(str(path.relative_to(built)).encode() + b"\0")
-        if path.is_symlink():
-            digest.update(b"L" + os.readlink(path).encode())
-        elif path.is_file():
-            digest.update(b"F" + path.read_bytes())
-        if not path.is_symlink():
-            path.chmod(0o755 if path.is_dir() else 0o644)
-    built.chmod(0o755)
-    final = runtime_dir / f"{built.name}-{digest.hexdigest()[:16]}"
-    if not final.exists():
+def _fingerprint(sources: list[Path], digest: hashlib._Hash) -> hashlib._Hash:
+    """Digest of the metadata (not the content) of every file under ``sources``."""
+    for source in sources:
+        paths = [source]
+        if source.is_dir() and not source.is_symlink():
+            for root, dirs, files in os.walk(source):
+                paths += (Path(root, name) for name in sorted(dirs + files))
+        for path in paths:
+            try:
+                st = path.lstat()
+            except FileNotFoundError:
+                continue
+            link = os.readlink(path) if path.is_symlink() else ""
+            line = f"{path}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{link}\n"
+            digest.update(line.encode())
+    return digest
+
+
+def _materialize(
+    runtime_dir: Path, name: str, digest: hashlib._Hash, build: Callable[[Path], None]
+) -> Path:
+    final = runtime_dir / f"{name}-{digest.hexdigest()[:16]}"
+    if final.is_dir():
+        return final
+    with tempfile.TemporaryDirectory(dir=runtime_dir) as tmp:
+        built = Path(tmp, name)
+        built.mkdir()
+        build(built)
+        for path in built.rglob("*"):
+            if not path.is_symlink():
+                path.chmod(0o755 if path.is_dir() else 0o644)
+        built.chmod(0o755)
         try:
             built.rename(final)
         except OSError:
-            if not final.exists():  # lost a race to an identical copy: fine
+            if not final.is_dir():  # lost a race to an identical copy: fine
                 raise
     return final
 
@@ -148,9 +192,7 @@ def layout_for(image: str, files: RuntimeFiles) -> tuple[Entry, ...]:
     else:
         entries.append(Entry(Kind.DIR, "", "/etc"))
         generated = list(GENERATED_ETC)
-    entries += [
-        Entry(Kind.RO_BIND, str(files.generated_etc / n), "/etc/" + n) for n in generated
-    ]
+    entries += [Entry(Kind.RO_BIND, str(files.generated_etc / n), "/etc/" + n) for n in generated]
     return tuple(entries)
 
 

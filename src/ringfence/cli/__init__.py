@@ -1,0 +1,24 @@
+"""The ``ringfence`` command line."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from ringfence import __version__
+from ringfence.cli.doctor import doctor
+from ringfence.cli.exec_cmd import exec_command
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ringfence")
+def main() -> None:
+    """Ringfence: run untrusted, agent-written code in isolated, bounded sandboxes."""
+    logging.basicConfig(level=logging.WARNING, format="ringfence: %(message)s")
+
+
+main.add_command(exec_command)
+main.add_command(doctor)
