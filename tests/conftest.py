@@ -8,7 +8,9 @@ defence fails one test instead of freezing the machine (sandbox cgroups nest und
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,12 @@ async def local_executor(local_host: object) -> AsyncIterator[object]:
     executor = LocalExecutor(Config(), host=local_host)
     yield executor
     await executor.aclose()
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A temporary directory the unprivileged sandbox user can traverse (pytest's is 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="ringfence-test-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -80,9 +80,10 @@ class LocalExecutor(SupervisingExecutor):
             sandbox = _Sandbox(child, name, cgroup)
             try:
                 info = await _read_json(info_r, _INFO_TIMEOUT_SECONDS)
-                if info is not None:  # None: bwrap failed early and says why on its output
-                    cgroup.add(int(info["child-pid"]))
-                os.write(block_w, b"1")
+                # No info, or an init gone before it could be moved: bwrap failed while
+                # setting up (its output says why) and nothing of the command ever ran.
+                if info is not None and cgroup.add(int(info["child-pid"])):
+                    os.write(block_w, b"1")
             except BaseException:
                 await sandbox.kill()
                 await child.wait()

@@ -38,8 +38,12 @@ class Cgroup(ABC):
     """The cgroup(s) of one sandbox."""
 
     @abstractmethod
-    def add(self, pid: int) -> None:
-        """Move ``pid`` into the cgroup. Raises ``SandboxError``."""
+    def add(self, pid: int) -> bool:
+        """Move ``pid`` into the cgroup; False if it has already exited.
+
+        Raises:
+            SandboxError: the kernel refused the move.
+        """
 
     @abstractmethod
     def pids(self) -> list[int]:
@@ -108,9 +112,8 @@ class CgroupDriver(ABC):
 class _V1Cgroup(Cgroup):
     dirs: dict[str, Path]  # controller -> directory
 
-    def add(self, pid: int) -> None:
-        for directory in self.dirs.values():
-            _write(directory / "cgroup.procs", str(pid))
+    def add(self, pid: int) -> bool:
+        return all(_move(directory, pid) for directory in self.dirs.values())
 
     def pids(self) -> list[int]:
         return _read_pids(self.dirs["pids"] / "cgroup.procs")
@@ -167,8 +170,8 @@ def v1_limit_files(limits: ResourceLimits) -> list[tuple[str, str]]:
 class _V2Cgroup(Cgroup):
     directory: Path
 
-    def add(self, pid: int) -> None:
-        _write(self.directory / "cgroup.procs", str(pid))
+    def add(self, pid: int) -> bool:
+        return _move(self.directory, pid)
 
     def pids(self) -> list[int]:
         return _read_pids(self.directory / "cgroup.procs")
@@ -332,6 +335,16 @@ def _write(path: Path, value: str) -> None:
             f.write(value)
     except OSError as exc:
         raise SandboxError(f"cannot write {value!r} to {path}: {exc.strerror}") from exc
+
+
+def _move(directory: Path, pid: int) -> bool:
+    try:
+        _write(directory / "cgroup.procs", str(pid))
+    except SandboxError as exc:
+        if isinstance(exc.__cause__, ProcessLookupError):
+            return False
+        raise
+    return True
 
 
 def _read_pids(path: Path) -> list[int]:

@@ -1,0 +1,88 @@
+from ringfence.backends.local.bwrap import WORKSPACE, Fds, bwrap_argv, sandbox_env
+from ringfence.backends.local.rootfs import Entry, Kind
+from ringfence.models import ExecutionRequest, Mount, ResourceLimits
+
+LIMITS = ResourceLimits(memory=64 << 20, pids=16, cpus=1.0, disk=8 << 20)
+LAYOUT = (
+    Entry(Kind.RO_BIND, "/usr", "/usr"),
+    Entry(Kind.SYMLINK, "usr/bin", "/bin"),
+    Entry(Kind.DIR, "", "/etc"),
+)
+
+
+def _argv(**kwargs: object) -> list[str]:
+    request = ExecutionRequest(command=["python3", "-c", "print(1)"], **kwargs)  # type: ignore[arg-type]
+    return bwrap_argv("bwrap", LAYOUT, request, LIMITS, Fds(seccomp=5, info=6, block=7))
+
+
+def _pairs(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == flag]
+
+
+def test_every_namespace_is_unshared_and_nested_user_namespaces_are_disabled() -> None:
+    argv = _argv()
+    for flag in (
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+    ):
+        assert flag in argv
+    assert not any(word.endswith("-try") for word in argv), "no best-effort namespaces"
+    assert "--share-net" not in argv
+
+
+def test_the_root_is_built_then_made_read_only() -> None:
+    argv = _argv()
+    assert argv[argv.index("--tmpfs") + 1] == "/"
+    assert ["--ro-bind", "/usr", "/usr"] == argv[argv.index("--ro-bind") :][:3]
+    assert ["--symlink", "usr/bin", "/bin"] == argv[argv.index("--symlink") :][:3]
+    remounts = _pairs(argv, "--remount-ro")
+    assert remounts[-1] == "/" and "/dev" in remounts
+    assert argv.index("--remount-ro") > argv.index("--ro-bind")
+
+
+def test_writable_places_are_size_limited_tmpfs() -> None:
+    argv = _argv()
+    assert set(_pairs(argv, "--tmpfs")) == {"/", "/dev/shm", "/tmp", WORKSPACE}
+    assert _pairs(argv, "--size") == [str(8 << 20)] * 3
+    for target in ("/dev/shm", "/tmp", WORKSPACE):
+        i = argv.index(target)
+        assert argv[i - 3 : i - 1] == ["--size", str(8 << 20)]
+
+
+def test_the_user_is_uid_1000_and_the_command_comes_last_after_the_fds() -> None:
+    argv = _argv()
+    assert _pairs(argv, "--uid") == ["1000"] and _pairs(argv, "--gid") == ["1000"]
+    assert _pairs(argv, "--seccomp") == ["5"]
+    assert _pairs(argv, "--info-fd") == ["6"] and _pairs(argv, "--block-fd") == ["7"]
+    assert argv[-4:] == ["--", "python3", "-c", "print(1)"]
+
+
+def test_without_fds_for_info_and_block_none_are_passed() -> None:
+    request = ExecutionRequest(command=["true"])
+    argv = bwrap_argv("bwrap", LAYOUT, request, LIMITS, Fds(seccomp=3))
+    assert "--info-fd" not in argv and "--block-fd" not in argv
+
+
+def test_mounts_are_read_only_unless_writable_and_come_after_the_workspace() -> None:
+    argv = _argv(mounts=[Mount.parse("/data:/home/user/data"), Mount.parse("/out:/out:rw")])
+    assert argv[argv.index("/data") - 1] == "--ro-bind"
+    assert argv[argv.index("/out") - 1] == "--bind"
+    assert argv.index("/data") > argv.index(WORKSPACE)
+
+
+def test_cwd_defaults_to_the_workspace() -> None:
+    assert _pairs(_argv(), "--chdir") == [WORKSPACE]
+    assert _pairs(_argv(cwd="/tmp"), "--chdir") == ["/tmp"]
+
+
+def test_the_environment_is_the_defaults_overridden_by_the_request() -> None:
+    env = sandbox_env({"PATH": "/bin", "API": "x"})
+    assert env["PATH"] == "/bin" and env["API"] == "x" and env["HOME"] == WORKSPACE
+    assert set(sandbox_env({})) == {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM"}

@@ -1,0 +1,85 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from ringfence.backends.local.rootfs import (
+    GENERATED_ETC,
+    Entry,
+    Kind,
+    layout_for,
+    prepare_runtime_files,
+)
+from ringfence.errors import InvalidRequest
+
+
+@pytest.fixture
+def files(tmp_path: Path):  # type: ignore[no-untyped-def]
+    host_etc = tmp_path / "host-etc"
+    (host_etc / "ssl").mkdir(parents=True)
+    (host_etc / "ssl" / "cert.pem").write_text("CERT")
+    (host_etc / "nsswitch.conf").write_text("hosts: files\n")
+    (host_etc / "shadow").write_text("root:secret")
+    os.symlink("/usr/share/zoneinfo/UTC", host_etc / "localtime")
+    return prepare_runtime_files(tmp_path / "runtime", host_etc)
+
+
+def test_the_host_etc_copy_holds_only_the_allowlist_and_the_generated_files(files) -> None:  # type: ignore[no-untyped-def]
+    names = set(os.listdir(files.host_etc))
+    assert names == {"ssl", "nsswitch.conf", "localtime", *GENERATED_ETC}
+    assert "shadow" not in names
+    assert os.readlink(files.host_etc / "localtime") == "/usr/share/zoneinfo/UTC"
+    assert (files.host_etc / "passwd").read_text() == GENERATED_ETC["passwd"]
+    for path in [files.host_etc, *files.host_etc.rglob("*")]:
+        if not path.is_symlink():
+            want = 0o005 if path.is_dir() else 0o004  # others may read (and enter)
+            assert path.stat().st_mode & want == want, path
+
+
+def test_the_copy_is_reused_until_a_source_changes(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+    host_etc = tmp_path / "host-etc"
+    again = prepare_runtime_files(tmp_path / "runtime", host_etc)
+    assert again == files
+    (host_etc / "nsswitch.conf").write_text("hosts: files dns\n")
+    changed = prepare_runtime_files(tmp_path / "runtime", host_etc)
+    assert changed.host_etc != files.host_etc
+    assert (files.host_etc / "nsswitch.conf").read_text() == "hosts: files\n", "old copy intact"
+
+
+def test_the_host_layout_binds_system_directories_and_the_etc_copy(files) -> None:  # type: ignore[no-untyped-def]
+    layout = layout_for("host", files)
+    targets = {entry.target: entry for entry in layout}
+    assert targets["/etc"] == Entry(Kind.RO_BIND, str(files.host_etc), "/etc")
+    assert "/usr" in targets
+    for private in ("/home", "/root", "/run", "/tmp", "/var/lib", "/proc"):
+        assert private not in targets
+
+
+def test_a_directory_rootfs_shows_its_own_tree_with_generated_identity(
+    tmp_path: Path, files
+) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path / "rootfs"
+    for name in ("bin", "usr", "etc", "proc", "tmp", "home"):
+        (root / name).mkdir(parents=True)
+    (root / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    os.symlink("usr/lib", root / "lib")
+    layout = layout_for(str(root), files)
+    targets = {entry.target: entry for entry in layout}
+    assert targets["/bin"] == Entry(Kind.RO_BIND, str(root / "bin"), "/bin")
+    assert targets["/lib"] == Entry(Kind.SYMLINK, "usr/lib", "/lib")
+    assert targets["/etc"] == Entry(Kind.RO_BIND, str(root / "etc"), "/etc")
+    assert targets["/etc/passwd"].source == str(files.generated_etc / "passwd")
+    assert "/etc/group" not in targets, "only files the image has can be bound over"
+    for own in ("/proc", "/tmp", "/home"):
+        assert own not in targets
+
+
+def test_unknown_images_are_refused_clearly(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidRequest) as exc:
+        layout_for("ubuntu:22.04", files)
+    assert exc.value.code == "invalid_request"
+    with pytest.raises(InvalidRequest):
+        layout_for(str(tmp_path / "nothing"), files)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InvalidRequest):
+        layout_for(str(tmp_path / "empty"), files)
