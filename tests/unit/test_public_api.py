@@ -56,10 +56,7 @@ def _imports(module: Path) -> set[str]:
 
 def _layer_imports(*parts: str) -> set[str]:
     paths = [SRC.joinpath(*parts)]
-    if paths[0].is_dir():
-        paths = list(paths[0].rglob("*.py"))
-    else:
-        paths = [paths[0].with_suffix(".py")]
+    paths = list(paths[0].rglob("*.py")) if paths[0].is_dir() else [paths[0].with_suffix(".py")]
     return set().union(*(_imports(p) for p in paths))
 
 

@@ -6,6 +6,7 @@ import pytest
 from ringfence.backends.local.rootfs import (
     GENERATED_ETC,
     Entry,
+    RuntimeFiles,
     Kind,
     layout_for,
     prepare_runtime_files,
@@ -14,7 +15,7 @@ from ringfence.errors import InvalidRequest
 
 
 @pytest.fixture
-def files(tmp_path: Path):  # type: ignore[no-untyped-def]
+def files(tmp_path: Path) -> RuntimeFiles:
     host_etc = tmp_path / "host-etc"
     (host_etc / "ssl").mkdir(parents=True)
     (host_etc / "ssl" / "cert.pem").write_text("CERT")
@@ -24,7 +25,7 @@ def files(tmp_path: Path):  # type: ignore[no-untyped-def]
     return prepare_runtime_files(tmp_path / "runtime", host_etc)
 
 
-def test_the_host_etc_copy_holds_only_the_allowlist_and_the_generated_files(files) -> None:  # type: ignore[no-untyped-def]
+def test_the_host_etc_copy_holds_only_the_allowlist_and_the_generated_files(files: RuntimeFiles) -> None:
     names = set(os.listdir(files.host_etc))
     assert names == {"ssl", "nsswitch.conf", "localtime", *GENERATED_ETC}
     assert "shadow" not in names
@@ -36,7 +37,7 @@ def test_the_host_etc_copy_holds_only_the_allowlist_and_the_generated_files(file
             assert path.stat().st_mode & want == want, path
 
 
-def test_the_copy_is_reused_until_a_source_changes(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+def test_the_copy_is_reused_until_a_source_changes(tmp_path: Path, files: RuntimeFiles) -> None:
     host_etc = tmp_path / "host-etc"
     again = prepare_runtime_files(tmp_path / "runtime", host_etc)
     assert again == files
@@ -46,8 +47,8 @@ def test_the_copy_is_reused_until_a_source_changes(tmp_path: Path, files) -> Non
     assert (files.host_etc / "nsswitch.conf").read_text() == "hosts: files\n", "old copy intact"
 
 
-def test_the_host_layout_binds_system_directories_and_the_etc_copy(files) -> None:  # type: ignore[no-untyped-def]
-    layout = layout_for("host", files)
+def test_the_host_layout_binds_system_directories_and_the_etc_copy(files: RuntimeFiles) -> None:
+    layout = layout_for("host", files: RuntimeFiles)
     targets = {entry.target: entry for entry in layout}
     assert targets["/etc"] == Entry(Kind.RO_BIND, str(files.host_etc), "/etc")
     assert "/usr" in targets
@@ -56,14 +57,14 @@ def test_the_host_layout_binds_system_directories_and_the_etc_copy(files) -> Non
 
 
 def test_a_directory_rootfs_shows_its_own_tree_with_generated_identity(
-    tmp_path: Path, files
-) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, files: RuntimeFiles
+) -> None:
     root = tmp_path / "rootfs"
     for name in ("bin", "usr", "etc", "proc", "tmp", "home"):
         (root / name).mkdir(parents=True)
     (root / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
     os.symlink("usr/lib", root / "lib")
-    layout = layout_for(str(root), files)
+    layout = layout_for(str(root), files: RuntimeFiles)
     targets = {entry.target: entry for entry in layout}
     assert targets["/bin"] == Entry(Kind.RO_BIND, str(root / "bin"), "/bin")
     assert targets["/lib"] == Entry(Kind.SYMLINK, "usr/lib", "/lib")
@@ -74,12 +75,12 @@ def test_a_directory_rootfs_shows_its_own_tree_with_generated_identity(
         assert own not in targets
 
 
-def test_unknown_images_are_refused_clearly(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_images_are_refused_clearly(tmp_path: Path, files: RuntimeFiles) -> None:
     with pytest.raises(InvalidRequest) as exc:
-        layout_for("ubuntu:22.04", files)
+        layout_for("ubuntu:22.04", files: RuntimeFiles)
     assert exc.value.code == "invalid_request"
     with pytest.raises(InvalidRequest):
-        layout_for(str(tmp_path / "nothing"), files)
+        layout_for(str(tmp_path / "nothing"), files: RuntimeFiles)
     (tmp_path / "empty").mkdir()
     with pytest.raises(InvalidRequest):
-        layout_for(str(tmp_path / "empty"), files)
+        layout_for(str(tmp_path / "empty"), files: RuntimeFiles)
