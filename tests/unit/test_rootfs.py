@@ -6,8 +6,8 @@ import pytest
 from ringfence.backends.local.rootfs import (
     GENERATED_ETC,
     Entry,
-    RuntimeFiles,
     Kind,
+    RuntimeFiles,
     layout_for,
     prepare_runtime_files,
 )
@@ -25,7 +25,7 @@ def files(tmp_path: Path) -> RuntimeFiles:
     return prepare_runtime_files(tmp_path / "runtime", host_etc)
 
 
-def test_the_host_etc_copy_holds_only_the_allowlist_and_the_generated_files(files: RuntimeFiles) -> None:
+def test_the_etc_copy_holds_only_the_allowlist_and_generated_files(files: RuntimeFiles) -> None:
     names = set(os.listdir(files.host_etc))
     assert names == {"ssl", "nsswitch.conf", "localtime", *GENERATED_ETC}
     assert "shadow" not in names
@@ -48,7 +48,7 @@ def test_the_copy_is_reused_until_a_source_changes(tmp_path: Path, files: Runtim
 
 
 def test_the_host_layout_binds_system_directories_and_the_etc_copy(files: RuntimeFiles) -> None:
-    layout = layout_for("host", files: RuntimeFiles)
+    layout = layout_for("host", files)
     targets = {entry.target: entry for entry in layout}
     assert targets["/etc"] == Entry(Kind.RO_BIND, str(files.host_etc), "/etc")
     assert "/usr" in targets
@@ -64,7 +64,7 @@ def test_a_directory_rootfs_shows_its_own_tree_with_generated_identity(
         (root / name).mkdir(parents=True)
     (root / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
     os.symlink("usr/lib", root / "lib")
-    layout = layout_for(str(root), files: RuntimeFiles)
+    layout = layout_for(str(root), files)
     targets = {entry.target: entry for entry in layout}
     assert targets["/bin"] == Entry(Kind.RO_BIND, str(root / "bin"), "/bin")
     assert targets["/lib"] == Entry(Kind.SYMLINK, "usr/lib", "/lib")
@@ -77,10 +77,10 @@ def test_a_directory_rootfs_shows_its_own_tree_with_generated_identity(
 
 def test_unknown_images_are_refused_clearly(tmp_path: Path, files: RuntimeFiles) -> None:
     with pytest.raises(InvalidRequest) as exc:
-        layout_for("ubuntu:22.04", files: RuntimeFiles)
+        layout_for("ubuntu:22.04", files)
     assert exc.value.code == "invalid_request"
     with pytest.raises(InvalidRequest):
-        layout_for(str(tmp_path / "nothing"), files: RuntimeFiles)
+        layout_for(str(tmp_path / "nothing"), files)
     (tmp_path / "empty").mkdir()
     with pytest.raises(InvalidRequest):
-        layout_for(str(tmp_path / "empty"), files: RuntimeFiles)
+        layout_for(str(tmp_path / "empty"), files)
