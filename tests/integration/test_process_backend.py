@@ -1,0 +1,40 @@
+"""The process backend: no isolation, but the same Executor contract."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ringfence.backends.process import ProcessExecutor
+from ringfence.config import Config
+from ringfence.models import ExecutionRequest, Status
+
+
+@pytest.fixture
+async def executor():  # type: ignore[no-untyped-def]
+    executor = ProcessExecutor(Config(backend="process"))
+    yield executor
+    await executor.aclose()
+
+
+async def test_it_runs_commands_and_reports_their_status(executor: ProcessExecutor) -> None:
+    ok = await executor.execute(ExecutionRequest(command=["sh", "-c", "echo hi; echo err >&2"]))
+    assert (ok.status, ok.exit_code, ok.logs) == (Status.SUCCEEDED, 0, "hi\nerr\n")
+    bad = await executor.execute(ExecutionRequest(command=["sh", "-c", "exit 4"]))
+    assert (bad.status, bad.exit_code) == (Status.FAILED, 4)
+
+
+async def test_only_the_requested_environment_is_passed(executor: ProcessExecutor) -> None:
+    result = await executor.execute(ExecutionRequest(command=["env"], env={"ONLY": "this"}))
+    names = {line.split("=", 1)[0] for line in result.logs.splitlines()}
+    assert "ONLY" in names and names <= {"ONLY", "PATH", "HOME", "PWD", "SHLVL", "_"}
+
+
+async def test_a_timeout_kills_its_process_group(executor: ProcessExecutor) -> None:
+    started = time.monotonic()
+    result = await executor.execute(
+        ExecutionRequest(command=["sh", "-c", "sleep 30 & sleep 30"], timeout=0.5)
+    )
+    assert result.status is Status.TIMED_OUT
+    assert time.monotonic() - started < 3
