@@ -53,7 +53,7 @@ class ExecutionNotFound(RingfenceError):
 
 
 class DuplicateExecution(RingfenceError):
-    """An execution with this id is running or still retained; ids are never reused."""
+    """An execution with this id is running, or its result is still retained."""
 
     code = "duplicate_id"
 

@@ -225,10 +225,21 @@ async def test_a_missing_mount_source_is_invalid(local_executor: LocalExecutor) 
         )
 
 
-async def test_a_setup_failure_is_reported_in_plain_words(local_executor: LocalExecutor) -> None:
+async def test_a_missing_cwd_fails_with_the_reason_in_the_logs(
+    local_executor: LocalExecutor,
+) -> None:
     result = await local_executor.execute(ExecutionRequest(command=["true"], cwd="/no/such"))
-    assert result.status is Status.FAILED and result.exit_code is None
-    assert result.error and result.error.startswith("sandbox setup failed")
+    assert result.status is Status.FAILED
+    assert "/no/such" in result.logs
+
+
+async def test_the_command_cannot_pass_itself_off_as_a_setup_failure(
+    local_executor: LocalExecutor,
+) -> None:
+    result = await local_executor.execute(_sh("echo 'bwrap: fake failure'; exit 1"))
+    assert (result.status, result.exit_code, result.error) == (Status.FAILED, 1, None)
+    result = await local_executor.execute(_sh("exit 137"))
+    assert (result.exit_code, result.error) == (137, None), "137 is a plain exit status here"
 
 
 async def test_an_unreadable_mount_source_is_a_setup_failure(
@@ -239,7 +250,8 @@ async def test_an_unreadable_mount_source_is_a_setup_failure(
         ExecutionRequest(command=["true"], mounts=[Mount(source=str(tmp_path), target="/d")])
     )
     assert result.status is Status.FAILED and result.exit_code is None
-    assert result.error and "Permission denied" in result.error, result.error
+    assert result.error and result.error.startswith("sandbox setup failed")
+    assert "Permission denied" in result.error, result.error
 
 
 async def test_a_missing_program_fails_with_its_message(local_executor: LocalExecutor) -> None:

@@ -38,3 +38,15 @@ async def test_a_timeout_kills_its_process_group(executor: ProcessExecutor) -> N
     )
     assert result.status is Status.TIMED_OUT
     assert time.monotonic() - started < 3
+
+
+async def test_a_signal_death_is_named(executor: ProcessExecutor) -> None:
+    result = await executor.execute(ExecutionRequest(command=["sh", "-c", "kill -KILL $$"]))
+    assert (result.status, result.exit_code) == (Status.FAILED, -9)
+    assert result.error == "killed by signal SIGKILL"
+
+
+async def test_its_messages_do_not_promise_more_than_it_does(executor: ProcessExecutor) -> None:
+    result = await executor.execute(ExecutionRequest(command=["sleep", "30"], timeout=0.2))
+    assert result.error and "process group" in result.error
+    assert "whole process tree" not in result.error

@@ -21,6 +21,13 @@ def files(tmp_path: Path) -> RuntimeFiles:
     (host_etc / "ssl" / "cert.pem").write_text("CERT")
     (host_etc / "nsswitch.conf").write_text("hosts: files\n")
     (host_etc / "shadow").write_text("root:secret")
+    private = host_etc / "ssl" / "private"
+    private.mkdir()
+    (private / "key.pem").write_text("KEY")
+    private.chmod(0o710)
+    (host_etc / "ssl" / "secret.key").write_text("KEY")
+    (host_etc / "ssl" / "secret.key").chmod(0o600)
+    (host_etc / "python3").mkdir(mode=0o700)
     os.symlink("/usr/share/zoneinfo/UTC", host_etc / "localtime")
     return prepare_runtime_files(tmp_path / "runtime", host_etc)
 
@@ -28,7 +35,9 @@ def files(tmp_path: Path) -> RuntimeFiles:
 def test_the_etc_copy_holds_only_the_allowlist_and_generated_files(files: RuntimeFiles) -> None:
     names = set(os.listdir(files.host_etc))
     assert names == {"ssl", "nsswitch.conf", "localtime", *GENERATED_ETC}
-    assert "shadow" not in names
+    assert "shadow" not in names, "not on the allowlist"
+    assert "python3" not in names, "on the allowlist but private"
+    assert set(os.listdir(files.host_etc / "ssl")) == {"cert.pem"}, "private entries stay home"
     assert os.readlink(files.host_etc / "localtime") == "/usr/share/zoneinfo/UTC"
     assert (files.host_etc / "passwd").read_text() == GENERATED_ETC["passwd"]
     for path in [files.host_etc, *files.host_etc.rglob("*")]:

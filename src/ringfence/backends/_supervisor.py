@@ -38,6 +38,7 @@ class Launched(Protocol):
 
     child: Child
     name: str
+    killed: str  # what a kill reaches, in words: "the whole process tree was killed"
 
     async def kill(self) -> None:
         """Kill every process of the sandbox, now."""
@@ -49,7 +50,9 @@ class Launched(Protocol):
         ...
 
     def setup_error(self, exit_code: int, head: str) -> str | None:
-        """If the sandbox failed before the command started, describe why; else None."""
+        """If the sandbox failed before the command could start, describe why; else None.
+
+        Only what the command cannot fake may decide this: not its output alone."""
         ...
 
 
@@ -136,11 +139,11 @@ class SupervisingExecutor(ABC):
         self, run: Run, outcome: Status, sandbox: Launched, cause: str | None, timeout: float
     ) -> None:
         if outcome is Status.TIMED_OUT:
-            run.error = f"timed out after {timeout:g} s; the whole process tree was killed"
+            run.error = f"timed out after {timeout:g} s; {sandbox.killed}"
             run.move_to(Status.TIMED_OUT)
             return
         if outcome is Status.CANCELLED:
-            run.error = "cancelled; the whole process tree was killed"
+            run.error = f"cancelled; {sandbox.killed}"
             run.move_to(Status.CANCELLED)
             return
         code = sandbox.child.returncode
@@ -152,9 +155,8 @@ class SupervisingExecutor(ABC):
         elif setup_error is not None:
             run.exit_code = None
             run.error = setup_error
-        elif code < 0 or code > 128:
-            signum = -code if code < 0 else code - 128
-            run.error = f"killed by signal {_signal_name(signum)}"
+        elif code < 0:  # only a direct child's status says so; 128+N may be a plain exit
+            run.error = f"killed by signal {_signal_name(-code)}"
         run.move_to(Status.SUCCEEDED if code == 0 and run.error is None else Status.FAILED)
 
 

@@ -63,6 +63,7 @@ class _Subprocess:
     def __init__(self, child: Child, workdir: str) -> None:
         self.child = child
         self.name = f"pid-{child.pid}"
+        self.killed = "its process group was killed (descendants that left it may survive)"
         self._workdir = workdir
 
     async def kill(self) -> None:

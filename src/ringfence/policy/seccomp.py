@@ -3,8 +3,9 @@
 Default allow, with a deny list of the system calls that reach kernel attack surface a
 sandboxed command has no business with. Denied calls fail with EPERM (so programs report a
 clear error instead of dying); ``clone3`` fails with ENOSYS so that libc falls back to
-``clone``, whose flags a classic BPF filter can inspect. System calls of a foreign
-architecture (32-bit entry points on x86_64) kill the process: libseccomp's default.
+``clone``, whose flags a classic BPF filter can inspect. A system call of a foreign
+architecture (the 32-bit entry points on x86_64, which the deny list does not cover) kills
+the whole process.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def compile_filter() -> bytes:
 
     denied = seccomp.ERRNO(errno.EPERM)
     sf = seccomp.SyscallFilter(seccomp.ALLOW)
+    sf.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.KILL_PROCESS)
     for name in DENIED_SYSCALLS:
         sf.add_rule(denied, name)
     sf.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")

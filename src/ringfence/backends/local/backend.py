@@ -84,6 +84,7 @@ class LocalExecutor(SupervisingExecutor):
                 # setting up (its output says why) and nothing of the command ever ran.
                 if info is not None and cgroup.add(int(info["child-pid"])):
                     os.write(block_w, b"1")
+                    sandbox.started = True
             except BaseException:
                 await sandbox.kill()
                 await child.wait()
@@ -98,9 +99,12 @@ class LocalExecutor(SupervisingExecutor):
 
 
 class _Sandbox:
+    killed = "the whole process tree was killed"
+
     def __init__(self, child: Child, name: str, cgroup: Cgroup) -> None:
         self.child = child
         self.name = name
+        self.started = False  # True once the command was let start, inside its cgroup
         self._cgroup = cgroup
 
     async def kill(self) -> None:
@@ -117,9 +121,11 @@ class _Sandbox:
         return "out of memory" if oom_kills else None
 
     def setup_error(self, exit_code: int, head: str) -> str | None:
-        if exit_code == 1 and head.startswith("bwrap: "):
-            return "sandbox setup failed: " + head.splitlines()[0].removeprefix("bwrap: ")
-        return None
+        if self.started:
+            return None  # from here on, bwrap's messages and the command's look alike
+        lines = head.splitlines()
+        reason = lines[0].removeprefix("bwrap: ") if lines else f"bwrap exited with {exit_code}"
+        return f"sandbox setup failed: {reason}"
 
 
 async def _read_json(fd: int, timeout: float) -> dict[str, Any] | None:

@@ -112,10 +112,14 @@ def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> R
 
     def build_etc(directory: Path) -> None:
         for source in sources:
+            if not source.is_symlink() and not (source.exists() and _world_readable(source)):
+                continue
             if source.is_symlink() or source.is_file():
                 shutil.copy2(source, directory / source.name, follow_symlinks=False)
             elif source.is_dir():
-                shutil.copytree(source, directory / source.name, symlinks=True)
+                shutil.copytree(
+                    source, directory / source.name, symlinks=True, ignore=_private_entries
+                )
         _write_generated(directory)
 
     return RuntimeFiles(generated, _materialize(runtime_dir, "etc", etc_digest, build_etc))
@@ -124,6 +128,24 @@ def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> R
 def _write_generated(directory: Path) -> None:
     for name, content in GENERATED_ETC.items():
         (directory / name).write_text(content)
+        (directory / name).chmod(0o644)
+
+
+def _world_readable(path: Path) -> bool:
+    """Whether any local user may read ``path`` (and enter it, for a directory)."""
+    mode = path.lstat().st_mode
+    need = 0o005 if path.is_dir() else 0o004
+    return mode & need == need
+
+
+def _private_entries(directory: str, names: list[str]) -> set[str]:
+    # Only what every local user may read is copied: /etc/ssl/private stays on the host.
+    return {
+        n
+        for n in names
+        if not os.path.islink(os.path.join(directory, n))
+        and not _world_readable(Path(directory, n))
+    }
 
 
 def _fingerprint(sources: list[Path], digest: hashlib._Hash) -> hashlib._Hash:
@@ -153,10 +175,7 @@ def _materialize(
     with tempfile.TemporaryDirectory(dir=runtime_dir) as tmp:
         built = Path(tmp, name)
         built.mkdir()
-        build(built)
-        for path in built.rglob("*"):
-            if not path.is_symlink():
-                path.chmod(0o755 if path.is_dir() else 0o644)
+        build(built)  # copies keep their modes: the sources were world-readable
         built.chmod(0o755)
         try:
             built.rename(final)
