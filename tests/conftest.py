@@ -7,9 +7,12 @@ defence fails one test instead of freezing the machine (sandbox cgroups nest und
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -38,6 +41,7 @@ def _cap_own_cgroup() -> list[Path]:
             (memory, "memory", {"memory.limit_in_bytes": HARNESS_MEMORY}),
         ):
             directory = Path(mount.mountpoint + own.get(controller, "/")) / name
+            _sweep_stale_harnesses(directory.parent)
             directory.mkdir(exist_ok=True)
             for filename, value in files.items():
                 (directory / filename).write_text(str(value))
@@ -65,13 +69,30 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     for directory in config.stash.get(_HARNESS_KEY, []):
-        # Back to the parent, then remove ours (anything left inside keeps it, visibly).
+        # Back to the parent, then kill whatever a failed test left inside, and remove ours.
         (directory.parent / "cgroup.procs").write_text(str(os.getpid()))
-        try:
-            for sub in sorted(directory.glob("**/"), key=lambda p: -len(p.parts)):
+        _remove_tree(directory)
+
+
+def _remove_tree(directory: Path) -> None:
+    for sub in sorted(directory.glob("**/"), key=lambda p: -len(p.parts)):
+        for _ in range(1000):
+            for pid in (sub / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            try:
                 sub.rmdir()
-        except OSError as exc:
-            print(f"harness cgroup {directory} not removed: {exc}")
+                break
+            except OSError:
+                time.sleep(0.001)
+        else:
+            print(f"harness cgroup {sub} could not be removed")
+
+
+def _sweep_stale_harnesses(parent: Path) -> None:
+    for stale in parent.glob("ringfence-tests-*"):
+        if not Path("/proc", stale.name.rsplit("-", 1)[1]).exists():
+            _remove_tree(stale)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from ringfence.backends.local.cgroups import _V2Cgroup, parse_mountinfo, parse_proc_cgroup
+from ringfence.backends.local.cgroups import (
+    _V2Cgroup,
+    instance_name,
+    parse_mountinfo,
+    parse_proc_cgroup,
+    sweep_stale_instances,
+)
 
 
 @pytest.fixture
@@ -61,3 +67,17 @@ def test_adding_a_process_that_exited_reports_false(unified_cgroup: Path) -> Non
     gone = subprocess.Popen(["true"])
     gone.wait()
     assert _V2Cgroup(unified_cgroup).add(gone.pid) is False
+
+
+def test_a_new_instance_sweeps_the_cgroups_of_a_dead_one(tmp_path: Path) -> None:
+    # Real processes, and directories standing in for cgroups: the sweep is file operations.
+    group = tmp_path / "ringfence"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    alive = group / instance_name(os.getpid())
+    stale = group / instance_name(dead.pid)
+    for directory in (alive / "rf-live", stale / "rf-left"):
+        directory.mkdir(parents=True)
+    sweep_stale_instances(group)
+    assert not stale.exists()
+    assert (alive / "rf-live").exists(), "a running instance's cgroups are left alone"

@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -80,9 +81,9 @@ def _fake_v2_tree(tmp_path: Path) -> Path:
 def test_v2_delegation_enables_the_controllers_for_the_ringfence_group(tmp_path: Path) -> None:
     own = _fake_v2_tree(tmp_path)
     group = _delegate_v2(own)
-    assert group == own / "ringfence"
-    assert (own / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
-    assert (group / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    assert group == own / "ringfence" / f"i{os.getpid()}"
+    for level in (own, own / "ringfence", group):
+        assert (level / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
 
 
 def test_v2_sandbox_cgroups_get_their_limits_and_report_oom(tmp_path: Path) -> None:

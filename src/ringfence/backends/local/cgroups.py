@@ -1,8 +1,11 @@
 """Cgroup limits for sandboxes, on cgroup v2 (unified) and cgroup v1 (legacy and hybrid hosts).
 
-Each sandbox gets its own cgroup ``<our cgroup>/ringfence/<name>`` with a memory, pids and CPU
-limit. The sandbox's init is moved in before the command starts, so every process of the
-sandbox is counted and can be found (and killed) through ``cgroup.procs``.
+Each sandbox gets its own cgroup ``<our cgroup>/ringfence/i<our pid>/<name>`` with a memory,
+pids and CPU limit. The per-process level lets a starting Ringfence clean up after one that
+died (its sandboxes died with it, through bwrap's --die-with-parent, but not their cgroups)
+without touching the cgroups of one still running beside it. The sandbox's init is moved in
+before the command starts, so every process of the sandbox is counted and can be found (and
+killed) through ``cgroup.procs``.
 
 v2 needs the memory, pids and cpu controllers delegated to our cgroup; a cgroup with processes
 cannot hand controllers to children, so on v2 Ringfence moves itself into a leaf
@@ -18,6 +21,7 @@ import contextlib
 import errno
 import os
 import signal
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +133,7 @@ class V1Driver(CgroupDriver):
     version = 1
 
     def __init__(self, groups: dict[str, Path]) -> None:
-        self.groups = groups  # controller -> <our cgroup>/ringfence
+        self.groups = groups  # controller -> <our cgroup>/ringfence/i<pid>
 
     def create(self, name: str, limits: ResourceLimits) -> Cgroup:
         cgroup = _V1Cgroup({c: group / name for c, group in self.groups.items()})
@@ -193,7 +197,7 @@ class V2Driver(CgroupDriver):
     version = 2
 
     def __init__(self, group: Path) -> None:
-        self.group = group  # <our cgroup>/ringfence, with the controllers enabled
+        self.group = group  # <our cgroup>/ringfence/i<pid>, with the controllers enabled
 
     def create(self, name: str, limits: ResourceLimits) -> Cgroup:
         cgroup = _V2Cgroup(self.group / name)
@@ -239,7 +243,35 @@ def _delegate_v2(own: Path) -> Path:
     group = own / GROUP
     group.mkdir(exist_ok=True)
     _write(group / "cgroup.subtree_control", wanted)
-    return group
+    sweep_stale_instances(group)
+    instance = group / instance_name()
+    instance.mkdir(exist_ok=True)
+    _write(instance / "cgroup.subtree_control", wanted)
+    return instance
+
+
+def instance_name(pid: int | None = None) -> str:
+    return f"i{os.getpid() if pid is None else pid}"
+
+
+def sweep_stale_instances(group: Path) -> None:
+    """Kill and remove what is left in the cgroups of Ringfence processes that are gone."""
+    for instance in group.iterdir():
+        pid = instance.name[1:]
+        if not instance.is_dir() or not instance.name.startswith("i") or not pid.isdigit():
+            continue
+        if Path("/proc", pid).exists():
+            continue
+        for cgroup in [*(p for p in instance.iterdir() if p.is_dir()), instance]:
+            for _ in range(_RMDIR_ROUNDS):
+                for leftover in _read_pids(cgroup / "cgroup.procs"):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(leftover, signal.SIGKILL)
+                try:
+                    cgroup.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.001)
 
 
 # -- discovery --------------------------------------------------------------------------------
@@ -308,7 +340,10 @@ def detect() -> CgroupDriver:
         group = _own_dir(v1, own.get(controller, "/")) / GROUP
         try:
             group.mkdir(exist_ok=True)
-            groups[controller] = group
+            sweep_stale_instances(group)
+            instance = group / instance_name()
+            instance.mkdir(exist_ok=True)
+            groups[controller] = instance
         except OSError as exc:
             problems.append(f"cgroup v1 {controller} at {group}: {exc.strerror}")
     if len(groups) == len(CONTROLLERS):
