@@ -96,7 +96,7 @@ class ResourceLimits(BaseModel):
     disk: Size | None = Field(
         None,
         ge=1 << 20,
-        description="Size in bytes of each writable tmpfs (the workspace and /tmp).",
+        description="Size in bytes of each writable tmpfs (the workspace, /tmp, /dev/shm).",
     )
 
     def merged_over(self, defaults: ResourceLimits) -> ResourceLimits:
@@ -178,7 +178,7 @@ class ExecutionRequest(BaseModel):
     env: dict[str, str] = Field(
         default_factory=dict,
         description="The only environment variables set in the sandbox, besides PATH, HOME, "
-        "USER, LANG and TERM defaults that these override.",
+        "USER, LOGNAME, LANG and TERM defaults that these override.",
     )
     cwd: str | None = Field(
         None, description="Working directory inside the sandbox; default the workspace."
