@@ -35,7 +35,9 @@ EXIT_INTERRUPTED = 130
 @click.option("--memory", help="Memory limit, e.g. 256M [default: 512M].")
 @click.option("--pids", type=int, help="Most processes and threads at once [default: 256].")
 @click.option("--cpus", type=float, help="CPU limit in cores, e.g. 0.5 [default: 1].")
-@click.option("--disk", help="Size of each of the workspace, /tmp and /dev/shm, e.g. 64M [default: 256M].")
+@click.option(
+    "--disk", help="Size of each of the workspace, /tmp and /dev/shm, e.g. 64M [default: 256M]."
+)
 @click.option(
     "--env",
     "env_items",
