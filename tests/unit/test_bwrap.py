@@ -1,4 +1,11 @@
-from ringfence.backends.local.bwrap import WORKSPACE, Fds, bwrap_argv, sandbox_env
+from ringfence.backends.local.bwrap import (
+    LAUNCH_ENV,
+    WORKSPACE,
+    Fds,
+    bwrap_args,
+    pack_args,
+    sandbox_env,
+)
 from ringfence.backends.local.rootfs import Entry, Kind
 from ringfence.models import ExecutionRequest, Mount, ResourceLimits
 
@@ -12,7 +19,7 @@ LAYOUT = (
 
 def _argv(**kwargs: object) -> list[str]:
     request = ExecutionRequest(command=["python3", "-c", "print(1)"], **kwargs)  # type: ignore[arg-type]
-    return bwrap_argv("bwrap", LAYOUT, request, LIMITS, Fds(seccomp=5, info=6, block=7))
+    return bwrap_args(LAYOUT, request, LIMITS, Fds(seccomp=5, info=6, block=7))
 
 
 def _pairs(argv: list[str], flag: str) -> list[str]:
@@ -56,17 +63,32 @@ def test_writable_places_are_size_limited_tmpfs() -> None:
         assert argv[i - 3 : i - 1] == ["--size", str(8 << 20)]
 
 
-def test_the_user_is_uid_1000_and_the_command_comes_last_after_the_fds() -> None:
+def test_the_user_is_uid_1000_and_the_fds_are_passed() -> None:
     argv = _argv()
     assert _pairs(argv, "--uid") == ["1000"] and _pairs(argv, "--gid") == ["1000"]
     assert _pairs(argv, "--seccomp") == ["5"]
     assert _pairs(argv, "--info-fd") == ["6"] and _pairs(argv, "--block-fd") == ["7"]
-    assert argv[-4:] == ["--", "python3", "-c", "print(1)"]
+    assert "--" not in argv and "python3" not in argv, "the command is not an option"
+
+
+def test_the_environment_is_set_inside_only_never_inherited() -> None:
+    argv = _argv(env={"LD_PRELOAD": "/x.so", "TOKEN": "secret"})
+    start = argv.index("--clearenv")
+    assert start > argv.index("--seccomp")
+    setenv = argv[start + 1 :]
+    assert setenv[:3] == ["--setenv", "PATH", sandbox_env({})["PATH"]]
+    pairs = dict(zip(setenv[1::3], setenv[2::3], strict=True))
+    assert pairs["LD_PRELOAD"] == "/x.so" and pairs["TOKEN"] == "secret"
+    assert LAUNCH_ENV == {}, "bwrap and setpriv run with an empty environment"
+
+
+def test_arguments_are_packed_nul_terminated() -> None:
+    assert pack_args(["--bind", "a b", ""]) == b"--bind\0a b\0\0"
 
 
 def test_without_fds_for_info_and_block_none_are_passed() -> None:
     request = ExecutionRequest(command=["true"])
-    argv = bwrap_argv("bwrap", LAYOUT, request, LIMITS, Fds(seccomp=3))
+    argv = bwrap_args(LAYOUT, request, LIMITS, Fds(seccomp=3))
     assert "--info-fd" not in argv and "--block-fd" not in argv
 
 

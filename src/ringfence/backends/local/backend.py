@@ -20,7 +20,8 @@ from typing import Any
 
 from ringfence.backends._child import Child
 from ringfence.backends._supervisor import SupervisingExecutor
-from ringfence.backends.local.bwrap import Fds, bwrap_argv, sandbox_env
+from ringfence.backends.local._memfd import memfd_with
+from ringfence.backends.local.bwrap import LAUNCH_ENV, Fds, bwrap_args, pack_args
 from ringfence.backends.local.cgroups import Cgroup
 from ringfence.backends.local.probe import Host, require
 from ringfence.backends.local.rootfs import HOST_IMAGE, Entry, layout_for
@@ -59,23 +60,29 @@ class LocalExecutor(SupervisingExecutor):
     async def _launch(self, request: ExecutionRequest, limits: ResourceLimits) -> _Sandbox:
         name = f"rf-{request.id}"
         cgroup = self._host.cgroups.create(name, limits)
-        seccomp_r, seccomp_w = os.pipe()
+        seccomp = memfd_with("seccomp", self._host.seccomp)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
+        fds = Fds(seccomp=seccomp, info=info_w, block=block_r)
+        args = memfd_with(
+            "bwrap-args", pack_args(bwrap_args(self._layout(request), request, limits, fds))
+        )
         try:
-            os.write(seccomp_w, self._host.seccomp)
-            os.close(seccomp_w)
-            fds = Fds(seccomp=seccomp_r, info=info_w, block=block_r)
-            argv = [
-                *self._host.drop_privileges,
-                *bwrap_argv(self._host.bwrap, self._layout(request), request, limits, fds),
-            ]
             try:
                 child = Child.spawn(
-                    argv, env=sandbox_env(request.env), pass_fds=(seccomp_r, info_w, block_r)
+                    [
+                        *self._host.drop_privileges,
+                        self._host.bwrap,
+                        "--args",
+                        str(args),
+                        "--",
+                        *request.argv,
+                    ],
+                    env=LAUNCH_ENV,
+                    pass_fds=(args, seccomp, info_w, block_r),
                 )
             finally:
-                for fd in (seccomp_r, info_w, block_r):
+                for fd in (args, seccomp, info_w, block_r):
                     os.close(fd)
             sandbox = _Sandbox(child, name, cgroup)
             try:

@@ -19,11 +19,13 @@ from ringfence.models import ExecutionRequest, Mount, ResourceLimits
 __all__ = [
     "DEFAULT_PATH",
     "HOSTNAME",
+    "LAUNCH_ENV",
     "SANDBOX_GID",
     "SANDBOX_UID",
     "WORKSPACE",
     "Fds",
-    "bwrap_argv",
+    "bwrap_args",
+    "pack_args",
     "sandbox_env",
 ]
 
@@ -57,18 +59,22 @@ def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def bwrap_argv(
-    bwrap: str,
+def bwrap_args(
     layout: Iterable[Entry],
     request: ExecutionRequest,
     limits: ResourceLimits,
     fds: Fds,
 ) -> list[str]:
-    """The full bubblewrap command line that runs ``request`` with ``limits``."""
+    """Every bubblewrap option that runs ``request`` with ``limits`` (the command follows).
+
+    They reach bwrap through ``--args FD``, not its command line: the environment is part of
+    them, and a command line is visible to every local user. bwrap itself runs with an empty
+    environment (``launch_env``): the request's variables, ``LD_PRELOAD`` included, must only
+    ever reach the command inside the sandbox, never a program outside it.
+    """
     assert limits.disk is not None, "limits must be merged over the defaults first"
     disk = str(limits.disk)
     argv = [
-        bwrap,
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
         "--unshare-uts", "--unshare-cgroup", "--disable-userns",
         "--die-with-parent", "--new-session",
@@ -97,7 +103,19 @@ def bwrap_argv(
         argv += ["--info-fd", str(fds.info)]
     if fds.block is not None:
         argv += ["--block-fd", str(fds.block)]
-    return [*argv, "--", *request.argv]
+    argv.append("--clearenv")
+    for name, value in sandbox_env(request.env).items():
+        argv += ["--setenv", name, value]
+    return argv
+
+
+def pack_args(args: Iterable[str]) -> bytes:
+    """The ``--args FD`` format: each argument NUL-terminated."""
+    return b"".join(arg.encode() + b"\0" for arg in args)
+
+
+# bwrap and the programs that start it run outside the sandbox: nothing of the request.
+LAUNCH_ENV: dict[str, str] = {}
 
 
 def _entry_args(entry: Entry) -> list[str]:

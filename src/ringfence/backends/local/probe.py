@@ -13,7 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ringfence.backends.local.bwrap import Fds, bwrap_argv, sandbox_env
+from ringfence.backends.local._memfd import memfd_with
+from ringfence.backends.local.bwrap import LAUNCH_ENV, Fds, bwrap_args, pack_args
 from ringfence.backends.local.cgroups import CgroupDriver, detect
 from ringfence.backends.local.rootfs import RuntimeFiles, layout_for, prepare_runtime_files
 from ringfence.config import Config
@@ -195,22 +196,18 @@ def _check_namespaces(
     """Start a real sandbox with every namespace and the seccomp filter."""
     request = ExecutionRequest(command=["/bin/true"])
     limits = ResourceLimits(disk=1 << 20)
-    read_fd, write_fd = os.pipe()
-    os.write(write_fd, seccomp)
-    os.close(write_fd)
-    argv = bwrap_argv(bwrap, layout_for("host", files), request, limits, Fds(read_fd))
+    program = memfd_with("seccomp", seccomp)
+    args = bwrap_args(layout_for("host", files), request, limits, Fds(program))
+    packed = memfd_with("bwrap-args", pack_args(args))
     try:
         result = subprocess.run(
-            [*drop, *argv],
-            pass_fds=(read_fd,),
-            capture_output=True,
-            text=True,
-            cwd="/",
-            timeout=30,
-            env=sandbox_env({}),
-        )
+            [*drop, bwrap, "--args", str(packed), "--", *request.argv],
+            pass_fds=(packed, program),
+            capture_output=True, text=True, cwd="/", timeout=30, env=LAUNCH_ENV,
+        )  # fmt: skip
     finally:
-        os.close(read_fd)
+        os.close(program)
+        os.close(packed)
     if result.returncode == 0:
         checks.append(
             Check(
@@ -218,9 +215,11 @@ def _check_namespaces(
             )
         )
         return
-    message = (result.stderr or result.stdout).strip()
-    fix = (
-        "enable unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1 "
-        "user.max_user_namespaces=28633 (and kernel.apparmor_restrict_unprivileged_userns=0)"
-    )
+    message = " ".join((result.stderr or result.stdout).strip().splitlines()[:3])
+    fix = ""
+    if any(word in message for word in ("namespace", "uid map", "not permitted", "denied")):
+        fix = (
+            "enable unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1 "
+            "user.max_user_namespaces=28633 (and kernel.apparmor_restrict_unprivileged_userns=0)"
+        )
     checks.append(Check("namespaces", False, f"a test sandbox failed: {message}", fix))
