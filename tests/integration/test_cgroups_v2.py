@@ -55,7 +55,7 @@ async def test_v2_cgroup_moves_lists_kills_and_removes(unified_cgroup: Path) -> 
                 break
             await asyncio.sleep(0.01)
         assert len(cgroup.pids()) == 3 and tree.pid in cgroup.pids()
-        await cgroup.remove()
+        cgroup.remove()
         assert tree.wait(timeout=5) == -9
         assert not unified_cgroup.exists()
     finally:

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
+import struct
+import termios
 from typing import Any
 
 from ringfence.backends._child import Child
@@ -62,73 +65,83 @@ class LocalExecutor(SupervisingExecutor):
         cgroup = self._host.cgroups.create(name, limits)
         seccomp = memfd_with("seccomp", self._host.seccomp)
         info_r, info_w = os.pipe()
-        block_r, block_w = os.pipe()
-        fds = Fds(seccomp=seccomp, info=info_w, block=block_r)
-        args = memfd_with(
-            "bwrap-args", pack_args(bwrap_args(self._layout(request), request, limits, fds))
-        )
+        gate_r, gate_w = os.pipe()
+        fds = Fds(seccomp=seccomp, info=info_w, block=gate_r)
+        options = bwrap_args(self._layout(request), request, limits, fds)
+        args = memfd_with("bwrap-args", pack_args(options))
+        argv = [*self._host.drop_privileges, self._host.bwrap, "--args", str(args)]
         try:
-            try:
-                child = Child.spawn(
-                    [
-                        *self._host.drop_privileges,
-                        self._host.bwrap,
-                        "--args",
-                        str(args),
-                        "--",
-                        *request.argv,
-                    ],
-                    env=LAUNCH_ENV,
-                    pass_fds=(args, seccomp, info_w, block_r),
-                )
-            finally:
-                for fd in (args, seccomp, info_w, block_r):
-                    os.close(fd)
-            sandbox = _Sandbox(child, name, cgroup)
-            try:
-                info = await _read_json(info_r, _INFO_TIMEOUT_SECONDS)
-                # No info, or an init gone before it could be moved: bwrap failed while
-                # setting up (its output says why) and nothing of the command ever ran.
-                if info is not None and cgroup.add(int(info["child-pid"])):
-                    os.write(block_w, b"1")
-                    sandbox.started = True
-            except BaseException:
-                await sandbox.kill()
-                await child.wait()
-                child.close()
-                raise
+            child = Child.spawn(
+                [*argv, "--", *request.argv],
+                env=LAUNCH_ENV,
+                pass_fds=(args, seccomp, info_w, gate_r),
+            )
         except BaseException:
-            await cgroup.remove()
+            for fd in (info_r, gate_r, gate_w):
+                os.close(fd)
+            cgroup.remove()
             raise
         finally:
-            os.close(block_w)
+            for fd in (args, seccomp, info_w):
+                os.close(fd)
+        sandbox = _Sandbox(child, name, cgroup, gate_r)  # owns the cgroup and gate_r now
+        try:
+            info = await _read_json(info_r, _INFO_TIMEOUT_SECONDS)
+            # No info, or an init gone before it could be moved: bwrap failed while setting
+            # up (its output says why) and nothing of the command ever ran.
+            if info is not None and cgroup.add(int(info["child-pid"])):
+                sandbox.open_gate(gate_w)
+        except BaseException:
+            await sandbox.kill()
+            await child.wait()
+            await sandbox.release()
+            child.close()
+            raise
+        finally:
+            os.close(gate_w)
         return sandbox
 
 
 class _Sandbox:
     killed = "the whole process tree was killed"
 
-    def __init__(self, child: Child, name: str, cgroup: Cgroup) -> None:
+    def __init__(self, child: Child, name: str, cgroup: Cgroup, gate: int) -> None:
         self.child = child
         self.name = name
-        self.started = False  # True once the command was let start, inside its cgroup
         self._cgroup = cgroup
+        # bwrap reads one byte from the gate (--block-fd) after setting the sandbox up and
+        # just before it starts the command. We keep the gate's read end: a byte still
+        # unread at the end means the command never started, which the command cannot fake.
+        self._gate: int | None = gate
+        self._opened = False
+        self._command_started = False
+
+    def open_gate(self, gate_w: int) -> None:
+        os.write(gate_w, b"1")
+        self._opened = True
 
     async def kill(self) -> None:
         # The sandbox init is in the cgroup: once it dies the kernel kills its pid namespace.
-        await self._cgroup.kill_all()
+        self._cgroup.kill_all()
         self.child.kill()
 
     async def release(self) -> str | None:
+        # Blocks the loop briefly (cgroup writes wait on kernel locks); a worker thread per
+        # call measured slower on this path (four thread hops per sandbox).
+        if self._gate is not None:
+            unread = struct.unpack("i", fcntl.ioctl(self._gate, termios.FIONREAD, b"\0" * 4))[0]
+            self._command_started = self._opened and unread == 0
+            os.close(self._gate)
+            self._gate = None
         oom_kills = self._cgroup.oom_kills()
         try:
-            await self._cgroup.remove()
+            self._cgroup.remove()
         except SandboxError as exc:
             return f"cleanup failed: {exc.message}"
         return "out of memory" if oom_kills else None
 
     def setup_error(self, exit_code: int, head: str) -> str | None:
-        if self.started:
+        if self._command_started:
             return None  # from here on, bwrap's messages and the command's look alike
         lines = head.splitlines()
         reason = lines[0].removeprefix("bwrap: ") if lines else f"bwrap exited with {exit_code}"

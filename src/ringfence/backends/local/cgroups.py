@@ -16,7 +16,6 @@ in ``cgroup.procs`` until it stays empty.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import os
@@ -39,7 +38,11 @@ _RMDIR_ROUNDS = 1000
 
 
 class Cgroup(ABC):
-    """The cgroup(s) of one sandbox."""
+    """The cgroup(s) of one sandbox.
+
+    Every method blocks: cgroup writes wait on kernel locks (on cgroup v1 a move between
+    cgroups can wait for an RCU grace period, a few milliseconds under load).
+    """
 
     @abstractmethod
     def add(self, pid: int) -> bool:
@@ -60,7 +63,7 @@ class Cgroup(ABC):
     @abstractmethod
     def _dirs(self) -> list[Path]: ...
 
-    async def kill_all(self) -> None:
+    def kill_all(self) -> None:
         """SIGKILL every process until the cgroup is empty. Raises ``SandboxError``."""
         for _ in range(_KILL_ROUNDS):
             pids = self.pids()
@@ -69,7 +72,7 @@ class Cgroup(ABC):
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            await asyncio.sleep(0.001)
+            time.sleep(0.001)
         raise SandboxError(f"processes survive in {self._dirs()[0]}")
 
     def discard(self) -> None:
@@ -77,9 +80,9 @@ class Cgroup(ABC):
         for directory in self._dirs():
             _try_rmdir(directory)
 
-    async def remove(self) -> None:
+    def remove(self) -> None:
         """Kill what is left and remove the cgroup directories. Raises ``SandboxError``."""
-        await self.kill_all()
+        self.kill_all()
         for directory in self._dirs():
             for _ in range(_RMDIR_ROUNDS):
                 try:
@@ -90,7 +93,7 @@ class Cgroup(ABC):
                 except OSError as exc:
                     if exc.errno != errno.EBUSY:
                         raise SandboxError(f"cannot remove {directory}: {exc}") from exc
-                    await asyncio.sleep(0.001)
+                    time.sleep(0.001)
             else:
                 raise SandboxError(f"cannot remove {directory}: still busy")
 
@@ -186,11 +189,11 @@ class _V2Cgroup(Cgroup):
     def _dirs(self) -> list[Path]:
         return [self.directory]
 
-    async def kill_all(self) -> None:
+    def kill_all(self) -> None:
         kill_file = self.directory / "cgroup.kill"
         if kill_file.exists() and self.pids():
             _write(kill_file, "1")
-        await super().kill_all()
+        super().kill_all()
 
 
 class V2Driver(CgroupDriver):
