@@ -10,7 +10,10 @@ apart without matching message text.
     ├── DuplicateExecution      an execution with that id already exists  (duplicate_id)
     ├── UnknownBackend          SANDBOX_BACKEND names no backend          (unknown_backend)
     ├── BackendUnavailable      the host lacks what the backend needs     (backend_unavailable)
-    └── SandboxError            the sandbox could not be set up or run    (sandbox_error)
+    ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
+    ├── StoreError              the store failed (database unreachable)   (store_error)
+    └── Unauthenticated         no valid API key                          (unauthenticated)
+        Forbidden               the key's role may not do this            (forbidden)
 
 Foreign exceptions (OSError from a syscall, pydantic's ValidationError) are translated at the
 boundary that meets them, with ``raise ... from exc``.
@@ -23,9 +26,12 @@ __all__ = [
     "BackendUnavailable",
     "DuplicateExecution",
     "ExecutionNotFound",
+    "Forbidden",
     "InvalidRequest",
     "RingfenceError",
     "SandboxError",
+    "StoreError",
+    "Unauthenticated",
     "UnknownBackend",
 ]
 
@@ -76,6 +82,24 @@ class SandboxError(RingfenceError):
     code = "sandbox_error"
 
 
+class StoreError(RingfenceError):
+    """The store could not read or write (for example the database is unreachable)."""
+
+    code = "store_error"
+
+
+class Unauthenticated(RingfenceError):
+    """The request carries no API key, or one that does not exist."""
+
+    code = "unauthenticated"
+
+
+class Forbidden(RingfenceError):
+    """The key is valid, but its role may not do this."""
+
+    code = "forbidden"
+
+
 HTTP_STATUS: dict[str, int] = {
     RingfenceError.code: 500,
     InvalidRequest.code: 400,
@@ -84,4 +108,7 @@ HTTP_STATUS: dict[str, int] = {
     UnknownBackend.code: 400,
     BackendUnavailable.code: 503,
     SandboxError.code: 500,
+    StoreError.code: 503,
+    Unauthenticated.code: 401,
+    Forbidden.code: 403,
 }

@@ -1,0 +1,109 @@
+"""The store: what the control plane remembers across restarts.
+
+It keeps API keys (each bound to a tenant and a role) and executions (the request as
+submitted and the latest result). Everything is scoped by tenant: no method returns another
+tenant's objects. Implementations: ``MemoryStore`` (tests, and a server that may forget) and
+``SqlStore`` (SQLite by default, PostgreSQL for several replicas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from ringfence.models import ExecutionRequest, ExecutionResult, Status
+
+__all__ = ["ApiKey", "ExecutionRecord", "Role", "Store"]
+
+
+class Role(StrEnum):
+    """What a key may do. The strings are API: they never change."""
+
+    AGENT = "agent"  # run sandboxes and executions, propose remediations
+    APPROVER = "approver"  # and approve or reject other people's proposals
+    ADMIN = "admin"  # and manage keys
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A stored key. The secret itself is never stored: only its SHA-256 digest (hex)."""
+
+    key_id: str
+    tenant: str
+    role: Role
+    secret_hash: str
+    created_at: datetime
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    """An execution as the store keeps it: ``id`` is the tenant's own id for it."""
+
+    tenant: str
+    id: str
+    request: ExecutionRequest
+    result: ExecutionResult
+    created_at: datetime
+    updated_at: datetime
+
+
+class Store(Protocol):
+    """Persistent state of the control plane.
+
+    Called by the service layer only. Methods are safe to call concurrently from one event
+    loop. Errors that may escape: ``DuplicateExecution`` from ``add_execution``,
+    ``ExecutionNotFound`` from ``update_execution``; storage failures as ``StoreError``.
+    ``aclose`` releases connections; nothing else needs cleaning up.
+    """
+
+    async def add_key(self, key: ApiKey) -> None:
+        """Store a new key. Raises ``StoreError`` if its ``key_id`` exists."""
+        ...
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        """The key with this id, or None."""
+        ...
+
+    async def count_keys(self) -> int:
+        """How many keys exist, in every tenant (0 means a fresh data directory)."""
+        ...
+
+    async def add_execution(
+        self, tenant: str, request: ExecutionRequest, result: ExecutionResult
+    ) -> ExecutionRecord:
+        """Record a new execution under ``(tenant, request.id)``.
+
+        Raises:
+            DuplicateExecution: the tenant already has an execution with this id.
+        """
+        ...
+
+    async def update_execution(
+        self, tenant: str, execution_id: str, result: ExecutionResult
+    ) -> None:
+        """Replace the stored result.
+
+        Raises:
+            ExecutionNotFound: no such execution in this tenant.
+        """
+        ...
+
+    async def get_execution(self, tenant: str, execution_id: str) -> ExecutionRecord | None:
+        """The execution, or None (also when it belongs to another tenant)."""
+        ...
+
+    async def list_executions(
+        self, tenant: str, *, status: Status | None = None, limit: int = 100
+    ) -> list[ExecutionRecord]:
+        """The tenant's executions, newest first, optionally of one status."""
+        ...
+
+    async def fail_unfinished(self, error: str) -> list[ExecutionRecord]:
+        """Mark every execution that is not terminal as ``failed`` with ``error`` (the server
+        restarted and lost them); return them as updated."""
+        ...
+
+    async def aclose(self) -> None: ...

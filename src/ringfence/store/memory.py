@@ -1,0 +1,81 @@
+"""An in-memory ``Store``: for tests, and for a server that may forget everything."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+from ringfence.errors import DuplicateExecution, ExecutionNotFound, StoreError
+from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.store._protocol import ApiKey, ExecutionRecord
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._keys: dict[str, ApiKey] = {}
+        self._executions: dict[tuple[str, str], ExecutionRecord] = {}
+
+    async def add_key(self, key: ApiKey) -> None:
+        if key.key_id in self._keys:
+            raise StoreError(f"a key with id {key.key_id!r} exists")
+        self._keys[key.key_id] = key
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        return self._keys.get(key_id)
+
+    async def count_keys(self) -> int:
+        return len(self._keys)
+
+    async def add_execution(
+        self, tenant: str, request: ExecutionRequest, result: ExecutionResult
+    ) -> ExecutionRecord:
+        if (tenant, request.id) in self._executions:
+            raise DuplicateExecution(f"an execution with id {request.id!r} already exists")
+        now = datetime.now(UTC)
+        record = ExecutionRecord(tenant, request.id, request, result, now, now)
+        self._executions[tenant, request.id] = record
+        return record
+
+    async def update_execution(
+        self, tenant: str, execution_id: str, result: ExecutionResult
+    ) -> None:
+        record = self._executions.get((tenant, execution_id))
+        if record is None:
+            raise ExecutionNotFound(f"no execution with id {execution_id!r}")
+        self._executions[tenant, execution_id] = dataclasses.replace(
+            record, result=result, updated_at=datetime.now(UTC)
+        )
+
+    async def get_execution(self, tenant: str, execution_id: str) -> ExecutionRecord | None:
+        return self._executions.get((tenant, execution_id))
+
+    async def list_executions(
+        self, tenant: str, *, status: Status | None = None, limit: int = 100
+    ) -> list[ExecutionRecord]:
+        records = [
+            r
+            for (t, _), r in self._executions.items()
+            if t == tenant and (status is None or r.result.status is status)
+        ]
+        records.sort(key=lambda r: r.created_at, reverse=True)
+        return records[:limit]
+
+    async def fail_unfinished(self, error: str) -> list[ExecutionRecord]:
+        failed = []
+        for (tenant, execution_id), record in list(self._executions.items()):
+            if not record.result.status.is_terminal:
+                result = record.result.model_copy(
+                    update={
+                        "status": Status.FAILED,
+                        "error": error,
+                        "finished_at": datetime.now(UTC),
+                    }
+                )
+                await self.update_execution(tenant, execution_id, result)
+                failed.append(self._executions[tenant, execution_id])
+        return failed
+
+    async def aclose(self) -> None:
+        pass

@@ -1,0 +1,1 @@
+"""Conformance checks that every implementation of an extension point must pass."""

@@ -1,0 +1,162 @@
+"""``check_store``: the contract of ``ringfence.store.Store``, as runnable checks.
+
+Each check takes a fresh, empty store and raises ``AssertionError`` when the store breaks the
+contract. Tests run them against every implementation (memory, SQLite, PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from ringfence.errors import DuplicateExecution, ExecutionNotFound, RingfenceError
+from ringfence.models import ExecutionRequest, ExecutionResult, Mount, ResourceLimits, Status
+from ringfence.store import ApiKey, Role, Store
+
+__all__ = ["STORE_CHECKS", "StoreCheck", "check_store"]
+
+StoreCheck = Callable[[Store], Awaitable[None]]
+
+
+def _key(key_id: str, tenant: str = "acme", role: Role = Role.AGENT) -> ApiKey:
+    return ApiKey(
+        key_id, tenant, role, "ab" * 32, datetime.now(UTC).replace(microsecond=0), "for tests"
+    )
+
+
+def _request(execution_id: str = "exec-1") -> ExecutionRequest:
+    return ExecutionRequest(
+        id=execution_id,
+        command=["sh", "-c"],
+        args=["echo hi"],
+        env={"A": "1"},
+        timeout=5,
+        limits=ResourceLimits(memory="64M"),
+        mounts=[Mount.parse("/data:/data")],
+        session_id="s-1",
+        task_id="t-1",
+    )
+
+
+def _result(
+    execution_id: str, status: Status = Status.PENDING, **fields: object
+) -> ExecutionResult:
+    return ExecutionResult.model_validate(
+        {"execution_id": execution_id, "status": status, **fields}
+    )
+
+
+async def keys_round_trip(store: Store) -> None:
+    assert await store.count_keys() == 0
+    key = _key("k1", role=Role.ADMIN)
+    await store.add_key(key)
+    assert await store.get_key("k1") == key
+    assert await store.get_key("nope") is None
+    assert await store.count_keys() == 1
+
+
+async def a_duplicate_key_id_is_refused(store: Store) -> None:
+    await store.add_key(_key("k1"))
+    try:
+        await store.add_key(_key("k1", tenant="other"))
+    except RingfenceError:
+        return
+    raise AssertionError("a second key with the same id was stored")
+
+
+async def executions_round_trip(store: Store) -> None:
+    request = _request()
+    record = await store.add_execution("acme", request, _result("exec-1"))
+    assert record.tenant == "acme" and record.id == "exec-1" and record.request == request
+    done = _result(
+        "exec-1",
+        Status.SUCCEEDED,
+        exit_code=0,
+        logs="hi\n",
+        started_at=datetime.now(UTC),
+        finished_at=datetime.now(UTC),
+    )
+    await store.update_execution("acme", "exec-1", done)
+    stored = await store.get_execution("acme", "exec-1")
+    assert stored is not None and stored.result == done and stored.request == request
+    assert stored.updated_at >= stored.created_at
+
+
+async def executions_are_scoped_by_tenant(store: Store) -> None:
+    await store.add_execution("acme", _request("same"), _result("same"))
+    await store.add_execution("globex", _request("same"), _result("same", Status.RUNNING))
+    acme = await store.get_execution("acme", "same")
+    assert acme is not None and acme.result.status is Status.PENDING
+    assert await store.get_execution("initech", "same") is None
+    assert [r.tenant for r in await store.list_executions("globex")] == ["globex"]
+    try:
+        await store.update_execution("initech", "same", _result("same", Status.FAILED))
+    except ExecutionNotFound:
+        pass
+    else:
+        raise AssertionError("updated another tenant's execution")
+
+
+async def a_duplicate_execution_is_refused(store: Store) -> None:
+    await store.add_execution("acme", _request(), _result("exec-1"))
+    try:
+        await store.add_execution("acme", _request(), _result("exec-1"))
+    except DuplicateExecution:
+        return
+    raise AssertionError("a second execution with the same id was stored")
+
+
+async def updating_an_unknown_execution_is_not_found(store: Store) -> None:
+    try:
+        await store.update_execution("acme", "nope", _result("nope", Status.FAILED))
+    except ExecutionNotFound:
+        return
+    raise AssertionError("updated an execution that does not exist")
+
+
+async def listing_is_newest_first_filtered_and_limited(store: Store) -> None:
+    for i in range(5):
+        status = Status.SUCCEEDED if i % 2 else Status.FAILED
+        await store.add_execution("acme", _request(f"e{i}"), _result(f"e{i}", status))
+    listed = await store.list_executions("acme")
+    assert [r.id for r in listed] == ["e4", "e3", "e2", "e1", "e0"]
+    succeeded = await store.list_executions("acme", status=Status.SUCCEEDED)
+    assert [r.id for r in succeeded] == ["e3", "e1"]
+    assert [r.id for r in await store.list_executions("acme", limit=2)] == ["e4", "e3"]
+
+
+async def unfinished_executions_fail_after_a_restart(store: Store) -> None:
+    await store.add_execution("acme", _request("p"), _result("p", Status.PENDING))
+    await store.add_execution("acme", _request("r"), _result("r", Status.RUNNING))
+    await store.add_execution("acme", _request("d"), _result("d", Status.SUCCEEDED, exit_code=0))
+    failed = await store.fail_unfinished("the server stopped")
+    assert sorted(r.id for r in failed) == ["p", "r"]
+    for execution_id in ("p", "r"):
+        record = await store.get_execution("acme", execution_id)
+        assert record is not None and record.result.status is Status.FAILED
+        assert record.result.error == "the server stopped" and record.result.finished_at
+    done = await store.get_execution("acme", "d")
+    assert done is not None and done.result.status is Status.SUCCEEDED
+    assert await store.fail_unfinished("again") == []
+
+
+STORE_CHECKS: tuple[StoreCheck, ...] = (
+    keys_round_trip,
+    a_duplicate_key_id_is_refused,
+    executions_round_trip,
+    executions_are_scoped_by_tenant,
+    a_duplicate_execution_is_refused,
+    updating_an_unknown_execution_is_not_found,
+    listing_is_newest_first_filtered_and_limited,
+    unfinished_executions_fail_after_a_restart,
+)
+
+
+async def check_store(new_store: Callable[[], Awaitable[Store]]) -> None:
+    """Run every check, each on a fresh store from ``new_store``."""
+    for check in STORE_CHECKS:
+        store = await new_store()
+        try:
+            await check(store)
+        finally:
+            await store.aclose()
