@@ -22,6 +22,13 @@ def _default_runtime_dir() -> Path:
     return Path(runtime, "ringfence") if runtime else Path(f"/tmp/ringfence-{os.geteuid()}")
 
 
+def _default_data_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/ringfence")
+    state = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(state, "ringfence")
+
+
 class Config(BaseSettings):
     """Settings of an executor. Each field reads ``RINGFENCE_<NAME>`` from the environment."""
 
@@ -64,3 +71,12 @@ class Config(BaseSettings):
         description="Where the local backend keeps the small files sandboxes bind read-only.",
     )
     bwrap_path: str = Field("bwrap", description="The bubblewrap executable.")
+    data_dir: Path = Field(
+        default_factory=_default_data_dir,
+        description="Where the server keeps its database (SQLite) and its first admin key.",
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of the store, e.g. postgresql+psycopg://user@host/db; "
+        "default: SQLite in the data directory.",
+    )

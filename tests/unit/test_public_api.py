@@ -37,7 +37,8 @@ def test_importing_ringfence_loads_no_backend_and_no_cli() -> None:
     code = (
         "import sys, ringfence; "
         "print(sorted(m for m in sys.modules if m.startswith(('ringfence.backends.local', "
-        "'ringfence.backends.process', 'ringfence.cli', 'pyseccomp', 'click'))))"
+        "'ringfence.backends.process', 'ringfence.cli', 'pyseccomp', 'click', "
+        "'ringfence.server', 'fastapi', 'sqlalchemy'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -68,3 +69,9 @@ def test_the_layers_only_import_downwards() -> None:
         m.startswith(("ringfence.backends", "ringfence.cli")) for m in _layer_imports("policy")
     )
     assert not any(m.startswith("ringfence.cli") for m in _layer_imports("backends"))
+    below_entry_points = ("ringfence.server", "ringfence.cli")
+    for layer in ("store", "service", "backends", "policy"):
+        assert not any(m.startswith(below_entry_points) for m in _layer_imports(layer)), layer
+    assert not any(m.startswith("ringfence.backends") for m in _layer_imports("server")), (
+        "the server reaches backends through the service layer only"
+    )

@@ -26,6 +26,16 @@ class Executor(Protocol):
 
     name: str
 
+    def check(self, request: ExecutionRequest) -> None:
+        """Refuse, before anything runs, a request this backend cannot honour.
+
+        Cheap and without side effects; ``execute`` calls it too.
+
+        Raises:
+            InvalidRequest: for example an unknown image or a missing mount source.
+        """
+        ...
+
     async def execute(
         self, request: ExecutionRequest, *, on_output: OutputCallback | None = None
     ) -> ExecutionResult:

@@ -1,0 +1,55 @@
+"""The ASGI application: routes over the service layer, JSON errors, OpenAPI."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from ringfence import __version__
+from ringfence.server.errors import install_error_handlers
+from ringfence.server.routes import executions as execution_routes
+from ringfence.server.routes import meta
+from ringfence.service.executions import ExecutionService
+from ringfence.store import Store
+
+__all__ = ["create_app"]
+
+DESCRIPTION = """\
+Ringfence runs untrusted, agent-written code in isolated, resource-bounded sandboxes.
+
+Authenticate with a Ringfence API key: `Authorization: Bearer <key>` (or `X-API-Key`).
+Every object belongs to the key's tenant; another tenant's objects answer 404.
+Errors are JSON: `{"error": {"code": "...", "message": "..."}}`.
+"""
+
+
+def create_app(*, store: Store, executions: ExecutionService, owns_store: bool = False) -> FastAPI:
+    """The application over the service layer.
+
+    At start-up it reconciles (executions a previous process left unfinished are marked
+    failed); at shutdown it cancels running executions, stores their results, and closes
+    the executor (and the store, with ``owns_store``).
+    """
+    service = executions
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await service.reconcile()
+        try:
+            yield
+        finally:
+            await service.aclose()
+            if owns_store:
+                await store.aclose()
+
+    app = FastAPI(
+        title="Ringfence", version=__version__, description=DESCRIPTION, lifespan=lifespan
+    )
+    app.state.store = store
+    app.state.executions = service
+    install_error_handlers(app)
+    app.include_router(meta.router)
+    app.include_router(execution_routes.router)
+    return app

@@ -1,0 +1,27 @@
+"""Who is calling: the API key from ``Authorization: Bearer`` or ``X-API-Key``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from ringfence.service.keys import Principal, authenticate
+
+__all__ = ["Caller"]
+
+_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <Ringfence key>")
+_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="The Ringfence key")
+
+
+async def _caller(
+    request: Request,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    header: Annotated[str | None, Depends(_header)],
+) -> Principal:
+    presented = bearer.credentials if bearer else header
+    return await authenticate(request.app.state.store, presented)
+
+
+Caller = Annotated[Principal, Depends(_caller)]

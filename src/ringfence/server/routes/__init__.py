@@ -1,0 +1,1 @@
+"""The native API's routes, one module per resource."""

@@ -1,0 +1,100 @@
+"""API keys: minted once, stored as a digest, checked in constant time.
+
+A key reads ``rf_<key id>_<secret>``. The id finds the stored key; the secret (32 random
+bytes) is stored only as its SHA-256 digest: a fast digest is enough for a secret that long.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ringfence.errors import InvalidRequest, Unauthenticated
+from ringfence.store import ApiKey, Role, Store
+
+__all__ = [
+    "ADMIN_KEY_FILE",
+    "FIRST_TENANT",
+    "Principal",
+    "authenticate",
+    "bootstrap_admin_key",
+    "mint_key",
+]
+
+_TENANT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_KEY = re.compile(r"^rf_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the tenant and role of a valid key."""
+
+    tenant: str
+    role: Role
+    key_id: str
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+async def mint_key(store: Store, tenant: str, role: Role, description: str = "") -> str:
+    """Create a key and return it; this is the only time it exists in clear.
+
+    Raises:
+        InvalidRequest: the tenant name is not a DNS label (lowercase, digits, '-').
+    """
+    if not _TENANT.match(tenant):
+        raise InvalidRequest(
+            f"invalid tenant {tenant!r}: use 1-63 lowercase letters, digits and '-'"
+        )
+    key_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    created = datetime.now(UTC).replace(microsecond=0)
+    await store.add_key(ApiKey(key_id, tenant, role, _digest(secret), created, description))
+    return f"rf_{key_id}_{secret}"
+
+
+async def authenticate(store: Store, presented: str | None) -> Principal:
+    """The principal behind a presented key.
+
+    Raises:
+        Unauthenticated: no key, a malformed key, or one that does not exist.
+    """
+    if not presented:
+        raise Unauthenticated("an API key is required (Authorization: Bearer <key>)")
+    match = _KEY.match(presented.strip())
+    if match is None:
+        raise Unauthenticated("malformed API key")
+    key_id, secret = match.groups()
+    stored = await store.get_key(key_id)
+    # Compare even when the key is unknown, so timing does not tell which ids exist.
+    expected = stored.secret_hash if stored else _digest("")
+    if not hmac.compare_digest(expected, _digest(secret)) or stored is None:
+        raise Unauthenticated("invalid API key")
+    return Principal(stored.tenant, stored.role, key_id)
+
+
+FIRST_TENANT = "default"
+ADMIN_KEY_FILE = "admin-key"
+
+
+async def bootstrap_admin_key(store: Store, data_dir: Path) -> Path | None:
+    """On a store without keys, mint an admin key for tenant ``default`` and write it to
+    ``<data_dir>/admin-key`` (readable by its owner only). Returns that path, or None when
+    keys already exist."""
+    if await store.count_keys():
+        return None
+    key = await mint_key(store, FIRST_TENANT, Role.ADMIN, "created at first start")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / ADMIN_KEY_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return path

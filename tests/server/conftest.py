@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from ringfence.backends.local import LocalExecutor
+from ringfence.config import Config
+from ringfence.server import create_app
+from ringfence.service.executions import ExecutionService
+from ringfence.service.keys import mint_key
+from ringfence.store import MemoryStore, Role
+
+
+@dataclass
+class Api:
+    """An in-process server with two tenants' keys."""
+
+    client: httpx.AsyncClient
+    store: MemoryStore
+    acme: dict[str, str]  # headers with tenant acme's agent key
+    globex: dict[str, str]  # headers with tenant globex's agent key
+
+
+@pytest.fixture
+async def api(local_host: object) -> AsyncIterator[Api]:
+    from ringfence.backends.local.probe import Host
+
+    assert isinstance(local_host, Host)
+    store = MemoryStore()
+    executor = LocalExecutor(Config(), host=local_host)
+    app = create_app(store=store, executions=ExecutionService(store, executor))
+    acme = await mint_key(store, "acme", Role.AGENT)
+    globex = await mint_key(store, "globex", Role.AGENT)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=transport, base_url="http://ringfence.test", timeout=30
+        ) as client,
+    ):
+        yield Api(
+            client,
+            store,
+            {"Authorization": f"Bearer {acme}"},
+            {"X-API-Key": globex},
+        )
