@@ -1,0 +1,467 @@
+"""``SqlStore``: the store in SQLite (the default: one file) or PostgreSQL (several replicas).
+
+SQLAlchemy Core over async drivers (aiosqlite, psycopg 3). The schema belongs to the Alembic
+migrations in ``migrations/``; ``SqlStore.open`` applies them before it returns. Requests and
+results are kept as the JSON of their models, with the status copied beside them for filtering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+from alembic.util import CommandError
+from sqlalchemy.engine import URL, Dialect, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError, StatementError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from ringfence.errors import DuplicateExecution, ExecutionNotFound, StoreError
+from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.store import migrations
+from ringfence.store._protocol import ApiKey, ExecutionRecord, Role
+
+__all__ = ["SqlStore", "sqlite_url"]
+
+
+class _Driver(NamedTuple):
+    name: str  # the async driver the store runs on
+    extra: str  # the extra of ringfence that installs it
+    sync: str  # the driver the migrations run on (see SqlStore._migrate)
+
+
+_DRIVERS = {
+    "sqlite": _Driver("aiosqlite", "server", "pysqlite"),
+    "postgresql": _Driver("psycopg", "postgres", "psycopg"),
+}
+_SQLITE_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another before "database is locked"
+_POSTGRES_CONNECT_TIMEOUT = 10  # seconds
+_UNFINISHED = [status.value for status in Status if not status.is_terminal]
+
+
+class _UtcDateTime(sa.TypeDecorator[datetime]):
+    """An aware datetime, stored in UTC. SQLite keeps no zone: its values come back naive."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError(f"a naive datetime cannot be stored: {value}")
+        return None if value is None else value.astimezone(UTC)
+
+    def process_result_value(self, value: Any | None, dialect: Dialect) -> datetime | None:
+        if not isinstance(value, datetime):
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# The schema as the queries see it. The migrations create it; a test checks that they agree.
+METADATA = sa.MetaData()
+_keys = sa.Table(
+    "keys",
+    METADATA,
+    sa.Column("key_id", sa.Text, primary_key=True),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("secret_hash", sa.Text, nullable=False),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("created_at", _UtcDateTime, nullable=False),
+)
+_executions = sa.Table(
+    "executions",
+    METADATA,
+    sa.Column("tenant", sa.Text, primary_key=True),
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, sa.Identity(), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("request", sa.Text, nullable=False),
+    sa.Column("result", sa.Text, nullable=False),
+    sa.Column("created_at", _UtcDateTime, nullable=False),
+    sa.Column("updated_at", _UtcDateTime, nullable=False),
+    sa.Index("executions_seq", "seq", unique=True),
+    sa.Index("executions_tenant_seq", "tenant", "seq"),
+    sa.Index("executions_status", "status"),
+)
+# SQLite has no identity columns (it numbers only an INTEGER PRIMARY KEY, and the key here is
+# (tenant, id)), so an insert numbers its row itself. It cannot race: every SQLite transaction
+# holds the write lock from its start (see _sqlite_begin).
+_NEXT_SEQ = sa.select(sa.func.coalesce(sa.func.max(_executions.c.seq), 0) + 1).scalar_subquery()
+
+
+def sqlite_url(data_dir: Path) -> str:
+    """The URL of the default store: the file ``ringfence.db`` in ``data_dir``."""
+    path = data_dir.absolute() / "ringfence.db"
+    return URL.create("sqlite+aiosqlite", database=str(path)).render_as_string()
+
+
+class SqlStore:
+    """The ``Store`` in a SQL database. Get one with ``await SqlStore.open(url)``.
+
+    Safe to use from several tasks of one event loop, and from several processes or
+    control-plane replicas on one database. ``aclose`` closes its connections.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        """Wrap ``engine``, whose database must already have the current schema."""
+        self._engine = engine
+        self._name = engine.url.render_as_string(hide_password=True)
+
+    @classmethod
+    async def open(cls, url: str | URL) -> SqlStore:
+        """Connect to the database at ``url``, bring its schema up to date, return the store.
+
+        ``url`` is a SQLAlchemy URL, ``sqlite:///PATH`` (see ``sqlite_url``) or
+        ``postgresql://USER:PASSWORD@HOST/DATABASE``; without a driver in it, the async one
+        is chosen (aiosqlite, psycopg). A SQLite file and its directory are created when
+        missing, readable by this user only.
+
+        Raises:
+            StoreError: the URL names no supported database, its driver is not installed,
+                the database cannot be reached or created, or a newer Ringfence migrated it.
+        """
+        engine = _create_engine(_parse(url))
+        store = cls(engine)
+        try:
+            await store._migrate()
+        except BaseException:
+            await engine.dispose()
+            raise
+        return store
+
+    async def _migrate(self) -> None:
+        # Alembic is synchronous, and keeps the migration it runs in module globals (alembic.op,
+        # alembic.context). Run through this engine's run_sync, two stores opening at once in
+        # one event loop would interleave there and mix their migrations up. So it runs in a
+        # worker thread, on a short-lived sync engine of the same driver and settings, where a
+        # plain lock in ``migrations.upgrade`` keeps one migration at a time in this process.
+        try:
+            with self._translated("migrating the schema"):
+                await asyncio.to_thread(_migrate, self._engine.url)
+        except CommandError as exc:
+            raise StoreError(
+                f"{self._name}: its schema is at a revision this Ringfence does not know "
+                f"(a newer version migrated it?): {exc}"
+            ) from exc
+
+    async def add_key(self, key: ApiKey) -> None:
+        """Store a new key.
+
+        Raises:
+            StoreError: a key with its ``key_id`` exists, or the database failed.
+        """
+        insert = _keys.insert().values(
+            key_id=key.key_id,
+            tenant=key.tenant,
+            role=key.role.value,
+            secret_hash=key.secret_hash,
+            description=key.description,
+            created_at=key.created_at,
+        )
+        async with self._transaction("adding a key") as connection:
+            try:
+                await connection.execute(insert)
+            except IntegrityError as exc:
+                raise StoreError(f"a key with id {key.key_id!r} exists") from exc
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        """The key with this id, or None.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        query = sa.select(_keys).where(_keys.c.key_id == key_id)
+        async with self._transaction("reading a key") as connection:
+            row = (await connection.execute(query)).one_or_none()
+        return None if row is None else self._key(row)
+
+    async def count_keys(self) -> int:
+        """How many keys exist, in every tenant.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        query = sa.select(sa.func.count()).select_from(_keys)
+        async with self._transaction("counting keys") as connection:
+            count: int = (await connection.execute(query)).scalar_one()
+        return count
+
+    async def add_execution(
+        self, tenant: str, request: ExecutionRequest, result: ExecutionResult
+    ) -> ExecutionRecord:
+        """Record a new execution under ``(tenant, request.id)``.
+
+        Raises:
+            DuplicateExecution: the tenant already has an execution with this id.
+            StoreError: the database failed.
+        """
+        now = datetime.now(UTC)
+        insert = _executions.insert().values(
+            tenant=tenant,
+            id=request.id,
+            status=result.status.value,
+            request=request.model_dump_json(),
+            result=result.model_dump_json(),
+            created_at=now,
+            updated_at=now,
+        )
+        if self._engine.dialect.name == "sqlite":
+            insert = insert.values(seq=_NEXT_SEQ)
+        async with self._transaction("adding an execution") as connection:
+            try:
+                await connection.execute(insert)
+            except IntegrityError as exc:
+                raise DuplicateExecution(
+                    f"an execution with id {request.id!r} already exists"
+                ) from exc
+        return ExecutionRecord(tenant, request.id, request, result, now, now)
+
+    async def update_execution(
+        self, tenant: str, execution_id: str, result: ExecutionResult
+    ) -> None:
+        """Replace the stored result.
+
+        Raises:
+            ExecutionNotFound: no such execution in this tenant.
+            StoreError: the database failed.
+        """
+        async with self._transaction("updating an execution") as connection:
+            updated = await connection.execute(
+                _set_result(tenant, execution_id, result, datetime.now(UTC))
+            )
+            if updated.rowcount == 0:
+                raise ExecutionNotFound(f"no execution with id {execution_id!r}")
+
+    async def get_execution(self, tenant: str, execution_id: str) -> ExecutionRecord | None:
+        """The execution, or None (also when it belongs to another tenant).
+
+        Raises:
+            StoreError: the database failed, or the stored execution cannot be read.
+        """
+        query = sa.select(_executions).where(
+            _executions.c.tenant == tenant, _executions.c.id == execution_id
+        )
+        async with self._transaction("reading an execution") as connection:
+            row = (await connection.execute(query)).one_or_none()
+        return None if row is None else self._record(row)
+
+    async def list_executions(
+        self, tenant: str, *, status: Status | None = None, limit: int = 100
+    ) -> list[ExecutionRecord]:
+        """The tenant's executions, newest first, optionally of one status.
+
+        Raises:
+            StoreError: the database failed, or a stored execution cannot be read.
+        """
+        query = sa.select(_executions).where(_executions.c.tenant == tenant)
+        if status is not None:
+            query = query.where(_executions.c.status == status.value)
+        query = query.order_by(_executions.c.seq.desc()).limit(max(limit, 0))
+        async with self._transaction("listing executions") as connection:
+            rows = (await connection.execute(query)).all()
+        return [self._record(row) for row in rows]
+
+    async def fail_unfinished(self, error: str) -> list[ExecutionRecord]:
+        """Mark every execution that is not terminal as ``failed`` with ``error``; return them.
+
+        Raises:
+            StoreError: the database failed, or a stored execution cannot be read.
+        """
+        query = (
+            sa.select(_executions)
+            .where(_executions.c.status.in_(_UNFINISHED))
+            .order_by(_executions.c.seq)
+            .with_for_update()
+        )
+        failed = []
+        async with self._transaction("failing unfinished executions") as connection:
+            now = datetime.now(UTC)
+            for row in (await connection.execute(query)).all():
+                record = self._record(row)
+                result = record.result.model_copy(
+                    update={"status": Status.FAILED, "error": error, "finished_at": now}
+                )
+                await connection.execute(_set_result(record.tenant, record.id, result, now))
+                failed.append(dataclasses.replace(record, result=result, updated_at=now))
+        return failed
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+        await self._engine.dispose()
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, doing: str) -> AsyncIterator[AsyncConnection]:
+        """A connection in a transaction, committed at the end; database errors as StoreError."""
+        with self._translated(doing):
+            async with self._engine.begin() as connection:
+                yield connection
+
+    @contextlib.contextmanager
+    def _translated(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except SQLAlchemyError as exc:
+            raise StoreError(f"{self._name}: {doing} failed: {self._reason(exc)}") from exc
+
+    def _reason(self, exc: SQLAlchemyError) -> str:
+        # The driver's own message: SQLAlchemy's adds the statement and its parameters.
+        cause = exc.orig if isinstance(exc, StatementError) and exc.orig else exc
+        reason = " ".join(str(cause).split())
+        password = self._engine.url.password
+        return reason.replace(password, "***") if password else reason
+
+    def _key(self, row: sa.Row[Any]) -> ApiKey:
+        try:
+            role = Role(row.role)
+        except ValueError as exc:
+            raise StoreError(f"{self._name}: key {row.key_id!r} has an unknown role") from exc
+        return ApiKey(
+            row.key_id, row.tenant, role, row.secret_hash, row.created_at, row.description
+        )
+
+    def _record(self, row: sa.Row[Any]) -> ExecutionRecord:
+        try:
+            request = ExecutionRequest.model_validate_json(row.request)
+            result = ExecutionResult.model_validate_json(row.result)
+        except ValueError as exc:  # pydantic's ValidationError is one
+            raise StoreError(
+                f"{self._name}: execution {row.id!r} of {row.tenant!r} cannot be read: {exc}"
+            ) from exc
+        return ExecutionRecord(row.tenant, row.id, request, result, row.created_at, row.updated_at)
+
+
+def _set_result(
+    tenant: str, execution_id: str, result: ExecutionResult, now: datetime
+) -> sa.Update:
+    return (
+        _executions.update()
+        .where(_executions.c.tenant == tenant, _executions.c.id == execution_id)
+        .values(status=result.status.value, result=result.model_dump_json(), updated_at=now)
+    )
+
+
+def _parse(url: str | URL) -> URL:
+    """The URL with its async driver.
+
+    Raises:
+        StoreError: the URL cannot be parsed, or names another database or driver.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        # Not chained: an unparsable URL cannot be shown with its password hidden.
+        raise StoreError(
+            "the store's URL cannot be parsed: expected sqlite:///PATH "
+            "or postgresql://USER:PASSWORD@HOST/DATABASE"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend not in _DRIVERS:
+        raise StoreError(f"the store runs on sqlite or postgresql, not {backend!r}")
+    driver = f"{backend}+{_DRIVERS[backend].name}"
+    if parsed.drivername == backend:
+        return parsed.set(drivername=driver)
+    if parsed.drivername != driver:
+        raise StoreError(f"the store needs the driver {driver}, not {parsed.drivername}")
+    return parsed
+
+
+def _create_engine(url: URL) -> AsyncEngine:
+    """An engine for ``url``; for a SQLite file, the file is created first.
+
+    Raises:
+        StoreError: the driver is not installed, or the SQLite file cannot be created.
+    """
+    driver = _DRIVERS[url.get_backend_name()]
+    if url.get_backend_name() == "sqlite":
+        _create_private_file(url)
+    try:
+        engine = create_async_engine(url, connect_args=_connect_args(url), **_pool_options(url))
+    except ImportError as exc:
+        raise StoreError(
+            f"the store needs the {driver.name} package: pip install 'ringfence[{driver.extra}]'"
+        ) from exc
+    _configure(engine.sync_engine)
+    return engine
+
+
+def _migrate(url: URL) -> None:
+    """Bring the schema of the database at ``url`` (an async driver's) up to date.
+
+    Raises:
+        alembic.util.CommandError: a newer Ringfence migrated it.
+        sqlalchemy.exc.SQLAlchemyError: the database failed.
+    """
+    backend = url.get_backend_name()
+    sync_url = url.set(drivername=f"{backend}+{_DRIVERS[backend].sync}")
+    engine = sa.create_engine(sync_url, connect_args=_connect_args(url), poolclass=sa.NullPool)
+    _configure(engine)
+    try:
+        with engine.begin() as connection:
+            migrations.upgrade(connection)
+    finally:
+        engine.dispose()
+
+
+def _connect_args(url: URL) -> dict[str, Any]:
+    """The driver's timeouts, unless the URL's query string sets them itself."""
+    if url.get_backend_name() == "postgresql":
+        defaults: dict[str, Any] = {"connect_timeout": _POSTGRES_CONNECT_TIMEOUT}
+    else:
+        defaults = {"timeout": _SQLITE_BUSY_TIMEOUT}
+    return {name: value for name, value in defaults.items() if name not in url.query}
+
+
+def _pool_options(url: URL) -> dict[str, Any]:
+    if url.get_backend_name() == "postgresql":
+        return {"pool_pre_ping": True}  # a connection may have died with a server restart
+    # SQLite lets one writer in at a time, and every transaction here writes (BEGIN
+    # IMMEDIATE). With one connection, this process's tasks queue for it in the pool instead
+    # of polling the file lock; other processes still wait up to the busy timeout.
+    return {"pool_size": 1, "max_overflow": 0}
+
+
+def _configure(engine: sa.Engine) -> None:
+    if engine.dialect.name == "sqlite":
+        sa.event.listen(engine, "connect", _sqlite_connect)
+        sa.event.listen(engine, "begin", _sqlite_begin)
+
+
+def _create_private_file(url: URL) -> None:
+    """Create the SQLite file, and its directory, for this user's eyes only (keys' hashes
+    live there). SQLite gives its -wal and -shm files the permissions of the database file.
+
+    Raises:
+        StoreError: they cannot be created.
+    """
+    if not url.database or url.database == ":memory:" or url.query.get("uri"):
+        return
+    path = Path(url.database)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    except OSError as exc:
+        raise StoreError(f"cannot create the SQLite database {path}: {exc.strerror}") from exc
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # sqlite3 begins transactions by itself only before INSERT, UPDATE and DELETE, leaving
+    # reads and DDL outside them. Turn that off: _sqlite_begin begins every transaction.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    # WAL: a reader elsewhere (a backup, the sqlite3 shell) and our writer do not block each
+    # other, and a commit appends to one file.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
+def _sqlite_begin(connection: sa.Connection) -> None:
+    # Take the write lock at once, waiting up to the busy timeout. A deferred transaction
+    # that reads and then writes fails at once with "database is locked" when another
+    # process wrote in between; and two processes migrating at once serialise on this lock.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
