@@ -11,7 +11,10 @@ from ringfence.config import Config
 from ringfence.server import create_app
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
-from ringfence.store import MemoryStore, Role
+from ringfence.store import MemoryStore, Role, Store
+from tests.store.conftest import postgres_database, sqlite_database
+
+__all__ = ["Api", "postgres_database", "sqlite_database"]
 
 
 @dataclass
@@ -19,17 +22,30 @@ class Api:
     """An in-process server with two tenants' keys."""
 
     client: httpx.AsyncClient
-    store: MemoryStore
+    store: Store
     acme: dict[str, str]  # headers with tenant acme's agent key
     globex: dict[str, str]  # headers with tenant globex's agent key
 
 
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """Each store in turn, fresh: in memory, SQLite in a file, a new PostgreSQL database."""
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    from ringfence.store.sql import SqlStore
+
+    url: str = request.getfixturevalue(f"{request.param}_database")
+    store = await SqlStore.open(url)
+    yield store
+    await store.aclose()
+
+
 @pytest.fixture
-async def api(local_host: object) -> AsyncIterator[Api]:
+async def api(local_host: object, store: Store) -> AsyncIterator[Api]:
     from ringfence.backends.local.probe import Host
 
     assert isinstance(local_host, Host)
-    store = MemoryStore()
     executor = LocalExecutor(Config(), host=local_host)
     app = create_app(store=store, executions=ExecutionService(store, executor))
     acme = await mint_key(store, "acme", Role.AGENT)

@@ -9,6 +9,8 @@ import click
 from ringfence import __version__
 from ringfence.cli.doctor import doctor
 from ringfence.cli.exec_cmd import exec_command
+from ringfence.cli.keys import keys
+from ringfence.cli.serve import serve
 
 __all__ = ["main"]
 
@@ -22,3 +24,5 @@ def main() -> None:
 
 main.add_command(exec_command)
 main.add_command(doctor)
+main.add_command(serve)
+main.add_command(keys)

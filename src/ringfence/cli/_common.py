@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from pydantic import ValidationError
 
-__all__ = ["fail", "validation_message"]
+from ringfence.config import Config
+
+__all__ = ["fail", "settings", "validation_message"]
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -26,3 +28,9 @@ def validation_message(exc: ValidationError | ValueError) -> str:
         where = ".".join(str(part) for part in error["loc"]) or "input"
         lines.append(f"{where}: {error['msg']}")
     return "; ".join(lines)
+
+
+def settings(**overrides: Any) -> Config:
+    """The configuration, with the options given on the command line taking precedence."""
+    given = {name: value for name, value in overrides.items() if value is not None}
+    return Config(**given)

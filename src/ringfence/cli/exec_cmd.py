@@ -10,8 +10,7 @@ import click
 from pydantic import ValidationError
 
 from ringfence.backends import BACKENDS, Executor, create_executor
-from ringfence.cli._common import fail, validation_message
-from ringfence.config import Config
+from ringfence.cli._common import fail, settings, validation_message
 from ringfence.errors import BackendUnavailable, RingfenceError, UnknownBackend
 from ringfence.models import ExecutionRequest, ExecutionResult, Mount, ResourceLimits, Status
 
@@ -94,7 +93,7 @@ def exec_command(
         )
     except (ValidationError, ValueError) as exc:
         raise click.UsageError(validation_message(exc)) from None
-    config = Config() if backend is None else Config(backend=backend)
+    config = settings(backend=backend)
     try:
         executor = create_executor(config)
     except UnknownBackend as exc:

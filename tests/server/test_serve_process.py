@@ -1,0 +1,168 @@
+"""``ringfence serve`` as a real process on a loopback port, killed and restarted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+RINGFENCE = str(Path(sys.executable).parent / "ringfence")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Server:
+    def __init__(self, data_dir: Path, database_url: str | None) -> None:
+        self.data_dir = data_dir
+        self.database_url = database_url
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[str] | None = None
+
+    def args(self) -> list[str]:
+        extra = ["--database-url", self.database_url] if self.database_url else []
+        return ["--data-dir", str(self.data_dir), *extra]
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [RINGFENCE, "serve", "--port", str(self.port), *self.args()],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(300):
+            try:
+                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert self.process.poll() is None, self.process.stdout.read()  # type: ignore[union-attr]
+            time.sleep(0.05)
+        raise AssertionError("the server did not come up")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> str:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+        return self.process.stdout.read() if self.process.stdout else ""
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    """A server on SQLite in its data directory, or on a fresh PostgreSQL database."""
+    url = request.getfixturevalue("postgres_database") if request.param == "postgres" else None
+    server = Server(tmp_path / "data", url)
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        server.kill()
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_first_start_makes_an_admin_key_and_serves_executions(server: Server) -> None:
+    server.start()
+    key_file = server.data_dir / "admin-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    admin = {"Authorization": f"Bearer {key_file.read_text().strip()}"}
+    assert httpx.get(f"{server.url}/v1/whoami", headers=admin).json()["role"] == "admin"
+    response = httpx.post(
+        f"{server.url}/v1/executions",
+        headers=admin,
+        timeout=30,
+        json={"id": "first", "command": ["python3", "-c", "print(1)"]},
+    )
+    assert response.json()["status"] == "succeeded" and response.json()["logs"] == "1\n"
+    output = server.stop()
+    assert str(key_file) in output, "the first start says where the key is"
+
+
+def test_keys_create_mints_a_key_for_another_tenant(server: Server) -> None:
+    server.start()
+    minted = subprocess.run(
+        [RINGFENCE, "keys", "create", "--tenant", "globex", *server.args()],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = minted.stdout.strip()
+    assert minted.stdout.count("\n") == 1 and key.startswith("rf_")
+    other = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(f"{server.url}/v1/whoami", headers=other).json()["tenant"] == "globex"
+    bad = subprocess.run(
+        [RINGFENCE, "keys", "create", "--tenant", "Not A Label", *server.args()],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "tenant" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_killed_server_loses_nothing_and_leaves_no_sandbox_behind(server: Server) -> None:
+    server.start()
+    admin = {"Authorization": f"Bearer {(server.data_dir / 'admin-key').read_text().strip()}"}
+    done = httpx.post(
+        f"{server.url}/v1/executions",
+        headers=admin,
+        timeout=30,
+        json={"id": "done", "command": ["true"]},
+    ).json()
+    marker = f"ringfence-orphan-{uuid.uuid4().hex}"
+    for i in range(3):
+        httpx.post(
+            f"{server.url}/v1/executions?wait=false",
+            headers=admin,
+            json={"id": f"cut-{i}", "command": ["sh", "-c", f"sleep 600; echo {marker}"]},
+        )
+    for _ in range(500):
+        states = [
+            httpx.get(f"{server.url}/v1/executions/cut-{i}", headers=admin).json()["status"]
+            for i in range(3)
+        ]
+        if states == ["running"] * 3:
+            break
+        time.sleep(0.02)
+    assert len(_processes_with(marker)) >= 3, "the sandboxes run"
+    server.kill()
+    for _ in range(500):
+        if not _processes_with(marker):
+            break
+        time.sleep(0.01)
+    assert _processes_with(marker) == [], "no sandbox process outlives the server"
+    server.start()
+    listed = httpx.get(f"{server.url}/v1/executions", headers=admin).json()
+    by_id = {r["execution_id"]: r for r in listed}
+    assert by_id["done"] == done, "finished results survive the crash"
+    for i in range(3):
+        cut = by_id[f"cut-{i}"]
+        assert cut["status"] == "failed" and "server stopped" in cut["error"], cut
+    assert json.loads(json.dumps(listed))  # the listing stays valid JSON after reconcile
