@@ -71,6 +71,24 @@ class Config(BaseSettings):
         description="Where the local backend keeps the small files sandboxes bind read-only.",
     )
     bwrap_path: str = Field("bwrap", description="The bubblewrap executable.")
+    allow_tenant_mounts: bool = Field(
+        False, description="Let API clients grant host paths to their sandboxes (trusted only)."
+    )
+    allow_tenant_images: bool = Field(
+        False, description="Let API clients pick a root filesystem other than default_image."
+    )
+    max_limits: ResourceLimits = Field(
+        default_factory=lambda: ResourceLimits(
+            memory=16 << 30, pids=4096, cpus=float(os.cpu_count() or 1), disk=8 << 30
+        ),
+        description="The most an API client may ask for (JSON in the environment).",
+    )
+    max_timeout: float = Field(
+        24 * 3600.0, gt=0, description="The longest timeout, in seconds, an API client may ask."
+    )
+    max_request_bytes: int = Field(
+        4 << 20, ge=1024, description="The largest HTTP request body the server reads."
+    )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
         description="Where the server keeps its database (SQLite) and its first admin key.",

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticSerializationError
 
 from ringfence._units import parse_size
 
@@ -84,6 +85,7 @@ class ResourceLimits(BaseModel):
     memory: Size | None = Field(
         None,
         ge=4 << 20,
+        le=1 << 50,
         description="Memory limit in bytes (accepts '256M'). Exceeding it kills the command "
         "with the error 'out of memory'. Writable tmpfs contents count towards it.",
     )
@@ -96,6 +98,7 @@ class ResourceLimits(BaseModel):
     disk: Size | None = Field(
         None,
         ge=1 << 20,
+        le=1 << 50,
         description="Size in bytes of each writable tmpfs (the workspace, /tmp, /dev/shm).",
     )
 
@@ -225,6 +228,14 @@ class ExecutionRequest(BaseModel):
         if cwd is not None and (not cwd.startswith("/") or "\0" in cwd):
             raise ValueError(f"cwd must be an absolute path inside the sandbox: {cwd!r}")
         return cwd
+
+    @model_validator(mode="after")
+    def _valid_unicode(self) -> ExecutionRequest:
+        try:
+            self.model_dump_json()
+        except PydanticSerializationError:
+            raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+        return self
 
     @model_validator(mode="after")
     def _distinct_targets(self) -> ExecutionRequest:

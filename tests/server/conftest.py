@@ -47,7 +47,7 @@ async def api(local_host: object, store: Store) -> AsyncIterator[Api]:
 
     assert isinstance(local_host, Host)
     executor = LocalExecutor(Config(), host=local_host)
-    app = create_app(store=store, executions=ExecutionService(store, executor))
+    app = create_app(store=store, executions=ExecutionService(store, executor, Config()))
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)
     transport = httpx.ASGITransport(app=app)

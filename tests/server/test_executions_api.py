@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -146,7 +147,8 @@ async def test_bad_input_is_400_naming_the_problem_never_500(api: Api) -> None:
         ({"command": ["true"], "env": {"1X": "y"}}, "env"),
         ({"command": ["true"], "mounts": [{"source": "/etc", "target": "/proc"}]}, "mounts"),
         ({"command": ["true"], "image": "ubuntu:24.04"}, "image"),
-        ({"command": ["true"], "mounts": [{"source": "/no/such", "target": "/d"}]}, "/no/such"),
+        ({"command": ["true"], "limits": {"memory": "99999999999999999999999T"}}, "memory"),
+        ({"command": ["true"], "limits": {"disk": "9" * 40}}, "disk"),
         ([1, 2], "body"),
     ]
     for body, named in cases:
@@ -154,7 +156,19 @@ async def test_bad_input_is_400_naming_the_problem_never_500(api: Api) -> None:
         assert response.status_code == 400, (body, response.text)
         error = _error(response)
         assert error["code"] == "invalid_request" and named in error["message"], (body, error)
-    raw = await api.client.post("/v1/executions", headers=api.acme, content=b"{not json")
+    for lone_surrogate in (
+        b'{"command": ["echo", "\\ud800"]}',
+        b'{"command": ["true"], "env": {"A": "\\udfff"}}',
+    ):
+        response = await api.client.post(
+            "/v1/executions", content=lone_surrogate,
+            headers={**api.acme, "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert response.status_code == 400 and "Unicode" in _error(response)["message"]
+    raw = await api.client.post(
+        "/v1/executions", content=b"{not json",
+        headers={**api.acme, "Content-Type": "application/json"},
+    )  # fmt: skip
     assert raw.status_code == 400 and _error(raw)["code"] == "invalid_request"
     assert (await api.client.get("/v1/executions?limit=0", headers=api.acme)).status_code == 400
 
@@ -189,3 +203,64 @@ async def test_executions_cut_off_by_a_restart_are_marked_failed() -> None:
     record = await store.get_execution("acme", "cut")
     assert record is not None and record.result.status is Status.FAILED
     assert record.result.error == RESTART_ERROR
+
+
+async def test_tenants_cannot_grant_host_paths_or_pick_images(api: Api) -> None:
+    # The same answer whether the path exists or not: no probing of the host's files.
+    messages = set()
+    for source in ("/root/.nope", "/root/.bashrc", "/proc", "/tmp"):
+        for writable in (False, True):
+            response = await api.client.post(
+                "/v1/executions", headers=api.acme,
+                json={"command": ["true"],
+                      "mounts": [{"source": source, "target": "/d", "writable": writable}]},
+            )  # fmt: skip
+            assert response.status_code == 400
+            messages.add(_error(response)["message"])
+    assert len(messages) == 1 and "mounts" in messages.pop()
+    for image in ("/", "/nonexistent", "/var/lib"):
+        response = await api.client.post(
+            "/v1/executions", headers=api.acme, json={"command": ["true"], "image": image}
+        )
+        assert response.status_code == 400 and "image" in _error(response)["message"]
+
+
+async def test_limits_above_the_servers_ceilings_are_refused(api: Api) -> None:
+    for limits, named in (
+        ({"memory": "64G"}, "limits.memory"),
+        ({"pids": 100000}, "limits.pids"),
+        ({"cpus": 512}, "limits.cpus"),
+    ):
+        response = await api.client.post(
+            "/v1/executions", headers=api.acme, json={"command": ["true"], "limits": limits}
+        )
+        assert response.status_code == 400 and named in _error(response)["message"]
+    response = await api.client.post(
+        "/v1/executions", headers=api.acme, json={"command": ["true"], "timeout": 7 * 24 * 3600}
+    )
+    assert response.status_code == 400 and "timeout" in _error(response)["message"]
+
+
+async def test_a_huge_body_is_refused_before_it_is_read(api: Api) -> None:
+    body = b'{"command": ["true"], "args": ["' + b"x" * (5 << 20) + b'"]}'
+    response = await api.client.post("/v1/executions", content=body)  # no key at all
+    assert response.status_code == 413 and _error(response)["code"] == "too_large"
+
+    async def stream() -> AsyncIterator[bytes]:
+        for _ in range(10):
+            yield b"x" * (1 << 20)
+
+    response = await api.client.post("/v1/executions", content=stream(), headers=api.acme)
+    assert response.status_code == 413 and _error(response)["code"] == "too_large"
+
+
+async def test_a_cancel_racing_the_submit_is_not_lost(api: Api) -> None:
+    submitted, cancelled = await asyncio.gather(
+        api.client.post("/v1/executions", headers=api.acme,
+                        json={"id": "race", "command": ["sleep", "30"]}),
+        api.client.post("/v1/executions/race/cancel", headers=api.acme),
+    )  # fmt: skip
+    assert submitted.json()["status"] == "cancelled", submitted.json()
+    assert cancelled.json()["status"] == "cancelled"
+    stored = await api.client.get("/v1/executions/race", headers=api.acme)
+    assert stored.json()["status"] == "cancelled"

@@ -38,6 +38,8 @@ def serve(host: str, port: int, data_dir: Path | None, database_url: str | None)
         raise click.UsageError(exc.message) from None
     except (BackendUnavailable, RingfenceError) as exc:
         fail(exc.message, EXIT_UNAVAILABLE)
+    except OSError as exc:
+        fail(f"cannot start: {exc}", EXIT_UNAVAILABLE)
     except KeyboardInterrupt:
         pass
 
@@ -59,6 +61,14 @@ async def _serve(config: Config, host: str, port: int) -> None:
             f"ringfence: first start: an admin key for tenant {FIRST_TENANT!r} is in {created}",
             err=True,
         )
-    app = create_app(store=store, executions=ExecutionService(store, executor), owns_store=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+    service = ExecutionService(store, executor, config)
+    app = create_app(
+        store=store, executions=service, owns_store=True,
+        max_request_bytes=config.max_request_bytes,
+    )  # fmt: skip
+    # On SIGTERM, connections waiting for an execution get this long before shutdown
+    # cancels the executions (their results are stored as cancelled).
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    )
     await server.serve()

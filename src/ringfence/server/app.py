@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from ringfence import __version__
 from ringfence.server.errors import install_error_handlers
+from ringfence.server.limits import BodyLimit
 from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import meta
 from ringfence.service.executions import ExecutionService
@@ -25,7 +26,13 @@ Errors are JSON: `{"error": {"code": "...", "message": "..."}}`.
 """
 
 
-def create_app(*, store: Store, executions: ExecutionService, owns_store: bool = False) -> FastAPI:
+def create_app(
+    *,
+    store: Store,
+    executions: ExecutionService,
+    owns_store: bool = False,
+    max_request_bytes: int = 4 << 20,
+) -> FastAPI:
     """The application over the service layer.
 
     At start-up it reconciles (executions a previous process left unfinished are marked
@@ -50,6 +57,7 @@ def create_app(*, store: Store, executions: ExecutionService, owns_store: bool =
     app.state.store = store
     app.state.executions = service
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
     return app

@@ -2,16 +2,29 @@
 
 Ids are the tenant's own: two tenants may both use ``deploy-1``. The executor sees a fresh
 internal id for each run, so one tenant's ids can neither collide with nor reveal another's.
+
+Tenants are not trusted with the host: over this service a request may not grant host paths
+or pick a root filesystem unless the operator allowed it, and its limits must stay within the
+operator's ceilings. (The CLI and the Python API, used by the operator, are not held to this.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import uuid
+from dataclasses import dataclass, field
 
 from ringfence.backends import Executor
-from ringfence.errors import ExecutionNotFound, RingfenceError
+from ringfence.config import Config
+from ringfence.errors import (
+    DuplicateExecution,
+    ExecutionNotFound,
+    InvalidRequest,
+    RingfenceError,
+)
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 from ringfence.store import Store
 
@@ -20,15 +33,29 @@ __all__ = ["RESTART_ERROR", "ExecutionService"]
 log = logging.getLogger(__name__)
 
 RESTART_ERROR = "the server stopped while this execution ran; it did not finish"
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass
+class _Submission:
+    """An execution this process accepted and has not finished yet."""
+
+    internal_id: str
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Future[ExecutionResult] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    task: asyncio.Task[None] | None = None
 
 
 class ExecutionService:
     """Submit, watch and cancel executions on behalf of tenants."""
 
-    def __init__(self, store: Store, executor: Executor) -> None:
+    def __init__(self, store: Store, executor: Executor, config: Config | None = None) -> None:
         self._store = store
         self._executor = executor
-        self._running: dict[tuple[str, str], tuple[str, asyncio.Task[ExecutionResult]]] = {}
+        self._config = config or Config()
+        self._live: dict[tuple[str, str], _Submission] = {}
 
     async def reconcile(self) -> int:
         """After a restart: executions recorded as unfinished can never finish. Returns how
@@ -37,6 +64,34 @@ class ExecutionService:
         for record in failed:
             log.warning("execution %s/%s was cut off by a restart", record.tenant, record.id)
         return len(failed)
+
+    def check_policy(self, request: ExecutionRequest) -> None:
+        """What a tenant may ask for; checked before anything touches the host.
+
+        Raises:
+            InvalidRequest: host mounts or an image the operator did not allow, or limits
+                above the operator's ceilings.
+        """
+        config = self._config
+        if request.mounts and not config.allow_tenant_mounts:
+            raise InvalidRequest(
+                "mounts: host paths cannot be granted through the API "
+                "(the operator can allow it with RINGFENCE_ALLOW_TENANT_MOUNTS=true)"
+            )
+        if request.image not in (None, config.default_image) and not config.allow_tenant_images:
+            raise InvalidRequest(
+                f"image: only the default image {config.default_image!r} is available "
+                "(the operator can allow others with RINGFENCE_ALLOW_TENANT_IMAGES=true)"
+            )
+        ceilings = config.max_limits
+        for name in ("memory", "pids", "cpus", "disk"):
+            asked, most = getattr(request.limits, name), getattr(ceilings, name)
+            if asked is not None and most is not None and asked > most:
+                raise InvalidRequest(f"limits.{name}: {asked} is above this server's {most}")
+        if request.timeout is not None and request.timeout > config.max_timeout:
+            raise InvalidRequest(
+                f"timeout: {request.timeout:g} s is above this server's {config.max_timeout:g} s"
+            )
 
     async def submit(
         self, tenant: str, request: ExecutionRequest, *, wait: bool
@@ -47,17 +102,25 @@ class ExecutionService:
 
         Raises:
             DuplicateExecution: the tenant already has an execution with this id.
-            InvalidRequest: the backend cannot honour the request.
+            InvalidRequest: the request is not allowed, or the backend cannot honour it.
         """
+        self.check_policy(request)
         internal = request.model_copy(update={"id": uuid.uuid4().hex})
         self._executor.check(internal)
-        pending = ExecutionResult(execution_id=request.id, status=Status.PENDING)
-        await self._store.add_execution(tenant, request, pending)
-        task = asyncio.create_task(self._run(tenant, request.id, internal))
-        self._running[tenant, request.id] = (internal.id, task)
+        key = (tenant, request.id)
+        if key in self._live:  # being recorded right now by a concurrent submit
+            raise DuplicateExecution(f"an execution with id {request.id!r} already exists")
+        submission = _Submission(internal.id)
+        self._live[key] = submission  # before the first await: a cancel can find it now
+        try:
+            await self._store.add_execution(tenant, request, _pending(request.id))
+        except BaseException:
+            del self._live[key]
+            raise
+        submission.task = asyncio.create_task(self._run(tenant, request.id, internal, submission))
         if wait:
-            return await asyncio.shield(task)
-        return pending
+            return await asyncio.shield(submission.done)
+        return _pending(request.id)
 
     async def get(self, tenant: str, execution_id: str) -> ExecutionResult:
         """The live state while it runs here, else the stored result.
@@ -65,13 +128,15 @@ class ExecutionService:
         Raises:
             ExecutionNotFound: no such execution in this tenant.
         """
-        running = self._running.get((tenant, execution_id))
-        if running is not None:
+        if not _ID.match(execution_id):
+            raise ExecutionNotFound(f"no execution with id {execution_id!r}")
+        submission = self._live.get((tenant, execution_id))
+        if submission is not None:
             try:
-                live = await self._executor.get_status(running[0])
+                live = await self._executor.get_status(submission.internal_id)
                 return live.model_copy(update={"execution_id": execution_id})
             except ExecutionNotFound:
-                pass  # finished between the two looks: the store has it
+                pass  # not started yet, or finished between the two looks: the store has it
         record = await self._store.get_execution(tenant, execution_id)
         if record is None:
             raise ExecutionNotFound(f"no execution with id {execution_id!r}")
@@ -89,34 +154,55 @@ class ExecutionService:
         Raises:
             ExecutionNotFound: no such execution in this tenant.
         """
-        running = self._running.get((tenant, execution_id))
-        if running is not None:
-            internal_id, task = running
-            await self._executor.cancel(internal_id)
-            return await asyncio.shield(task)
-        return await self.get(tenant, execution_id)
+        submission = self._live.get((tenant, execution_id))
+        if submission is None:
+            return await self.get(tenant, execution_id)
+        submission.cancel.set()  # honoured by _run if the executor has not started it yet
+        with contextlib.suppress(ExecutionNotFound):
+            await self._executor.cancel(submission.internal_id)
+        return await asyncio.shield(submission.done)
 
     async def aclose(self) -> None:
         """Cancel what runs and wait until every result is stored."""
-        tasks = [task for _, task in self._running.values()]
+        submissions = list(self._live.values())
+        for submission in submissions:
+            submission.cancel.set()
         await self._executor.aclose()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(s.done for s in submissions), return_exceptions=True)
 
     async def _run(
-        self, tenant: str, execution_id: str, internal: ExecutionRequest
-    ) -> ExecutionResult:
+        self, tenant: str, execution_id: str, internal: ExecutionRequest, submission: _Submission
+    ) -> None:
         try:
-            try:
-                result = await self._executor.execute(internal)
-            except RingfenceError as exc:  # checked at submit; still, never leave it pending
+            if submission.cancel.is_set():
                 result = ExecutionResult(
-                    execution_id=internal.id, status=Status.FAILED, error=exc.message
-                )
-            result = result.model_copy(update={"execution_id": execution_id})
+                    execution_id=internal.id, status=Status.CANCELLED,
+                    error="cancelled before it started",
+                )  # fmt: skip
+            else:
+                # execute() registers the run before its first await, so from here on a
+                # cancel reaches the executor.
+                result = await self._executor.execute(internal)
+        except Exception as exc:  # boundary: whatever happens, the execution must end
+            log.exception("execution %s/%s failed inside Ringfence", tenant, execution_id)
+            message = exc.message if isinstance(exc, RingfenceError) else "internal error"
+            result = ExecutionResult(execution_id=internal.id, status=Status.FAILED, error=message)
+        result = result.model_copy(update={"execution_id": execution_id})
+        try:
+            await self._store_result(tenant, execution_id, result)
+        finally:
+            del self._live[tenant, execution_id]
+            submission.done.set_result(result)
+
+    async def _store_result(self, tenant: str, execution_id: str, result: ExecutionResult) -> None:
+        for attempt in range(3):
             try:
                 await self._store.update_execution(tenant, execution_id, result)
+                return
             except RingfenceError:
                 log.exception("could not store the result of %s/%s", tenant, execution_id)
-            return result
-        finally:
-            del self._running[tenant, execution_id]
+                await asyncio.sleep(0.5 * (attempt + 1))
+
+
+def _pending(execution_id: str) -> ExecutionResult:
+    return ExecutionResult(execution_id=execution_id, status=Status.PENDING)

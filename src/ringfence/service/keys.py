@@ -25,6 +25,7 @@ __all__ = [
     "authenticate",
     "bootstrap_admin_key",
     "mint_key",
+    "new_key",
 ]
 
 _TENANT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -44,8 +45,8 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-async def mint_key(store: Store, tenant: str, role: Role, description: str = "") -> str:
-    """Create a key and return it; this is the only time it exists in clear.
+def new_key(tenant: str, role: Role, description: str = "") -> tuple[ApiKey, str]:
+    """A fresh key: what the store keeps, and the key itself (shown once, never stored).
 
     Raises:
         InvalidRequest: the tenant name is not a DNS label (lowercase, digits, '-').
@@ -57,8 +58,19 @@ async def mint_key(store: Store, tenant: str, role: Role, description: str = "")
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     created = datetime.now(UTC).replace(microsecond=0)
-    await store.add_key(ApiKey(key_id, tenant, role, _digest(secret), created, description))
-    return f"rf_{key_id}_{secret}"
+    stored = ApiKey(key_id, tenant, role, _digest(secret), created, description)
+    return stored, f"rf_{key_id}_{secret}"
+
+
+async def mint_key(store: Store, tenant: str, role: Role, description: str = "") -> str:
+    """Create a key in the store and return it; this is the only time it exists in clear.
+
+    Raises:
+        InvalidRequest: the tenant name is not a DNS label.
+    """
+    stored, key = new_key(tenant, role, description)
+    await store.add_key(stored)
+    return key
 
 
 async def authenticate(store: Store, presented: str | None) -> Principal:
@@ -86,15 +98,33 @@ ADMIN_KEY_FILE = "admin-key"
 
 
 async def bootstrap_admin_key(store: Store, data_dir: Path) -> Path | None:
-    """On a store without keys, mint an admin key for tenant ``default`` and write it to
+    """On a store without keys, mint an admin key for tenant ``default`` into
     ``<data_dir>/admin-key`` (readable by its owner only). Returns that path, or None when
-    keys already exist."""
+    keys already exist.
+
+    The file is written (atomically) before the key is stored, so a failure never leaves a
+    stored admin key that nobody has.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
     if await store.count_keys():
         return None
-    key = await mint_key(store, FIRST_TENANT, Role.ADMIN, "created at first start")
-    data_dir.mkdir(parents=True, exist_ok=True)
+    stored, key = new_key(FIRST_TENANT, Role.ADMIN, "created at first start")
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = data_dir / ADMIN_KEY_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
+    partial = path.with_name(f".{ADMIN_KEY_FILE}.{os.getpid()}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, (key + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    await store.add_key(stored)
     return path
