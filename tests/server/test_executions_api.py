@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from ringfence.config import Config
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 from ringfence.service.executions import RESTART_ERROR, ExecutionService
 from ringfence.store import MemoryStore
@@ -254,13 +255,26 @@ async def test_a_huge_body_is_refused_before_it_is_read(api: Api) -> None:
     assert response.status_code == 413 and _error(response)["code"] == "too_large"
 
 
-async def test_a_cancel_racing_the_submit_is_not_lost(api: Api) -> None:
-    submitted, cancelled = await asyncio.gather(
-        api.client.post("/v1/executions", headers=api.acme,
-                        json={"id": "race", "command": ["sleep", "30"]}),
-        api.client.post("/v1/executions/race/cancel", headers=api.acme),
-    )  # fmt: skip
-    assert submitted.json()["status"] == "cancelled", submitted.json()
-    assert cancelled.json()["status"] == "cancelled"
-    stored = await api.client.get("/v1/executions/race", headers=api.acme)
-    assert stored.json()["status"] == "cancelled"
+async def test_a_cancel_racing_the_submit_is_not_lost(local_host: object) -> None:
+    from ringfence.backends.local import LocalExecutor
+    from ringfence.backends.local.probe import Host
+
+    assert isinstance(local_host, Host)
+
+    class SlowStore(MemoryStore):
+        """Recording takes a while: the cancel arrives in the middle of it."""
+
+        async def add_execution(self, *args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.2)
+            return await super().add_execution(*args, **kwargs)
+
+    store = SlowStore()
+    service = ExecutionService(store, LocalExecutor(Config(), host=local_host), Config())
+    request = ExecutionRequest(id="race", command=["sleep", "30"])
+    submitted = asyncio.create_task(service.submit("acme", request, wait=True))
+    await asyncio.sleep(0.05)  # the submit is now recording
+    cancelled = await service.cancel("acme", "race")
+    assert cancelled.status is Status.CANCELLED and (await submitted) == cancelled
+    record = await store.get_execution("acme", "race")
+    assert record is not None and record.result.status is Status.CANCELLED
+    await service.aclose()

@@ -61,45 +61,62 @@ class LocalExecutor(SupervisingExecutor):
         return layout_for(image, self._host.files)
 
     async def _launch(self, request: ExecutionRequest, limits: ResourceLimits) -> _Sandbox:
+        layout = self._layout(request)  # may refuse: before anything is created
         name = f"rf-{request.id}"
-        cgroup = self._host.cgroups.create(name, limits)
-        seccomp = memfd_with("seccomp", self._host.seccomp)
-        info_r, info_w = os.pipe()
-        gate_r, gate_w = os.pipe()
-        fds = Fds(seccomp=seccomp, info=info_w, block=gate_r)
-        options = bwrap_args(self._layout(request), request, limits, fds)
-        args = memfd_with("bwrap-args", pack_args(options))
-        argv = [*self._host.drop_privileges, self._host.bwrap, "--args", str(args)]
-        try:
+        with contextlib.ExitStack() as undo, contextlib.ExitStack() as after_spawn:
+            cgroup = self._host.cgroups.create(name, limits)
+            undo.callback(cgroup.remove)
+            seccomp = memfd_with("seccomp", self._host.seccomp)
+            after_spawn.callback(os.close, seccomp)
+            info_r, info_w = os.pipe()
+            undo.callback(_close, info_r)
+            after_spawn.callback(os.close, info_w)  # closed at once: EOF tells bwrap died
+            gate_r, gate_w = os.pipe()
+            undo.callback(os.close, gate_r)
+            gate = _Gate(gate_w)
+            undo.callback(gate.close)
+            fds = Fds(seccomp=seccomp, info=info_w, block=gate_r)
+            args = memfd_with("bwrap-args", pack_args(bwrap_args(layout, request, limits, fds)))
+            after_spawn.callback(os.close, args)
+            argv = [*self._host.drop_privileges, self._host.bwrap, "--args", str(args)]
             child = Child.spawn(
                 [*argv, "--", *request.argv],
                 env=LAUNCH_ENV,
                 pass_fds=(args, seccomp, info_w, gate_r),
             )
-        except BaseException:
-            for fd in (info_r, gate_r, gate_w):
-                os.close(fd)
-            cgroup.remove()
-            raise
-        finally:
-            for fd in (args, seccomp, info_w):
-                os.close(fd)
-        sandbox = _Sandbox(child, name, cgroup, gate_r)  # owns the cgroup and gate_r now
+            after_spawn.close()
+            undo.pop_all()  # from here on the sandbox owns the cgroup, gate_r and the child
+        sandbox = _Sandbox(child, name, cgroup, gate_r)
         try:
             info = await _read_json(info_r, _INFO_TIMEOUT_SECONDS)
             # No info, or an init gone before it could be moved: bwrap failed while setting
             # up (its output says why) and nothing of the command ever ran.
             if info is not None and cgroup.add(int(info["child-pid"])):
-                sandbox.open_gate(gate_w)
+                sandbox.open_gate(gate.fd)
         except BaseException:
-            await sandbox.kill()
-            await child.wait()
-            await sandbox.release()
-            child.close()
+            await sandbox.abort()
             raise
         finally:
-            os.close(gate_w)
+            gate.close()
         return sandbox
+
+
+class _Gate:
+    """The write end of bwrap's gate, closed exactly once."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._open = True
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            os.close(self.fd)
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):  # _read_json may have closed it already
+        os.close(fd)
 
 
 class _Sandbox:
@@ -115,6 +132,15 @@ class _Sandbox:
         self._gate: int | None = gate
         self._opened = False
         self._command_started = False
+
+    async def abort(self) -> None:
+        """Undo a start that failed half-way: every step runs even if one before it fails."""
+        with contextlib.suppress(SandboxError):
+            await self.kill()
+        self.child.kill()
+        await self.child.wait()
+        await self.release()
+        self.child.close()
 
     def open_gate(self, gate_w: int) -> None:
         os.write(gate_w, b"1")
