@@ -101,6 +101,23 @@ async def test_cancel_kills_a_running_execution(api: Api) -> None:
     assert again.json() == response.json()
 
 
+async def test_a_running_execution_is_recorded_as_running(api: Api) -> None:
+    await api.client.post("/v1/executions?wait=false", headers=api.acme,
+                          json={"id": "busy", "command": ["sleep", "60"]})  # fmt: skip
+    for _ in range(500):
+        record = await api.store.get_execution("acme", "busy")
+        if record is not None and record.result.status is Status.RUNNING:
+            break
+        await asyncio.sleep(0.01)
+    assert record is not None and record.result.status is Status.RUNNING
+    assert record.result.started_at is not None
+    listed = (await api.client.get("/v1/executions?status=running", headers=api.acme)).json()
+    assert [r["execution_id"] for r in listed] == ["busy"]
+    await api.client.post("/v1/executions/busy/cancel", headers=api.acme)
+    final = await api.store.get_execution("acme", "busy")
+    assert final is not None and final.result.status is Status.CANCELLED, "not overwritten"
+
+
 async def test_another_tenant_sees_nothing_and_gets_404(api: Api) -> None:
     await api.client.post(
         "/v1/executions", headers=api.acme, json={"id": "secret-job", "command": ["true"]}

@@ -165,4 +165,5 @@ def test_a_killed_server_loses_nothing_and_leaves_no_sandbox_behind(server: Serv
     for i in range(3):
         cut = by_id[f"cut-{i}"]
         assert cut["status"] == "failed" and "server stopped" in cut["error"], cut
+        assert cut["started_at"] is not None, "when it started is not lost"
     assert json.loads(json.dumps(listed))  # the listing stays valid JSON after reconcile

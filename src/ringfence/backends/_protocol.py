@@ -7,10 +7,13 @@ from typing import Protocol
 
 from ringfence.models import ExecutionRequest, ExecutionResult
 
-__all__ = ["Executor", "OutputCallback"]
+__all__ = ["Executor", "OutputCallback", "StartCallback"]
 
 OutputCallback = Callable[[bytes], None]
 """Called with each chunk of the command's output (stdout and stderr, in order) as it comes."""
+
+StartCallback = Callable[[ExecutionResult], None]
+"""Called once, with the ``running`` result, when the command has been started."""
 
 
 class Executor(Protocol):
@@ -37,9 +40,15 @@ class Executor(Protocol):
         ...
 
     async def execute(
-        self, request: ExecutionRequest, *, on_output: OutputCallback | None = None
+        self,
+        request: ExecutionRequest,
+        *,
+        on_output: OutputCallback | None = None,
+        on_start: StartCallback | None = None,
     ) -> ExecutionResult:
         """Run the request and wait for a terminal status.
+
+        Callbacks must not block; an exception from one is logged and it is not called again.
 
         Raises:
             DuplicateExecution: an execution with this id is running or retained.

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ringfence.backends._child import Child
 from ringfence.backends._output import BoundedLog
-from ringfence.backends._protocol import OutputCallback
+from ringfence.backends._protocol import OutputCallback, StartCallback
 from ringfence.backends._runs import Run, RunTable
 from ringfence.config import Config
 from ringfence.errors import RingfenceError
@@ -75,13 +75,17 @@ class SupervisingExecutor(ABC):
         """Start ``request`` in a fresh sandbox. Raise ``RingfenceError`` or ``OSError``."""
 
     async def execute(
-        self, request: ExecutionRequest, *, on_output: OutputCallback | None = None
+        self,
+        request: ExecutionRequest,
+        *,
+        on_output: OutputCallback | None = None,
+        on_start: StartCallback | None = None,
     ) -> ExecutionResult:
         self.check(request)
         run = Run(id=request.id, log=BoundedLog(self.config.max_log_bytes), backend=self.name)
         self._runs.add(run)
         try:
-            await self._supervise(run, request, on_output)
+            await self._supervise(run, request, on_output, on_start)
         finally:
             if not run.status.is_terminal:  # we were cancelled from outside
                 run.error = run.error or "the executor stopped supervising this execution"
@@ -108,7 +112,11 @@ class SupervisingExecutor(ABC):
             await run.done.wait()
 
     async def _supervise(
-        self, run: Run, request: ExecutionRequest, on_output: OutputCallback | None
+        self,
+        run: Run,
+        request: ExecutionRequest,
+        on_output: OutputCallback | None,
+        on_start: StartCallback | None,
     ) -> None:
         limits = request.limits.merged_over(self.config.default_limits)
         timeout = request.timeout or self.config.default_timeout
@@ -120,6 +128,11 @@ class SupervisingExecutor(ABC):
             return
         run.job_name = sandbox.name
         run.move_to(Status.RUNNING)
+        if on_start is not None:
+            try:
+                on_start(run.result())
+            except Exception:  # boundary: a caller's callback must not break supervision
+                log.exception("start callback failed")
         reader = asyncio.create_task(sandbox.child.pump(_sink(run.log, on_output)))
         outcome = Status.CANCELLED
         try:

@@ -173,6 +173,7 @@ class ExecutionService:
     async def _run(
         self, tenant: str, execution_id: str, internal: ExecutionRequest, submission: _Submission
     ) -> None:
+        starts: list[asyncio.Task[None]] = []
         try:
             if submission.cancel.is_set():
                 result = ExecutionResult(
@@ -182,13 +183,22 @@ class ExecutionService:
             else:
                 # execute() registers the run before its first await, so from here on a
                 # cancel reaches the executor.
-                result = await self._executor.execute(internal)
+                result = await self._executor.execute(
+                    internal, on_start=lambda running: starts.append(
+                        asyncio.create_task(self._store_result(
+                            tenant, execution_id,
+                            running.model_copy(update={"execution_id": execution_id}),
+                        ))
+                    ),
+                )  # fmt: skip
         except Exception as exc:  # boundary: whatever happens, the execution must end
             log.exception("execution %s/%s failed inside Ringfence", tenant, execution_id)
             message = exc.message if isinstance(exc, RingfenceError) else "internal error"
             result = ExecutionResult(execution_id=internal.id, status=Status.FAILED, error=message)
         result = result.model_copy(update={"execution_id": execution_id})
         try:
+            # The "running" write goes first: the final result must never be overwritten.
+            await asyncio.gather(*starts, return_exceptions=True)
             await self._store_result(tenant, execution_id, result)
         finally:
             del self._live[tenant, execution_id]
