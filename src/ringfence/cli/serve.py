@@ -14,6 +14,7 @@ from ringfence.errors import BackendUnavailable, RingfenceError, UnknownBackend
 __all__ = ["serve"]
 
 EXIT_UNAVAILABLE = 125
+_EXECUTOR_RETENTION = 256
 
 
 @click.command()
@@ -53,7 +54,9 @@ async def _serve(config: Config, host: str, port: int) -> None:
     from ringfence.service.keys import FIRST_TENANT, bootstrap_admin_key
     from ringfence.store.factory import open_store
 
-    executor = create_executor(config)  # fail closed before anything listens
+    # The store keeps every result; the executor need only hold runs until they are stored.
+    retention = {"max_retained_results": min(config.max_retained_results, _EXECUTOR_RETENTION)}
+    executor = create_executor(config.model_copy(update=retention))  # fails closed
     store = await open_store(config)
     created = await bootstrap_admin_key(store, config.data_dir)
     if created is not None:
