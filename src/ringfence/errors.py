@@ -12,8 +12,12 @@ apart without matching message text.
     ├── BackendUnavailable      the host lacks what the backend needs     (backend_unavailable)
     ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
     ├── StoreError              the store failed (database unreachable)   (store_error)
-    └── Unauthenticated         no valid API key                          (unauthenticated)
-        Forbidden               the key's role may not do this            (forbidden)
+    ├── Unauthenticated         no valid API key                          (unauthenticated)
+    ├── Forbidden               the key's role may not do this            (forbidden)
+    └── ServerUnreachable       the SDK could not reach the server        (unreachable)
+
+The SDK raises the class named by the code a server answered with (``error_for``); a code it
+does not know becomes a plain ``RingfenceError`` carrying that code.
 
 Foreign exceptions (OSError from a syscall, pydantic's ValidationError) are translated at the
 boundary that meets them, with ``raise ... from exc``.
@@ -30,9 +34,11 @@ __all__ = [
     "InvalidRequest",
     "RingfenceError",
     "SandboxError",
+    "ServerUnreachable",
     "StoreError",
     "Unauthenticated",
     "UnknownBackend",
+    "error_for",
 ]
 
 
@@ -100,6 +106,22 @@ class Forbidden(RingfenceError):
     code = "forbidden"
 
 
+class ServerUnreachable(RingfenceError):
+    """The SDK could not reach the server, or the connection broke (raised client-side)."""
+
+    code = "unreachable"
+
+
+def error_for(code: str, message: str) -> RingfenceError:
+    """The exception for an error code a server answered with."""
+    for cls in _ALL:
+        if cls.code == code:
+            return cls(message)
+    error = RingfenceError(message)
+    error.code = code
+    return error
+
+
 HTTP_STATUS: dict[str, int] = {
     RingfenceError.code: 500,
     InvalidRequest.code: 400,
@@ -112,3 +134,8 @@ HTTP_STATUS: dict[str, int] = {
     Unauthenticated.code: 401,
     Forbidden.code: 403,
 }
+
+_ALL: tuple[type[RingfenceError], ...] = (
+    InvalidRequest, ExecutionNotFound, DuplicateExecution, UnknownBackend, BackendUnavailable,
+    SandboxError, StoreError, Unauthenticated, Forbidden, ServerUnreachable,
+)  # fmt: skip

@@ -25,6 +25,9 @@ class Api:
     store: Store
     acme: dict[str, str]  # headers with tenant acme's agent key
     globex: dict[str, str]  # headers with tenant globex's agent key
+    transport: httpx.ASGITransport
+    acme_key: str
+    globex_key: str
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -62,4 +65,7 @@ async def api(local_host: object, store: Store) -> AsyncIterator[Api]:
             store,
             {"Authorization": f"Bearer {acme}"},
             {"X-API-Key": globex},
+            transport,
+            acme,
+            globex,
         )

@@ -1,0 +1,135 @@
+"""What both SDK clients share: settings, the requests they build, how answers are read.
+
+The async and the sync client are thin I/O shells over these pure helpers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ringfence.errors import InvalidRequest, RingfenceError, ServerUnreachable, error_for
+from ringfence.models import ExecutionRequest, ExecutionResult, Status
+
+__all__ = [
+    "Call",
+    "Settings",
+    "build_request",
+    "cancel_call",
+    "get_call",
+    "list_call",
+    "read_result",
+    "read_results",
+    "submit_call",
+    "translate",
+]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the server is and how to sign in: arguments, else RINGFENCE_URL and
+    RINGFENCE_API_KEY."""
+
+    url: str
+    api_key: str
+    timeout: float
+
+    @classmethod
+    def resolve(cls, url: str | None, api_key: str | None, timeout: float) -> Settings:
+        """Raises ``InvalidRequest`` when no key is given either way."""
+        key = api_key or os.environ.get("RINGFENCE_API_KEY")
+        if not key:
+            raise InvalidRequest("no API key: pass api_key= or set RINGFENCE_API_KEY")
+        base = url or os.environ.get("RINGFENCE_URL") or DEFAULT_URL
+        return cls(base.rstrip("/"), key, timeout)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request, built without doing any I/O."""
+
+    method: str
+    path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+
+
+def build_request(
+    command: Sequence[str] | ExecutionRequest, fields: Mapping[str, Any]
+) -> ExecutionRequest:
+    """An ``ExecutionRequest`` from a command and keyword fields, or the one given.
+
+    Raises:
+        InvalidRequest: a field is invalid (checked here, before anything is sent).
+    """
+    if isinstance(command, ExecutionRequest):
+        return command
+    try:
+        return ExecutionRequest(command=list(command), **fields)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise InvalidRequest(str(exc)) from exc
+
+
+def submit_call(request: ExecutionRequest, wait: bool) -> Call:
+    body = request.model_dump(mode="json", exclude_none=True)
+    return Call("POST", "/v1/executions", {"wait": str(wait).lower()}, body)
+
+
+def get_call(execution_id: str) -> Call:
+    return Call("GET", f"/v1/executions/{_segment(execution_id)}")
+
+
+def cancel_call(execution_id: str) -> Call:
+    return Call("POST", f"/v1/executions/{_segment(execution_id)}/cancel")
+
+
+def list_call(status: Status | None, limit: int) -> Call:
+    params: dict[str, Any] = {"limit": limit}
+    if status is not None:
+        params["status"] = Status(status).value
+    return Call("GET", "/v1/executions", params)
+
+
+def read_result(response: httpx.Response) -> ExecutionResult:
+    return ExecutionResult.model_validate(_checked(response))
+
+
+def read_results(response: httpx.Response) -> list[ExecutionResult]:
+    return [ExecutionResult.model_validate(item) for item in _checked(response)]
+
+
+def translate(exc: httpx.HTTPError, url: str) -> RingfenceError:
+    """A transport failure, in Ringfence's terms."""
+    return ServerUnreachable(f"cannot reach the Ringfence server at {url}: {exc}")
+
+
+def _checked(response: httpx.Response) -> Any:
+    """The JSON body of a success; the typed error of a failure.
+
+    Raises:
+        RingfenceError: the subclass named by the server's error code.
+    """
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.is_success and body is not None:
+        return body
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("code"), str):
+        raise error_for(error["code"], str(error.get("message", "")))
+    raise RingfenceError(f"unexpected answer from the server: HTTP {response.status_code}")
+
+
+def _segment(execution_id: str) -> str:
+    return quote(execution_id, safe="")
