@@ -174,6 +174,11 @@ class ExecutionService:
         self, tenant: str, execution_id: str, internal: ExecutionRequest, submission: _Submission
     ) -> None:
         starts: list[asyncio.Task[None]] = []
+
+        def on_start(running: ExecutionResult) -> None:
+            running = running.model_copy(update={"execution_id": execution_id})
+            starts.append(asyncio.create_task(self._store_result(tenant, execution_id, running)))
+
         try:
             if submission.cancel.is_set():
                 result = ExecutionResult(
@@ -183,14 +188,7 @@ class ExecutionService:
             else:
                 # execute() registers the run before its first await, so from here on a
                 # cancel reaches the executor.
-                result = await self._executor.execute(
-                    internal, on_start=lambda running: starts.append(
-                        asyncio.create_task(self._store_result(
-                            tenant, execution_id,
-                            running.model_copy(update={"execution_id": execution_id}),
-                        ))
-                    ),
-                )  # fmt: skip
+                result = await self._executor.execute(internal, on_start=on_start)
         except Exception as exc:  # boundary: whatever happens, the execution must end
             log.exception("execution %s/%s failed inside Ringfence", tenant, execution_id)
             message = exc.message if isinstance(exc, RingfenceError) else "internal error"
