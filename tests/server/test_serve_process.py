@@ -167,3 +167,32 @@ def test_a_killed_server_loses_nothing_and_leaves_no_sandbox_behind(server: Serv
         assert cut["status"] == "failed" and "server stopped" in cut["error"], cut
         assert cut["started_at"] is not None, "when it started is not lost"
     assert json.loads(json.dumps(listed))  # the listing stays valid JSON after reconcile
+
+
+def test_sigterm_answers_waiting_clients_and_stops_promptly(server: Server) -> None:
+    import threading
+
+    server.start()
+    admin = {"Authorization": f"Bearer {(server.data_dir / 'admin-key').read_text().strip()}"}
+    answers: list[httpx.Response] = []
+    waiting = threading.Thread(target=lambda: answers.append(httpx.post(
+        f"{server.url}/v1/executions", headers=admin, timeout=60,
+        json={"id": "waited", "command": ["sleep", "60"]},
+    )))  # fmt: skip
+    waiting.start()
+    for _ in range(500):
+        state = httpx.get(f"{server.url}/v1/executions/waited", headers=admin)
+        if state.status_code == 200 and state.json()["status"] == "running":
+            break
+        time.sleep(0.02)
+    assert server.process is not None
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    server.process.wait(timeout=30)
+    waiting.join(timeout=30)
+    assert time.monotonic() - started < 5, "no waiting for the execution's own timeout"
+    assert answers and answers[0].status_code == 200
+    assert answers[0].json()["status"] == "cancelled"
+    server.start()
+    stored = httpx.get(f"{server.url}/v1/executions/waited", headers=admin).json()
+    assert stored["status"] == "cancelled", "the outcome was stored before the exit"

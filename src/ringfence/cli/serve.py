@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import click
 
@@ -69,9 +72,29 @@ async def _serve(config: Config, host: str, port: int) -> None:
         store=store, executions=service, owns_store=True,
         max_request_bytes=config.max_request_bytes,
     )  # fmt: skip
-    # On SIGTERM, connections waiting for an execution get this long before shutdown
-    # cancels the executions (their results are stored as cancelled).
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    config_ = uvicorn.Config(
+        app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5
     )
-    await server.serve()
+    await _server_class()(config_, on_exit=service.aclose).serve()
+
+
+def _server_class() -> type[Any]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """On SIGTERM or Ctrl-C, cancel running executions first: clients waiting on one get
+        its (cancelled) result instead of a connection cut at the graceful-shutdown deadline."""
+
+        def __init__(
+            self, config: uvicorn.Config, on_exit: Callable[[], Coroutine[Any, Any, None]]
+        ) -> None:
+            super().__init__(config)
+            self._on_exit = on_exit
+            self._cancelling: asyncio.Task[None] | None = None
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            if self._cancelling is None:
+                self._cancelling = asyncio.get_running_loop().create_task(self._on_exit())
+
+    return Server
