@@ -6,11 +6,14 @@ apart without matching message text.
 
     RingfenceError
     ├── InvalidRequest          bad input: the caller can fix it          (invalid_request)
-    ├── ExecutionNotFound       no execution with that id                 (not_found)
+    ├── NotFound                no such object in your tenant             (not_found)
+    │   ├── ExecutionNotFound   no execution with that id
+    │   └── SandboxNotFound     no sandbox with that id
     ├── DuplicateExecution      an execution with that id already exists  (duplicate_id)
     ├── UnknownBackend          SANDBOX_BACKEND names no backend          (unknown_backend)
     ├── BackendUnavailable      the host lacks what the backend needs     (backend_unavailable)
     ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
+    ├── SandboxNotRunning       the sandbox has ended (killed, expired)   (sandbox_not_running)
     ├── StoreError              the store failed (database unreachable)   (store_error)
     ├── Unauthenticated         no valid API key                          (unauthenticated)
     ├── Forbidden               the key's role may not do this            (forbidden)
@@ -32,8 +35,11 @@ __all__ = [
     "ExecutionNotFound",
     "Forbidden",
     "InvalidRequest",
+    "NotFound",
     "RingfenceError",
     "SandboxError",
+    "SandboxNotFound",
+    "SandboxNotRunning",
     "ServerUnreachable",
     "StoreError",
     "Unauthenticated",
@@ -58,10 +64,18 @@ class InvalidRequest(RingfenceError):
     code = "invalid_request"
 
 
-class ExecutionNotFound(RingfenceError):
-    """No execution with this id exists (or it was forgotten after its retention time)."""
+class NotFound(RingfenceError):
+    """No object with this id exists in the caller's tenant (another tenant's looks the same)."""
 
     code = "not_found"
+
+
+class ExecutionNotFound(NotFound):
+    """No execution with this id exists (or it was forgotten after its retention time)."""
+
+
+class SandboxNotFound(NotFound):
+    """No sandbox with this id exists in the caller's tenant."""
 
 
 class DuplicateExecution(RingfenceError):
@@ -86,6 +100,12 @@ class SandboxError(RingfenceError):
     """The sandbox could not be created, supervised or cleaned up."""
 
     code = "sandbox_error"
+
+
+class SandboxNotRunning(RingfenceError):
+    """The sandbox exists but has ended (killed, expired or failed): it runs nothing more."""
+
+    code = "sandbox_not_running"
 
 
 class StoreError(RingfenceError):
@@ -125,17 +145,18 @@ def error_for(code: str, message: str) -> RingfenceError:
 HTTP_STATUS: dict[str, int] = {
     RingfenceError.code: 500,
     InvalidRequest.code: 400,
-    ExecutionNotFound.code: 404,
+    NotFound.code: 404,
     DuplicateExecution.code: 409,
     UnknownBackend.code: 400,
     BackendUnavailable.code: 503,
     SandboxError.code: 500,
+    SandboxNotRunning.code: 409,
     StoreError.code: 503,
     Unauthenticated.code: 401,
     Forbidden.code: 403,
 }
 
 _ALL: tuple[type[RingfenceError], ...] = (
-    InvalidRequest, ExecutionNotFound, DuplicateExecution, UnknownBackend, BackendUnavailable,
-    SandboxError, StoreError, Unauthenticated, Forbidden, ServerUnreachable,
+    InvalidRequest, NotFound, DuplicateExecution, UnknownBackend, BackendUnavailable,
+    SandboxError, SandboxNotRunning, StoreError, Unauthenticated, Forbidden, ServerUnreachable,
 )  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
 
@@ -23,6 +23,9 @@ __all__ = [
     "ExecutionResult",
     "Mount",
     "ResourceLimits",
+    "Sandbox",
+    "SandboxSpec",
+    "SandboxState",
     "Status",
     "advance",
 ]
@@ -66,6 +69,15 @@ def advance(current: Status, new: Status) -> Status:
     if new not in _NEXT.get(current, frozenset()):
         raise ValueError(f"an execution cannot go from {current.value} to {new.value}")
     return new
+
+
+def _checked_env(env: dict[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"invalid environment variable name: {name!r}")
+        if "\0" in value:
+            raise ValueError(f"environment variable {name} contains a NUL byte")
+    return env
 
 
 def _size(value: object) -> object:
@@ -215,12 +227,7 @@ class ExecutionRequest(BaseModel):
     @field_validator("env")
     @classmethod
     def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:
-        for name, value in env.items():
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"invalid environment variable name: {name!r}")
-            if "\0" in value:
-                raise ValueError(f"environment variable {name} contains a NUL byte")
-        return env
+        return _checked_env(env)
 
     @field_validator("cwd")
     @classmethod
@@ -272,3 +279,109 @@ class ExecutionResult(BaseModel):
     error: str | None = Field(
         None, description="A system failure or cause of death in plain words, e.g. 'out of memory'."
     )
+
+
+class SandboxState(StrEnum):
+    """The lifecycle of an interactive sandbox. The strings are API: they never change."""
+
+    RUNNING = "running"  # its daemon serves commands and files
+    KILLED = "killed"  # kill() was called; nothing of it remains
+    EXPIRED = "expired"  # its timeout passed; nothing of it remains
+    FAILED = "failed"  # it died by itself, or with a server restart (see error)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self is not SandboxState.RUNNING
+
+
+_TEMPLATE = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+_MAX_METADATA = 64
+
+
+def _checked_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    if len(metadata) > _MAX_METADATA:
+        raise ValueError(f"at most {_MAX_METADATA} metadata entries")
+    for name, value in metadata.items():
+        if not 0 < len(name) <= 128 or len(value) > 1024:
+            raise ValueError(
+                f"metadata keys are 1-128 characters and values at most 1024: {name[:40]!r}"
+            )
+    return metadata
+
+
+class SandboxSpec(BaseModel):
+    """What to create: an interactive sandbox, alive until its timeout or a kill."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    template: str = Field(
+        "base",
+        pattern=_TEMPLATE,
+        description="Root filesystem of the sandbox. 'base': a read-only view of the host's "
+        "system directories (python3, a shell and the usual tools).",
+    )
+    timeout: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Seconds until the sandbox is killed, from now; default 300. "
+        "set_timeout moves it.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables of every command in the sandbox (over PATH, HOME, "
+        "USER, LOGNAME, LANG and TERM defaults). Never returned by the API.",
+    )
+    metadata: dict[str, str] = Field(
+        default_factory=dict,
+        description="Your own labels, returned with the sandbox and usable as list filters.",
+    )
+    limits: ResourceLimits = Field(
+        default_factory=ResourceLimits,
+        description="Limits on the whole sandbox (every command together); unset fields "
+        "default.",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:
+        return _checked_env(env)
+
+    @field_validator("metadata")
+    @classmethod
+    def _valid_metadata(cls, metadata: dict[str, str]) -> dict[str, str]:
+        return _checked_metadata(metadata)
+
+    @model_validator(mode="after")
+    def _valid_unicode(self) -> SandboxSpec:
+        try:
+            self.model_dump_json()
+        except PydanticSerializationError:
+            raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+        return self
+
+
+class Sandbox(BaseModel):
+    """An interactive sandbox as the API shows it (its environment is never shown)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(description="Unique among every tenant's sandboxes.")
+    template: str
+    state: SandboxState
+    metadata: dict[str, str] = Field(default_factory=dict)
+    limits: ResourceLimits = Field(description="The limits in force (defaults filled in).")
+    created_at: datetime
+    expires_at: datetime | None = Field(
+        description="When it will be killed unless set_timeout moves it; None once ended."
+    )
+    ended_at: datetime | None = None
+    error: str | None = Field(
+        None, description="Why it failed, in plain words (for the failed state)."
+    )
+
+    def ended(self, state: SandboxState, error: str | None = None) -> Sandbox:
+        """This sandbox, ended now in ``state`` (a terminal one)."""
+        assert state.is_terminal, state
+        update = {"state": state, "error": error, "ended_at": datetime.now(UTC), "expires_at": None}
+        return self.model_copy(update=update)

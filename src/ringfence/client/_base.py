@@ -13,7 +13,14 @@ from urllib.parse import quote
 
 import httpx
 
-from ringfence.errors import InvalidRequest, RingfenceError, ServerUnreachable, error_for
+from ringfence.errors import (
+    ExecutionNotFound,
+    InvalidRequest,
+    NotFound,
+    RingfenceError,
+    ServerUnreachable,
+    error_for,
+)
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 
 __all__ = [
@@ -21,6 +28,7 @@ __all__ = [
     "Settings",
     "build_request",
     "cancel_call",
+    "checked",
     "get_call",
     "list_call",
     "read_result",
@@ -101,11 +109,11 @@ def list_call(status: Status | None, limit: int) -> Call:
 
 
 def read_result(response: httpx.Response) -> ExecutionResult:
-    return ExecutionResult.model_validate(_checked(response))
+    return ExecutionResult.model_validate(checked(response, ExecutionNotFound))
 
 
 def read_results(response: httpx.Response) -> list[ExecutionResult]:
-    return [ExecutionResult.model_validate(item) for item in _checked(response)]
+    return [ExecutionResult.model_validate(item) for item in checked(response)]
 
 
 def translate(exc: httpx.HTTPError, url: str) -> RingfenceError:
@@ -113,11 +121,12 @@ def translate(exc: httpx.HTTPError, url: str) -> RingfenceError:
     return ServerUnreachable(f"cannot reach the Ringfence server at {url}: {exc}")
 
 
-def _checked(response: httpx.Response) -> Any:
+def checked(response: httpx.Response, not_found: type[NotFound] = NotFound) -> Any:
     """The JSON body of a success; the typed error of a failure.
 
     Raises:
-        RingfenceError: the subclass named by the server's error code.
+        RingfenceError: the subclass named by the server's error code; ``not_found`` (what
+            was looked up) for ``not_found``.
     """
     try:
         body = response.json()
@@ -127,7 +136,10 @@ def _checked(response: httpx.Response) -> Any:
         return body
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("code"), str):
-        raise error_for(error["code"], str(error.get("message", "")))
+        message = str(error.get("message", ""))
+        if error["code"] == NotFound.code:
+            raise not_found(message)
+        raise error_for(error["code"], message)
     raise RingfenceError(f"unexpected answer from the server: HTTP {response.status_code}")
 
 

@@ -1,7 +1,7 @@
 """The store: what the control plane remembers across restarts.
 
-It keeps API keys (each bound to a tenant and a role) and executions (the request as
-submitted and the latest result). Everything is scoped by tenant: no method returns another
+It keeps API keys (each bound to a tenant and a role), executions (the request as
+submitted and the latest result) and interactive sandboxes (as the API shows them). Everything is scoped by tenant: no method returns another
 tenant's objects. Implementations: ``MemoryStore`` (tests, and a server that may forget) and
 ``SqlStore`` (SQLite by default, PostgreSQL for several replicas).
 """
@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
-from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
 
 __all__ = ["ApiKey", "ExecutionRecord", "Role", "Store"]
 
@@ -104,6 +105,39 @@ class Store(Protocol):
     async def fail_unfinished(self, error: str) -> list[ExecutionRecord]:
         """Mark every execution that is not terminal as ``failed`` with ``error`` (the server
         restarted and lost them); return them as updated."""
+        ...
+
+    async def add_sandbox(self, tenant: str, sandbox: Sandbox) -> None:
+        """Record a new sandbox. Raises ``StoreError`` if its id exists (in any tenant)."""
+        ...
+
+    async def update_sandbox(self, tenant: str, sandbox: Sandbox) -> None:
+        """Replace the stored sandbox.
+
+        Raises:
+            SandboxNotFound: no such sandbox in this tenant.
+        """
+        ...
+
+    async def get_sandbox(self, tenant: str, sandbox_id: str) -> Sandbox | None:
+        """The sandbox, or None (also when it belongs to another tenant)."""
+        ...
+
+    async def list_sandboxes(
+        self,
+        tenant: str,
+        *,
+        states: Collection[SandboxState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[Sandbox]:
+        """The tenant's sandboxes, newest first: only those in one of ``states`` (all when
+        None) whose metadata has every pair of ``metadata``."""
+        ...
+
+    async def end_running_sandboxes(self, error: str) -> list[tuple[str, Sandbox]]:
+        """Mark every running sandbox ``failed`` with ``error`` (the server restarted and
+        they died with it); return them as ``(tenant, sandbox)``, updated."""
         ...
 
     async def aclose(self) -> None: ...

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
-from ringfence.errors import DuplicateExecution, ExecutionNotFound, StoreError
-from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.errors import DuplicateExecution, ExecutionNotFound, SandboxNotFound, StoreError
+from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
 from ringfence.store._protocol import ApiKey, ExecutionRecord
 
 __all__ = ["MemoryStore"]
@@ -16,6 +17,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._keys: dict[str, ApiKey] = {}
         self._executions: dict[tuple[str, str], ExecutionRecord] = {}
+        self._sandboxes: dict[str, tuple[str, Sandbox]] = {}  # id -> (tenant, sandbox), in order
 
     async def add_key(self, key: ApiKey) -> None:
         if key.key_id in self._keys:
@@ -76,6 +78,47 @@ class MemoryStore:
                 await self.update_execution(tenant, execution_id, result)
                 failed.append(self._executions[tenant, execution_id])
         return failed
+
+    async def add_sandbox(self, tenant: str, sandbox: Sandbox) -> None:
+        if sandbox.id in self._sandboxes:
+            raise StoreError(f"a sandbox with id {sandbox.id!r} exists")
+        self._sandboxes[sandbox.id] = (tenant, sandbox)
+
+    async def update_sandbox(self, tenant: str, sandbox: Sandbox) -> None:
+        if await self.get_sandbox(tenant, sandbox.id) is None:
+            raise SandboxNotFound(f"no sandbox with id {sandbox.id!r}")
+        self._sandboxes[sandbox.id] = (tenant, sandbox)
+
+    async def get_sandbox(self, tenant: str, sandbox_id: str) -> Sandbox | None:
+        owner, sandbox = self._sandboxes.get(sandbox_id, (None, None))
+        return sandbox if owner == tenant else None
+
+    async def list_sandboxes(
+        self,
+        tenant: str,
+        *,
+        states: Collection[SandboxState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[Sandbox]:
+        wanted = (metadata or {}).items()
+        found = [
+            sandbox
+            for owner, sandbox in reversed(self._sandboxes.values())
+            if owner == tenant
+            and (states is None or sandbox.state in states)
+            and wanted <= sandbox.metadata.items()
+        ]
+        return found[: max(limit, 0)]
+
+    async def end_running_sandboxes(self, error: str) -> list[tuple[str, Sandbox]]:
+        ended = []
+        for tenant, sandbox in list(self._sandboxes.values()):
+            if sandbox.state is SandboxState.RUNNING:
+                failed = sandbox.ended(SandboxState.FAILED, error)
+                self._sandboxes[sandbox.id] = (tenant, failed)
+                ended.append((tenant, failed))
+        return ended
 
     async def aclose(self) -> None:
         pass

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -22,8 +22,8 @@ from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from ringfence.errors import DuplicateExecution, ExecutionNotFound, StoreError
-from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.errors import DuplicateExecution, ExecutionNotFound, SandboxNotFound, StoreError
+from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
 from ringfence.store import migrations
 from ringfence.store._protocol import ApiKey, ExecutionRecord, Role
 
@@ -89,10 +89,27 @@ _executions = sa.Table(
     sa.Index("executions_tenant_seq", "tenant", "seq"),
     sa.Index("executions_status", "status"),
 )
+_sandboxes = sa.Table(
+    "sandboxes",
+    METADATA,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, sa.Identity(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("record", sa.Text, nullable=False),
+    sa.Column("created_at", _UtcDateTime, nullable=False),
+    sa.Column("updated_at", _UtcDateTime, nullable=False),
+    sa.Index("sandboxes_seq", "seq", unique=True),
+    sa.Index("sandboxes_tenant_seq", "tenant", "seq"),
+    sa.Index("sandboxes_state", "state"),
+)
 # SQLite has no identity columns (it numbers only an INTEGER PRIMARY KEY, and the key here is
 # (tenant, id)), so an insert numbers its row itself. It cannot race: every SQLite transaction
 # holds the write lock from its start (see _sqlite_begin).
 _NEXT_SEQ = sa.select(sa.func.coalesce(sa.func.max(_executions.c.seq), 0) + 1).scalar_subquery()
+_NEXT_SANDBOX_SEQ = sa.select(
+    sa.func.coalesce(sa.func.max(_sandboxes.c.seq), 0) + 1
+).scalar_subquery()
 
 
 def sqlite_url(data_dir: Path) -> str:
@@ -291,6 +308,110 @@ class SqlStore:
                 failed.append(dataclasses.replace(record, result=result, updated_at=now))
         return failed
 
+    async def add_sandbox(self, tenant: str, sandbox: Sandbox) -> None:
+        """Record a new sandbox.
+
+        Raises:
+            StoreError: a sandbox with its id exists, or the database failed.
+        """
+        now = datetime.now(UTC)
+        insert = _sandboxes.insert().values(
+            id=sandbox.id,
+            tenant=tenant,
+            state=sandbox.state.value,
+            record=sandbox.model_dump_json(),
+            created_at=now,
+            updated_at=now,
+        )
+        if self._engine.dialect.name == "sqlite":
+            insert = insert.values(seq=_NEXT_SANDBOX_SEQ)
+        async with self._transaction("adding a sandbox") as connection:
+            try:
+                await connection.execute(insert)
+            except IntegrityError as exc:
+                raise StoreError(f"a sandbox with id {sandbox.id!r} exists") from exc
+
+    async def update_sandbox(self, tenant: str, sandbox: Sandbox) -> None:
+        """Replace the stored sandbox.
+
+        Raises:
+            SandboxNotFound: no such sandbox in this tenant.
+            StoreError: the database failed.
+        """
+        async with self._transaction("updating a sandbox") as connection:
+            updated = await connection.execute(_set_sandbox(tenant, sandbox, datetime.now(UTC)))
+            if updated.rowcount == 0:
+                raise SandboxNotFound(f"no sandbox with id {sandbox.id!r}")
+
+    async def get_sandbox(self, tenant: str, sandbox_id: str) -> Sandbox | None:
+        """The sandbox, or None (also when it belongs to another tenant).
+
+        Raises:
+            StoreError: the database failed, or the stored sandbox cannot be read.
+        """
+        query = sa.select(_sandboxes).where(
+            _sandboxes.c.tenant == tenant, _sandboxes.c.id == sandbox_id
+        )
+        async with self._transaction("reading a sandbox") as connection:
+            row = (await connection.execute(query)).one_or_none()
+        return None if row is None else self._sandbox(row)
+
+    async def list_sandboxes(
+        self,
+        tenant: str,
+        *,
+        states: Collection[SandboxState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[Sandbox]:
+        """The tenant's sandboxes, newest first, filtered by state and metadata.
+
+        Metadata is compared here, not in SQL (JSON operators differ between SQLite and
+        PostgreSQL), over the tenant's sandboxes in the wanted states.
+
+        Raises:
+            StoreError: the database failed, or a stored sandbox cannot be read.
+        """
+        query = sa.select(_sandboxes).where(_sandboxes.c.tenant == tenant)
+        if states is not None:
+            query = query.where(_sandboxes.c.state.in_([state.value for state in states]))
+        query = query.order_by(_sandboxes.c.seq.desc())
+        if not metadata:
+            query = query.limit(limit)
+        wanted = (metadata or {}).items()
+        found: list[Sandbox] = []
+        if limit <= 0:
+            return found
+        async with self._transaction("listing sandboxes") as connection:
+            async for row in await connection.stream(query):
+                sandbox = self._sandbox(row)
+                if wanted <= sandbox.metadata.items():
+                    found.append(sandbox)
+                    if len(found) >= limit:
+                        break
+        return found
+
+    async def end_running_sandboxes(self, error: str) -> list[tuple[str, Sandbox]]:
+        """Mark every running sandbox ``failed`` with ``error``; return them, updated.
+
+        Raises:
+            StoreError: the database failed, or a stored sandbox cannot be read.
+        """
+        query = (
+            sa.select(_sandboxes)
+            .where(_sandboxes.c.state == SandboxState.RUNNING.value)
+            .order_by(_sandboxes.c.seq)
+            .with_for_update()
+        )
+        ended = []
+        async with self._transaction("ending running sandboxes") as connection:
+            now = datetime.now(UTC)
+            for row in (await connection.execute(query)).all():
+                sandbox = self._sandbox(row).ended(SandboxState.FAILED, error)
+                await connection.execute(_set_sandbox(row.tenant, sandbox, now))
+                ended.append((row.tenant, sandbox))
+        return ended
+
     async def aclose(self) -> None:
         """Close every connection."""
         await self._engine.dispose()
@@ -334,6 +455,22 @@ class SqlStore:
                 f"{self._name}: execution {row.id!r} of {row.tenant!r} cannot be read: {exc}"
             ) from exc
         return ExecutionRecord(row.tenant, row.id, request, result, row.created_at, row.updated_at)
+
+    def _sandbox(self, row: sa.Row[Any]) -> Sandbox:
+        try:
+            return Sandbox.model_validate_json(row.record)
+        except ValueError as exc:
+            raise StoreError(
+                f"{self._name}: sandbox {row.id!r} of {row.tenant!r} cannot be read: {exc}"
+            ) from exc
+
+
+def _set_sandbox(tenant: str, sandbox: Sandbox, now: datetime) -> sa.Update:
+    return (
+        _sandboxes.update()
+        .where(_sandboxes.c.tenant == tenant, _sandboxes.c.id == sandbox.id)
+        .values(state=sandbox.state.value, record=sandbox.model_dump_json(), updated_at=now)
+    )
 
 
 def _set_result(

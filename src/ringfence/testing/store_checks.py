@@ -9,8 +9,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from ringfence.errors import DuplicateExecution, ExecutionNotFound, RingfenceError
-from ringfence.models import ExecutionRequest, ExecutionResult, Mount, ResourceLimits, Status
+from ringfence.errors import DuplicateExecution, ExecutionNotFound, RingfenceError, SandboxNotFound
+from ringfence.models import (
+    ExecutionRequest,
+    ExecutionResult,
+    Mount,
+    ResourceLimits,
+    Sandbox,
+    SandboxState,
+    Status,
+)
 from ringfence.store import ApiKey, Role, Store
 
 __all__ = ["STORE_CHECKS", "StoreCheck", "check_store"]
@@ -140,6 +148,80 @@ async def unfinished_executions_fail_after_a_restart(store: Store) -> None:
     assert await store.fail_unfinished("again") == []
 
 
+def _sandbox(sandbox_id: str, **metadata: str) -> Sandbox:
+    now = datetime.now(UTC)
+    return Sandbox(
+        id=sandbox_id,
+        template="base",
+        state=SandboxState.RUNNING,
+        metadata=metadata,
+        limits=ResourceLimits(memory="64M", pids=10, cpus=0.5, disk="16M"),
+        created_at=now,
+        expires_at=now,
+    )
+
+
+async def sandboxes_round_trip(store: Store) -> None:
+    sandbox = _sandbox("sb1", owner="alice")
+    await store.add_sandbox("acme", sandbox)
+    assert await store.get_sandbox("acme", "sb1") == sandbox
+    killed = sandbox.ended(SandboxState.KILLED)
+    await store.update_sandbox("acme", killed)
+    assert await store.get_sandbox("acme", "sb1") == killed
+    try:
+        await store.add_sandbox("globex", _sandbox("sb1"))  # ids are unique across tenants
+    except RingfenceError:
+        pass
+    else:
+        raise AssertionError("a second sandbox with the same id was stored")
+
+
+async def sandboxes_are_scoped_by_tenant(store: Store) -> None:
+    await store.add_sandbox("acme", _sandbox("sb1"))
+    assert await store.get_sandbox("globex", "sb1") is None
+    assert await store.list_sandboxes("globex") == []
+    try:
+        await store.update_sandbox("globex", _sandbox("sb1").ended(SandboxState.KILLED))
+    except SandboxNotFound:
+        pass
+    else:
+        raise AssertionError("updated another tenant's sandbox")
+    stored = await store.get_sandbox("acme", "sb1")
+    assert stored is not None and stored.state is SandboxState.RUNNING
+
+
+async def sandbox_listing_filters_by_state_and_metadata(store: Store) -> None:
+    await store.add_sandbox("acme", _sandbox("s0", team="a", env="prod"))
+    await store.add_sandbox("acme", _sandbox("s1", team="b"))
+    await store.add_sandbox("acme", _sandbox("s2", team="a").ended(SandboxState.EXPIRED))
+    await store.add_sandbox("acme", _sandbox("s3", team="a"))
+    listed = await store.list_sandboxes("acme")
+    assert [s.id for s in listed] == ["s3", "s2", "s1", "s0"]
+    running = await store.list_sandboxes("acme", states=[SandboxState.RUNNING])
+    assert [s.id for s in running] == ["s3", "s1", "s0"]
+    team_a = await store.list_sandboxes("acme", metadata={"team": "a"})
+    assert [s.id for s in team_a] == ["s3", "s2", "s0"]
+    both = await store.list_sandboxes("acme", metadata={"team": "a", "env": "prod"})
+    assert [s.id for s in both] == ["s0"]
+    limited = await store.list_sandboxes("acme", metadata={"team": "a"}, limit=2)
+    assert [s.id for s in limited] == ["s3", "s2"]
+    assert [s.id for s in await store.list_sandboxes("acme", limit=1)] == ["s3"]
+
+
+async def running_sandboxes_fail_after_a_restart(store: Store) -> None:
+    await store.add_sandbox("acme", _sandbox("r"))
+    await store.add_sandbox("globex", _sandbox("g"))
+    await store.add_sandbox("acme", _sandbox("k").ended(SandboxState.KILLED))
+    ended = await store.end_running_sandboxes("the server restarted")
+    assert sorted((tenant, s.id) for tenant, s in ended) == [("acme", "r"), ("globex", "g")]
+    stored = await store.get_sandbox("acme", "r")
+    assert stored is not None and stored.state is SandboxState.FAILED
+    assert stored.error == "the server restarted" and stored.ended_at and not stored.expires_at
+    killed = await store.get_sandbox("acme", "k")
+    assert killed is not None and killed.state is SandboxState.KILLED
+    assert await store.end_running_sandboxes("again") == []
+
+
 STORE_CHECKS: tuple[StoreCheck, ...] = (
     keys_round_trip,
     a_duplicate_key_id_is_refused,
@@ -149,6 +231,10 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     updating_an_unknown_execution_is_not_found,
     listing_is_newest_first_filtered_and_limited,
     unfinished_executions_fail_after_a_restart,
+    sandboxes_round_trip,
+    sandboxes_are_scoped_by_tenant,
+    sandbox_listing_filters_by_state_and_metadata,
+    running_sandboxes_fail_after_a_restart,
 )
 
 
