@@ -338,8 +338,7 @@ class SandboxSpec(BaseModel):
     )
     limits: ResourceLimits = Field(
         default_factory=ResourceLimits,
-        description="Limits on the whole sandbox (every command together); unset fields "
-        "default.",
+        description="Limits on the whole sandbox (every command together); unset fields default.",
     )
 
     @field_validator("env")

@@ -1,17 +1,18 @@
 """The store: what the control plane remembers across restarts.
 
 It keeps API keys (each bound to a tenant and a role), executions (the request as
-submitted and the latest result) and interactive sandboxes (as the API shows them). Everything is scoped by tenant: no method returns another
-tenant's objects. Implementations: ``MemoryStore`` (tests, and a server that may forget) and
-``SqlStore`` (SQLite by default, PostgreSQL for several replicas).
+submitted and the latest result) and interactive sandboxes (as the API shows them).
+Everything is scoped by tenant: no method returns another tenant's objects.
+Implementations: ``MemoryStore`` (tests, and a server that may forget) and ``SqlStore``
+(SQLite by default, PostgreSQL for several replicas).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
