@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 import pytest
 
 from ringfence.backends.process import ProcessExecutor
 from ringfence.config import Config
+from ringfence.errors import ExecutionNotFound
 from ringfence.models import ExecutionRequest, Status
 
 
@@ -50,3 +53,32 @@ async def test_its_messages_do_not_promise_more_than_it_does(executor: ProcessEx
     result = await executor.execute(ExecutionRequest(command=["sleep", "30"], timeout=0.2))
     assert result.error and "process group" in result.error
     assert "whole process tree" not in result.error
+
+
+async def test_a_deadline_moves_later_and_earlier(executor: ProcessExecutor) -> None:
+    extended = asyncio.create_task(
+        executor.execute(ExecutionRequest(id="later", command=["sleep", "1.5"], timeout=0.5))
+    )
+    await _until_running(executor, "later")
+    await executor.set_timeout("later", 30)
+    assert (await extended).status is Status.SUCCEEDED  # outlived its first deadline
+
+    started = time.monotonic()
+    shortened = asyncio.create_task(
+        executor.execute(ExecutionRequest(id="sooner", command=["sleep", "30"], timeout=60))
+    )
+    await _until_running(executor, "sooner")
+    await executor.set_timeout("sooner", 0.2)
+    result = await shortened
+    assert result.status is Status.TIMED_OUT and time.monotonic() - started < 10
+    # A finished execution is returned unchanged.
+    assert (await executor.set_timeout("sooner", 5)).status is Status.TIMED_OUT
+
+
+async def _until_running(executor: ProcessExecutor, execution_id: str) -> None:
+    for _ in range(500):
+        with contextlib.suppress(ExecutionNotFound):
+            if (await executor.get_status(execution_id)).status is Status.RUNNING:
+                return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{execution_id} never ran")

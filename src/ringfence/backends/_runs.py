@@ -30,6 +30,13 @@ class Run:
     finished_at: datetime | None = None
     cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # The loop time the deadline falls at, once running; moving it sets deadline_moved.
+    deadline: float | None = None
+    deadline_moved: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def move_deadline(self, seconds_from_now: float) -> None:
+        self.deadline = asyncio.get_running_loop().time() + seconds_from_now
+        self.deadline_moved.set()
 
     def move_to(self, status: Status) -> None:
         self.status = advance(self.status, status)

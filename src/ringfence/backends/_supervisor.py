@@ -10,7 +10,8 @@ import asyncio
 import logging
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Protocol
 
 from ringfence.backends._child import Child
@@ -71,8 +72,11 @@ class SupervisingExecutor(ABC):
         """Reject a request this backend cannot honour (raise ``InvalidRequest``)."""
 
     @abstractmethod
-    async def _launch(self, request: ExecutionRequest, limits: ResourceLimits) -> Launched:
-        """Start ``request`` in a fresh sandbox. Raise ``RingfenceError`` or ``OSError``."""
+    async def _launch(
+        self, request: ExecutionRequest, limits: ResourceLimits, pass_fds: Sequence[int]
+    ) -> Launched:
+        """Start ``request`` in a fresh sandbox, its command inheriting ``pass_fds`` as they
+        are numbered here. Raise ``RingfenceError`` or ``OSError``."""
 
     async def execute(
         self,
@@ -80,12 +84,15 @@ class SupervisingExecutor(ABC):
         *,
         on_output: OutputCallback | None = None,
         on_start: StartCallback | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> ExecutionResult:
+        """See ``Executor.execute``. ``pass_fds`` are inherited by the command (an
+        interactive sandbox's daemon gets its listening socket this way)."""
         self.check(request)
         run = Run(id=request.id, log=BoundedLog(self.config.max_log_bytes), backend=self.name)
         self._runs.add(run)
         try:
-            await self._supervise(run, request, on_output, on_start)
+            await self._supervise(run, request, on_output, on_start, pass_fds)
         finally:
             if not run.status.is_terminal:  # we were cancelled from outside
                 run.error = run.error or "the executor stopped supervising this execution"
@@ -104,6 +111,18 @@ class SupervisingExecutor(ABC):
             await run.done.wait()
         return run.result()
 
+    async def set_timeout(self, execution_id: str, seconds: float) -> ExecutionResult:
+        """Move the deadline of a running execution to ``seconds`` from now (earlier or
+        later); a finished one is returned unchanged.
+
+        Raises:
+            ExecutionNotFound: no such execution.
+        """
+        run = self._runs.get(execution_id)
+        if not run.status.is_terminal:
+            run.move_deadline(seconds)
+        return run.result()
+
     async def aclose(self) -> None:
         runs = self._runs.running()
         for run in runs:
@@ -117,16 +136,18 @@ class SupervisingExecutor(ABC):
         request: ExecutionRequest,
         on_output: OutputCallback | None,
         on_start: StartCallback | None,
+        pass_fds: Sequence[int],
     ) -> None:
         limits = request.limits.merged_over(self.config.default_limits)
         timeout = request.timeout or self.config.default_timeout
         try:
-            sandbox = await self._launch(request, limits)
+            sandbox = await self._launch(request, limits, pass_fds)
         except (RingfenceError, OSError) as exc:
             run.error = f"could not start the sandbox: {exc}"
             run.move_to(Status.FAILED)
             return
         run.job_name = sandbox.name
+        run.move_deadline(timeout)
         run.move_to(Status.RUNNING)
         if on_start is not None:
             try:
@@ -136,7 +157,7 @@ class SupervisingExecutor(ABC):
         reader = asyncio.create_task(sandbox.child.pump(_sink(run.log, on_output)))
         outcome = Status.CANCELLED
         try:
-            outcome = await _wait_for_end(sandbox, run.cancel_requested, timeout)
+            outcome = await _wait_for_end(sandbox, run)
             if outcome is not Status.SUCCEEDED:
                 await sandbox.kill()
             await asyncio.wait_for(sandbox.child.wait(), _REAP_SECONDS)
@@ -146,13 +167,13 @@ class SupervisingExecutor(ABC):
             reader.cancel()
             cause = await asyncio.shield(sandbox.release())
             sandbox.child.close()
-        self._conclude(run, outcome, sandbox, cause, timeout)
+        self._conclude(run, outcome, sandbox, cause)
 
-    def _conclude(
-        self, run: Run, outcome: Status, sandbox: Launched, cause: str | None, timeout: float
-    ) -> None:
+    def _conclude(self, run: Run, outcome: Status, sandbox: Launched, cause: str | None) -> None:
         if outcome is Status.TIMED_OUT:
-            run.error = f"timed out after {timeout:g} s; {sandbox.killed}"
+            assert run.started_at is not None and run.finished_at is None
+            ran = (datetime.now(UTC) - run.started_at).total_seconds()
+            run.error = f"timed out after {ran:.3g} s; {sandbox.killed}"
             run.move_to(Status.TIMED_OUT)
             return
         if outcome is Status.CANCELLED:
@@ -173,20 +194,33 @@ class SupervisingExecutor(ABC):
         run.move_to(Status.SUCCEEDED if code == 0 and run.error is None else Status.FAILED)
 
 
-async def _wait_for_end(sandbox: Launched, cancel: asyncio.Event, timeout: float) -> Status:
-    """SUCCEEDED here means only "the process exited by itself"."""
+async def _wait_for_end(sandbox: Launched, run: Run) -> Status:
+    """SUCCEEDED here means only "the process exited by itself". The deadline may move."""
+    loop = asyncio.get_running_loop()
     exited = asyncio.create_task(sandbox.child.wait())
-    cancelled = asyncio.create_task(cancel.wait())
+    cancelled = asyncio.create_task(run.cancel_requested.wait())
     try:
-        done, _ = await asyncio.wait(
-            {exited, cancelled}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
+        while True:
+            assert run.deadline is not None
+            run.deadline_moved.clear()
+            moved = asyncio.create_task(run.deadline_moved.wait())
+            try:
+                done, _ = await asyncio.wait(
+                    {exited, cancelled, moved},
+                    timeout=max(run.deadline - loop.time(), 0),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                moved.cancel()
+            if exited in done:
+                return Status.SUCCEEDED
+            if cancelled in done:
+                return Status.CANCELLED
+            if moved not in done:
+                return Status.TIMED_OUT
     finally:
         exited.cancel()
         cancelled.cancel()
-    if exited in done:
-        return Status.SUCCEEDED
-    return Status.CANCELLED if cancelled in done else Status.TIMED_OUT
 
 
 def _sink(log_: BoundedLog, on_output: OutputCallback | None) -> Callable[[bytes], None]:

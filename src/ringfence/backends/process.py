@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Sequence
 
 from ringfence.backends._child import Child
 from ringfence.backends._supervisor import SupervisingExecutor
@@ -46,12 +47,18 @@ class ProcessExecutor(SupervisingExecutor):
         if image != "host":
             raise InvalidRequest(f"the process backend runs on the host only, not image {image!r}")
 
-    async def _launch(self, request: ExecutionRequest, limits: ResourceLimits) -> _Subprocess:
+    async def _launch(
+        self, request: ExecutionRequest, limits: ResourceLimits, pass_fds: Sequence[int]
+    ) -> _Subprocess:
         workdir = tempfile.mkdtemp(prefix=f"ringfence-{request.id}-")
         env = {"PATH": os.defpath, "HOME": workdir, **request.env}
         try:
             child = Child.spawn(
-                request.argv, env=env, cwd=request.cwd or workdir, start_new_session=True
+                request.argv,
+                env=env,
+                cwd=request.cwd or workdir,
+                start_new_session=True,
+                pass_fds=pass_fds,
             )
         except OSError:
             shutil.rmtree(workdir, ignore_errors=True)

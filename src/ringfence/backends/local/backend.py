@@ -19,6 +19,7 @@ import json
 import os
 import struct
 import termios
+from collections.abc import Sequence
 from typing import Any
 
 from ringfence.backends._child import Child
@@ -60,7 +61,9 @@ class LocalExecutor(SupervisingExecutor):
             return self._host_layout
         return layout_for(image, self._host.files)
 
-    async def _launch(self, request: ExecutionRequest, limits: ResourceLimits) -> _Sandbox:
+    async def _launch(
+        self, request: ExecutionRequest, limits: ResourceLimits, pass_fds: Sequence[int]
+    ) -> _Sandbox:
         layout = self._layout(request)  # may refuse: before anything is created
         name = f"rf-{request.id}"
         with contextlib.ExitStack() as undo, contextlib.ExitStack() as after_spawn:
@@ -82,7 +85,7 @@ class LocalExecutor(SupervisingExecutor):
             child = Child.spawn(
                 [*argv, "--", *request.argv],
                 env=LAUNCH_ENV,
-                pass_fds=(args, seccomp, info_w, gate_r),
+                pass_fds=(args, seccomp, info_w, gate_r, *pass_fds),
             )
             after_spawn.close()
             undo.pop_all()  # from here on the sandbox owns the cgroup, gate_r and the child
