@@ -1,0 +1,309 @@
+"""Processes the daemon started: spawning, output fan-out, deadlines and reaping.
+
+Each process runs in a new session (its own process group), with stdout and stderr on pipes
+and stdin on a pipe or ``/dev/null``. One pump thread per process reads both pipes and a
+pidfd, publishes output to every subscriber queue, kills the group at its deadline and reaps
+the process. Subscribers (the ``Start`` stream and any ``Connect`` streams) each have a
+bounded queue; a full queue blocks the pump, so a slow reader slows the process down rather
+than growing memory. The process leaves the table once its end event is queued.
+
+Signals go to the whole process group, so grandchildren die with their parent; a grandchild
+that starts its own session (a daemon) escapes the group and dies only with the sandbox.
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]  # signal itself imports enum
+import _thread
+import os
+import time
+
+from ._codec import b64encode, dumps
+from ._connect import envelope
+from ._errors import RpcError, invalid
+from ._sync import Queue, start_thread
+
+__all__ = ["Proc", "find", "listing", "spawn"]
+
+_READ = 32 * 1024
+QUEUE_LIMIT = 512 * 1024
+_POLLIN, _POLLHUP, _POLLERR = 0x1, 0x10, 0x8
+_SIGKILL = 9
+_SIGNAL_NAMES = {
+    1: "hangup", 2: "interrupt", 3: "quit", 4: "illegal instruction", 5: "trace/breakpoint trap",
+    6: "aborted", 7: "bus error", 8: "floating point exception", 9: "killed",
+    10: "user defined signal 1", 11: "segmentation fault", 12: "user defined signal 2",
+    13: "broken pipe", 14: "alarm clock", 15: "terminated",
+}
+
+_table_lock = _thread.allocate_lock()
+_table: dict[int, Proc] = {}
+
+
+class Proc:
+    def __init__(self, pid: int, config: dict[str, object], tag: str | None) -> None:
+        self.pid = pid
+        self.config = config
+        self.tag = tag
+        self.stdin: int | None = None
+        self.stdin_lock = _thread.allocate_lock()
+        self.lock = _thread.allocate_lock()  # guards subscribers and exited
+        self.subscribers: list[Queue] = []
+        self.exited = False
+        self.deadline: float | None = None
+        self.timeout: float | None = None
+        self.timed_out = False
+
+    def subscribe(self) -> Queue | None:
+        """A queue of envelopes from now on, or None if the process has already ended."""
+        queue = Queue(QUEUE_LIMIT)
+        with self.lock:
+            if self.exited:
+                return None
+            self.subscribers.append(queue)
+        return queue
+
+    def unsubscribe(self, queue: Queue) -> None:
+        queue.close(discard=True)
+        with self.lock:
+            if queue in self.subscribers:
+                self.subscribers.remove(queue)
+
+    def signal(self, signum: int) -> None:
+        with self.lock:
+            if self.exited:
+                raise RpcError("not_found", f"process {self.pid} has already exited")
+            try:
+                os.killpg(self.pid, signum)
+            except ProcessLookupError:
+                raise RpcError("not_found", f"process {self.pid} has already exited") from None
+
+    def write_stdin(self, data: bytes) -> None:
+        with self.stdin_lock:
+            if self.stdin is None:
+                raise RpcError(
+                    "failed_precondition",
+                    f"stdin of process {self.pid} is closed (start it with stdin: true)",
+                )
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(self.stdin, view) :]
+            except BrokenPipeError:
+                raise RpcError(
+                    "failed_precondition", f"process {self.pid} closed its stdin"
+                ) from None
+
+    def close_stdin(self) -> None:
+        with self.stdin_lock:
+            if self.stdin is not None:
+                os.close(self.stdin)
+                self.stdin = None
+
+    def _publish(self, event: dict[str, object]) -> None:
+        frame = envelope(dumps({"event": event}).encode())
+        with self.lock:
+            queues = list(self.subscribers)
+        for queue in queues:
+            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+            if not queue.put(frame, len(frame), timeout) and not queue.closed:
+                self._kill_for_deadline()
+                queue.put(frame, len(frame), 0.5)  # one last chance, then the reader lags
+
+    def _kill_for_deadline(self) -> None:
+        if self.deadline is not None and self.timeout is not None:
+            self.deadline = None  # once
+            try:  # noqa: SIM105 - contextlib costs memory
+                os.killpg(self.pid, _SIGKILL)
+            except OSError:
+                pass  # already gone
+            self.timed_out = True
+
+
+def find(selector: dict[str, object] | None) -> Proc:
+    if not selector:
+        raise invalid("process selector (pid or tag) is required")
+    pid, tag = selector.get("pid"), selector.get("tag")
+    if isinstance(pid, str) and pid.isdigit():
+        pid = int(pid)
+    with _table_lock:
+        if isinstance(pid, int) and not isinstance(pid, bool):
+            proc = _table.get(pid)
+        elif isinstance(tag, str):
+            proc = next((p for p in _table.values() if p.tag == tag), None)
+        else:
+            raise invalid("process selector needs an integer pid or a string tag")
+    if proc is None:
+        raise RpcError("not_found", f"no running process matches {selector}")
+    return proc
+
+
+def listing() -> list[dict[str, object]]:
+    with _table_lock:
+        procs = list(_table.values())
+    out: list[dict[str, object]] = []
+    for proc in procs:
+        info: dict[str, object] = {"config": proc.config, "pid": proc.pid}
+        if proc.tag is not None:
+            info["tag"] = proc.tag
+        out.append(info)
+    return out
+
+
+def which(cmd: str, env: dict[str, str]) -> str:
+    if "/" in cmd:
+        return cmd
+    for directory in (env.get("PATH") or os.defpath).split(":"):
+        candidate = os.path.join(directory or ".", cmd)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise invalid(f"program {cmd!r} was not found in PATH")
+
+
+def spawn(
+    cmd: str,
+    args: list[str],
+    env: dict[str, str],
+    cwd: str,
+    *,
+    stdin: bool,
+    tag: str | None,
+    config: dict[str, object],
+    timeout: float | None,
+) -> tuple[Proc, Queue]:
+    """Start the process with a first subscriber attached; raise RpcError if it cannot run."""
+    if not os.path.isdir(cwd):
+        raise invalid(f"the working directory {cwd!r} does not exist or is not a directory")
+    program = which(cmd, env)
+    argv = [cmd, *args]
+    if any("\0" in a for a in argv) or any("\0" in k + v or "=" in k for k, v in env.items()):
+        raise invalid("arguments and environment must not contain NUL (or = in names)")
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe() if stdin else (-1, -1)
+    gate_r, gate_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only async-signal-safe-ish os calls until exec
+        try:
+            os.setsid()
+            null = os.open("/dev/null", os.O_RDONLY) if in_r < 0 else in_r
+            os.dup2(null, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.chdir(cwd)
+            _signal.signal(13, _signal.SIG_DFL)  # SIGPIPE: Python ignores it, programs expect it
+            _signal.signal(25, _signal.SIG_DFL)  # SIGXFSZ
+            os.execve(program, argv, env)
+        except OSError as exc:
+            os.write(gate_w, b"%d" % (exc.errno or 0))
+        finally:
+            os._exit(127)
+    for fd in (out_w, err_w, in_r, gate_w):
+        if fd >= 0:
+            os.close(fd)
+    failure = b""
+    while True:  # exec closes the gate (CLOEXEC); a failure writes errno first
+        chunk = os.read(gate_r, 64)
+        if not chunk:
+            break
+        failure += chunk
+    os.close(gate_r)
+    if failure:
+        os.waitpid(pid, 0)
+        for fd in (out_r, err_r, in_w):
+            if fd >= 0:
+                os.close(fd)
+        err = int(failure) if failure.isdigit() else 0
+        raise RpcError(
+            "permission_denied" if err in (1, 13) else "invalid_argument",
+            f"cannot start {cmd!r}: {os.strerror(err)}",
+        )
+    proc = Proc(pid, config, tag)
+    proc.stdin = in_w if in_w >= 0 else None
+    if timeout:
+        proc.timeout = timeout
+        proc.deadline = time.monotonic() + timeout
+    queue = Queue(QUEUE_LIMIT)
+    proc.subscribers.append(queue)
+    with _table_lock:
+        _table[pid] = proc
+    start_thread(lambda: _pump(proc, out_r, err_r))
+    return proc, queue
+
+
+def _pump(proc: Proc, out_r: int, err_r: int) -> None:
+    import select
+
+    names = {out_r: "stdout", err_r: "stderr"}
+    poller = select.poll()
+    for fd in names:
+        poller.register(fd, _POLLIN)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+        poller.register(pidfd, _POLLIN)
+    except (AttributeError, OSError):
+        pidfd = -1
+    exited = False
+    drained_after_exit = 0
+    try:
+        while names or not exited:
+            timeout_ms = -1
+            if proc.deadline is not None:
+                timeout_ms = max(0, int((proc.deadline - time.monotonic()) * 1000) + 1)
+            if not exited and pidfd < 0:
+                timeout_ms = 50 if timeout_ms < 0 else min(timeout_ms, 50)
+            if exited:
+                timeout_ms = 0  # only what is already in the pipes: a grandchild may hold them
+            events = poller.poll(timeout_ms)
+            if proc.deadline is not None and time.monotonic() >= proc.deadline:
+                proc._kill_for_deadline()
+            if not events and exited:
+                break
+            for fd, _mask in events:
+                if fd == pidfd:
+                    poller.unregister(pidfd)
+                    exited = True
+                    continue
+                data = os.read(fd, _READ)
+                if not data:
+                    poller.unregister(fd)
+                    del names[fd]
+                    continue
+                proc._publish({"data": {names[fd]: b64encode(data)}})
+                if exited:
+                    drained_after_exit += len(data)
+                    if drained_after_exit > 4 * _READ:
+                        names.clear()
+            if not exited and pidfd < 0:
+                flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+                exited = os.waitid(os.P_PID, proc.pid, flags) is not None
+    finally:
+        for fd in (out_r, err_r, pidfd):
+            if fd >= 0:
+                os.close(fd)
+        _finish(proc)
+
+
+def _finish(proc: Proc) -> None:
+    with proc.lock:
+        proc.exited = True  # from here on no signal can reach a recycled pid
+        _, status = os.waitpid(proc.pid, 0)
+        proc.deadline = None
+    end: dict[str, object] = {}
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+        end = {"exitCode": code, "exited": True, "status": f"exit status {code}"}
+    else:
+        sig = os.WTERMSIG(status)
+        name = _SIGNAL_NAMES.get(sig, f"signal {sig}")
+        end = {"exitCode": -1, "exited": False, "status": f"signal: {name}"}
+    if proc.timed_out:
+        end["error"] = f"the command timed out after {proc.timeout:g} s and was killed"
+    proc.close_stdin()
+    proc._publish({"end": end})
+    with _table_lock:
+        _table.pop(proc.pid, None)
+    with proc.lock:
+        for queue in proc.subscribers:
+            queue.close()
+        proc.subscribers.clear()

@@ -1,0 +1,159 @@
+"""The ``process.Process`` service (E2B envd's process API).
+
+``Start`` streams ``start{pid}``, then ``data{stdout|stderr}`` as produced, then
+``end{exitCode, exited, status, error?}``; ``keepalive{}`` every ``keepalive-ping-interval``
+seconds while idle. A program or working directory that does not exist is refused before
+``start`` with ``invalid_argument`` (the E2B SDK raises ``InvalidArgumentException`` with the
+message); an exec permission error is ``permission_denied``.
+
+Deadline: ``StartRequest.timeoutMs`` (a Ringfence extension), else the ``connect-timeout-ms``
+header. At the deadline the process group is killed with SIGKILL and the stream ends with
+``end{exitCode: -1, exited: false, status: "signal: killed", error: "the command timed out
+..."}``. E2B's SDK sends ``connect-timeout-ms`` = its ``timeout`` (60 s by default), also for
+background commands: pass ``timeout=0`` for a command that must outlive a minute.
+
+A client leaving the ``Start`` stream does not kill the process; ``Connect`` re-attaches
+(output from that moment on, no replay). PTYs are not supported yet (``unimplemented``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import _process
+from ._codec import (
+    msg_bool,
+    msg_bytes,
+    msg_dict,
+    msg_enum,
+    msg_int,
+    msg_str,
+    msg_str_list,
+    msg_str_map,
+)
+from ._connect import envelope
+from ._errors import RpcError, invalid
+from ._paths import home, resolve
+from ._sync import Queue
+
+__all__ = [
+    "close_stdin", "connect", "list_processes", "send_input", "send_signal", "start",
+    "stream_input", "update",
+]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._codec import Msg
+    from ._rpc import Call
+
+_SIGNALS = {"SIGNAL_UNSPECIFIED": 0, "SIGNAL_SIGTERM": 15, "SIGNAL_SIGKILL": 9}
+_NO_PTY = "PTY sessions are not supported by this sandbox yet; run the command without a pty"
+_KEEPALIVE = envelope(b'{"event":{"keepalive":{}}}')
+
+
+def start(call: Call) -> None:
+    msg = call.message
+    if msg_dict(msg, "pty") is not None:
+        raise RpcError("unimplemented", _NO_PTY)
+    process = msg_dict(msg, "process") or {}
+    cmd = msg_str(process, "cmd")
+    if not cmd:
+        raise invalid("process.cmd is required")
+    args = msg_str_list(process, "args")
+    envs = msg_str_map(process, "envs")
+    cwd_given = msg_str(process, "cwd")
+    tag = msg_str(msg, "tag")
+    timeout_ms = msg_int(msg, "timeout_ms", maximum=10**12)
+    timeout = timeout_ms / 1000 if timeout_ms else call.timeout
+    env = dict(os.environ)
+    env.update(envs)
+    cwd = resolve(cwd_given, "process.cwd") if cwd_given else home()
+    config: dict[str, object] = {"cmd": cmd, "args": args}
+    if envs:
+        config["envs"] = envs
+    if cwd_given:
+        config["cwd"] = cwd_given
+    proc, queue = _process.spawn(
+        cmd, args, env, cwd, stdin=bool(msg_bool(msg, "stdin")), tag=tag, config=config,
+        timeout=timeout,
+    )
+    _follow(call, proc, queue, None)
+
+
+def connect(call: Call) -> None:
+    proc = _process.find(msg_dict(call.message, "process"))
+    queue = proc.subscribe()
+    if queue is None:
+        raise RpcError("not_found", f"process {proc.pid} has already exited")
+    deadline = None if call.timeout is None else time.monotonic() + call.timeout
+    _follow(call, proc, queue, deadline)
+
+
+def _follow(call: Call, proc: _process.Proc, queue: Queue, deadline: float | None) -> None:
+    """Send the process's events to the caller until its end (or the caller leaves)."""
+    try:
+        call.send({"event": {"start": {"pid": proc.pid}}})
+        while True:
+            wait = call.keepalive
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    raise RpcError("deadline_exceeded", "the Connect stream reached its deadline")
+            item = queue.get(wait)
+            if item is Queue.CLOSED:
+                return
+            call.send_raw(_KEEPALIVE if item is None else item)  # type: ignore[arg-type]
+    finally:
+        proc.unsubscribe(queue)
+
+
+def list_processes(call: Call) -> Msg:
+    return {"processes": _process.listing()}
+
+
+def send_input(call: Call) -> Msg:
+    proc = _process.find(msg_dict(call.message, "process"))
+    _write_input(proc, msg_dict(call.message, "input") or {})
+    return {}
+
+
+def _write_input(proc: _process.Proc, data: Msg) -> None:
+    if msg_bytes(data, "pty") is not None:
+        raise RpcError("unimplemented", _NO_PTY)
+    payload = msg_bytes(data, "stdin")
+    if payload:
+        proc.write_stdin(payload)
+
+
+def close_stdin(call: Call) -> Msg:
+    _process.find(msg_dict(call.message, "process")).close_stdin()
+    return {}
+
+
+def send_signal(call: Call) -> Msg:
+    proc = _process.find(msg_dict(call.message, "process"))
+    signum = msg_enum(call.message, "signal", _SIGNALS)
+    if not signum:
+        raise invalid("signal must be SIGNAL_SIGTERM or SIGNAL_SIGKILL")
+    proc.signal(signum)
+    return {}
+
+
+def stream_input(call: Call) -> Msg:
+    proc: _process.Proc | None = None
+    while True:
+        msg = call.receive()
+        if msg is None:
+            return {}
+        event = msg_dict(msg, "start"), msg_dict(msg, "data")
+        if event[0] is not None:
+            proc = _process.find(msg_dict(event[0], "process"))
+        elif event[1] is not None:
+            if proc is None:
+                raise invalid("StreamInput must begin with a start event naming the process")
+            _write_input(proc, msg_dict(event[1], "input") or {})
+
+
+def update(call: Call) -> Msg:
+    raise RpcError("unimplemented", _NO_PTY)

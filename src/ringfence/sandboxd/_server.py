@@ -1,0 +1,141 @@
+"""The accept loop, one thread per connection, and the routing table.
+
+Services are imported on their first call, so an idle daemon holds only the HTTP layer.
+"""
+
+from __future__ import annotations
+
+from ._codec import b64decode, dumps
+from ._connect import error_body
+from ._errors import RpcError, http_status
+from ._http import Closed, Conn, HttpError, read_request
+from ._rpc import CLIENT_STREAM, SERVER_STREAM, UNARY, serve_call
+from ._sync import start_thread
+
+__all__ = ["Server"]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from _socket import socket
+    from collections.abc import Callable
+
+    from ._http import Request
+    from ._rpc import Handler
+
+_DRAIN_LIMIT = 1024 * 1024
+_JSON = [("Content-Type", "application/json")]
+
+# "package.Service/Method" → (kind, module, function); modules load on first use.
+_METHODS = {
+    "process.Process/Start": (SERVER_STREAM, "_process_rpc", "start"),
+    "process.Process/Connect": (SERVER_STREAM, "_process_rpc", "connect"),
+    "process.Process/List": (UNARY, "_process_rpc", "list_processes"),
+    "process.Process/SendInput": (UNARY, "_process_rpc", "send_input"),
+    "process.Process/CloseStdin": (UNARY, "_process_rpc", "close_stdin"),
+    "process.Process/SendSignal": (UNARY, "_process_rpc", "send_signal"),
+    "process.Process/StreamInput": (CLIENT_STREAM, "_process_rpc", "stream_input"),
+    "process.Process/Update": (UNARY, "_process_rpc", "update"),
+    "filesystem.Filesystem/Stat": (UNARY, "_files", "stat"),
+    "filesystem.Filesystem/ListDir": (UNARY, "_files", "list_dir"),
+    "filesystem.Filesystem/MakeDir": (UNARY, "_files", "make_dir"),
+    "filesystem.Filesystem/Move": (UNARY, "_files", "move"),
+    "filesystem.Filesystem/Remove": (UNARY, "_files", "remove"),
+    "filesystem.Filesystem/WatchDir": (SERVER_STREAM, "_watch", "watch_dir"),
+    "filesystem.Filesystem/CreateWatcher": (UNARY, "_watch", "create_watcher"),
+    "filesystem.Filesystem/GetWatcherEvents": (UNARY, "_watch", "get_watcher_events"),
+    "filesystem.Filesystem/RemoveWatcher": (UNARY, "_watch", "remove_watcher"),
+}
+
+
+def _handler(module: str, function: str) -> Handler:
+    package = __name__.rpartition(".")[0]
+    mod = __import__(f"{package}.{module}", fromlist=[function])
+    handler: Handler = getattr(mod, function)
+    return handler
+
+
+class Server:
+    def __init__(self, listener: socket, user: str) -> None:
+        self.listener = listener
+        self.user = user
+
+    def serve_forever(self) -> None:
+        from _socket import socket as Socket
+
+        while True:
+            try:
+                fd, _ = self.listener._accept()  # type: ignore[attr-defined]
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                if exc.errno in (103, 24, 23, 105, 12):  # ECONNABORTED EMFILE ENFILE ENOBUFS ENOMEM
+                    continue
+                raise
+            start_thread(self._connection_thread(Socket(fileno=fd)))
+
+    def _connection_thread(self, sock: socket) -> Callable[[], None]:
+        return lambda: self._connection(sock)
+
+    def _connection(self, sock: socket) -> None:
+        conn = Conn(sock)
+        try:
+            while True:
+                try:
+                    request = read_request(conn)
+                except HttpError as err:
+                    body = dumps({"code": err.status, "message": err.message}).encode()
+                    headers = [("Content-Type", "application/json"), ("Connection", "close")]
+                    conn.respond(err.status, headers, body)
+                    return
+                self._dispatch(request, conn)
+                if not request.keep_alive or not request.body.drain(_DRAIN_LIMIT):
+                    return
+        except Closed:
+            return
+        except Exception:  # top of a connection thread: drop the connection
+            return
+        finally:
+            sock.close()
+
+    def check_user(self, request: Request) -> None:
+        """Refuse any user but the sandbox's one user (header or ``username`` query)."""
+        user = request.query.get("username") or None
+        auth = request.headers.get("authorization", "")
+        if auth[:6].lower() == "basic ":
+            try:
+                decoded = b64decode(auth[6:].strip(), "authorization").decode("utf-8")
+            except (RpcError, UnicodeDecodeError):
+                raise RpcError("unauthenticated", "the authorization header is malformed") from None
+            user = decoded.partition(":")[0] or user
+        if user is not None and user != self.user:
+            raise RpcError(
+                "permission_denied",
+                f"user {user!r} is not available: this sandbox runs everything as its one "
+                f"unprivileged user {self.user!r}",
+            )
+
+    def _dispatch(self, request: Request, conn: Conn) -> None:
+        path = request.path
+        if path == "/health" and request.method in ("GET", "HEAD"):
+            conn.respond(204, [])
+            return
+        if path == "/files":
+            from . import _filehttp
+
+            _filehttp.serve(self, request, conn)
+            return
+        if path.startswith(("/process.Process/", "/filesystem.Filesystem/")):
+            route = _METHODS.get(path[1:])
+            if request.method != "POST" or route is None:
+                err = (
+                    RpcError("unimplemented", f"{path[1:]} is not implemented by this sandbox")
+                    if route is None
+                    else RpcError("unimplemented", "Connect calls use POST")
+                )
+                conn.respond(http_status(err.code), _JSON, error_body(err))
+                return
+            kind, module, function = route
+            serve_call(request, conn, kind, _handler(module, function), self.check_user)
+            return
+        body = dumps({"code": 404, "message": f"no route for {request.method} {path}"})
+        conn.respond(404, _JSON, body.encode())
