@@ -35,7 +35,7 @@ _METHODS = {
     "process.Process/SendSignal": (UNARY, "_process_rpc", "send_signal"),
     "process.Process/StreamInput": (CLIENT_STREAM, "_process_rpc", "stream_input"),
     "process.Process/Update": (UNARY, "_process_rpc", "update"),
-    "filesystem.Filesystem/Stat": (UNARY, "_files", "stat"),
+    "filesystem.Filesystem/Stat": (UNARY, "_files", "stat_entry"),
     "filesystem.Filesystem/ListDir": (UNARY, "_files", "list_dir"),
     "filesystem.Filesystem/MakeDir": (UNARY, "_files", "make_dir"),
     "filesystem.Filesystem/Move": (UNARY, "_files", "move"),

@@ -1,0 +1,177 @@
+"""``/files`` over plain HTTP: download and upload, streamed in both directions.
+
+``GET /files?path=P`` answers the bytes (Content-Length from fstat). ``POST`` or ``PUT
+/files?path=P`` with an ``application/octet-stream`` body (Content-Length or chunked,
+optionally ``Content-Encoding: gzip``) writes a temporary file next to the target and renames
+it into place at the end: a failed or aborted upload leaves the previous content untouched.
+Parent directories are created. Multipart bodies are the host's job (it splits them into one
+octet-stream upload per file): they get 415. Errors are JSON ``{"code": <int>, "message"}``,
+as E2B's envd answers them; a full disk is 507.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ._codec import dumps
+from ._errors import RpcError, from_os_error
+from ._http import Closed
+from ._paths import resolve
+
+__all__ = ["serve"]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._http import Conn, Request
+    from ._server import Server
+
+_CHUNK = 256 * 1024
+_STATUS = {
+    "not_found": 404, "already_exists": 409, "invalid_argument": 400,
+    "permission_denied": 403, "resource_exhausted": 507, "unauthenticated": 401,
+}
+
+
+def _error(conn: Conn, status: int, message: str) -> None:
+    body = dumps({"code": status, "message": message}).encode()
+    conn.respond(status, [("Content-Type", "application/json")], body)
+
+
+def serve(server: Server, request: Request, conn: Conn) -> None:
+    try:
+        server.check_user(request)
+        if request.method in ("GET", "HEAD"):
+            _download(request, conn)
+        elif request.method in ("POST", "PUT"):
+            _upload(request, conn)
+        else:
+            _error(conn, 405, "use GET to download and POST or PUT to upload")
+    except RpcError as err:
+        _error(conn, _STATUS.get(err.code, 500), err.message)
+
+
+def _download(request: Request, conn: Conn) -> None:
+    path = resolve(request.query.get("path"))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise from_os_error(exc, f"open {path}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise RpcError("invalid_argument", f"{path} is a directory, not a file")
+        headers = [("Content-Type", "application/octet-stream")]
+        if not stat.S_ISREG(st.st_mode):  # a fifo or device: size unknown
+            conn.start_chunked(200, "application/octet-stream")
+            while data := os.read(fd, _CHUNK):
+                conn.send_chunk(data)
+            conn.end_chunked()
+            return
+        size = st.st_size
+        head = [f"HTTP/1.1 200 OK\r\nContent-Length: {size}"] + [f"{k}: {v}" for k, v in headers]
+        conn.send(("\r\n".join(head) + "\r\n\r\n").encode())
+        if request.method == "HEAD":
+            return
+        _send_file(conn, fd, size)
+    finally:
+        os.close(fd)
+
+
+def _send_file(conn: Conn, fd: int, size: int) -> None:
+    """Exactly ``size`` bytes (a file that shrinks mid-way drops the connection)."""
+    offset = 0
+    out = conn.sock.fileno()
+    while offset < size:
+        try:
+            sent = os.sendfile(out, fd, offset, min(size - offset, 1 << 20))
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            raise Closed(str(exc)) from None
+        if sent == 0:
+            raise Closed("the file shrank while it was being sent")
+        offset += sent
+
+
+def _upload(request: Request, conn: Conn) -> None:
+    ctype = request.headers.get("content-type", "").lower()
+    if ctype.startswith("multipart/"):
+        _error(conn, 415, "multipart uploads are converted by the host; the sandbox daemon "
+               "takes one application/octet-stream body per file")
+        return
+    encoding = request.headers.get("content-encoding", "identity").lower()
+    if encoding not in ("identity", "gzip"):
+        _error(conn, 415, f"Content-Encoding {encoding!r} is not supported (use gzip)")
+        return
+    path = resolve(request.query.get("path"))
+    directory, name = os.path.split(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        if os.path.isdir(path):
+            raise RpcError("invalid_argument", f"{path} is a directory")
+    except OSError as exc:
+        raise from_os_error(exc, f"create {directory}") from None
+    temp = os.path.join(directory, f".{name}.upload-{os.urandom(6).hex()}")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise from_os_error(exc, f"write {path}") from None
+    done = False
+    try:
+        try:
+            _copy_body(request, fd, gzip=encoding == "gzip")
+            try:  # noqa: SIM105 - contextlib costs memory
+                os.chmod(temp, stat.S_IMODE(os.stat(path).st_mode))  # keep an old file's mode
+            except FileNotFoundError:
+                pass  # a new file
+        finally:
+            os.close(fd)
+        os.rename(temp, path)
+        done = True
+    except OSError as exc:
+        request.keep_alive = False
+        raise from_os_error(exc, f"write {path}") from None
+    except ValueError as exc:  # zlib.error is not an OSError
+        request.keep_alive = False
+        raise RpcError("invalid_argument", f"the gzip body is corrupt: {exc}") from None
+    finally:
+        if not done:
+            try:  # noqa: SIM105 - contextlib costs memory
+                os.unlink(temp)
+            except OSError:
+                pass  # never created or already gone
+    body = dumps([{"name": name, "type": "file", "path": path}]).encode()
+    conn.respond(200, [("Content-Type", "application/json")], body)
+
+
+def _copy_body(request: Request, fd: int, *, gzip: bool) -> None:
+    inflate = None
+    if gzip:
+        import zlib
+
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    while True:
+        data = request.body.read(_CHUNK)
+        if not data:
+            break
+        if inflate is None:
+            _write_all(fd, data)
+            continue
+        try:
+            out = inflate.decompress(data, _CHUNK)
+            while True:
+                _write_all(fd, out)
+                if not inflate.unconsumed_tail:
+                    break
+                out = inflate.decompress(inflate.unconsumed_tail, _CHUNK)
+        except Exception as exc:  # zlib.error
+            raise ValueError(str(exc)) from None
+    if inflate is not None and not inflate.eof:
+        raise ValueError("the gzip stream is truncated")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
