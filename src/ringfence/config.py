@@ -45,6 +45,9 @@ class Config(BaseSettings):
         "host", description="Root filesystem when a request names none: 'host' or a directory."
     )
     default_timeout: float = Field(300.0, gt=0, description="Seconds, when a request sets none.")
+    default_sandbox_timeout: float = Field(
+        300.0, gt=0, description="Seconds an interactive sandbox lives when created without one."
+    )
     ttl_seconds_after_finished: int = Field(
         3600, ge=0, description="How long a finished execution's result is kept."
     )

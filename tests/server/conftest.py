@@ -7,10 +7,12 @@ import httpx
 import pytest
 
 from ringfence.backends.local import LocalExecutor
+from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
 from ringfence.server import create_app
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
+from ringfence.service.sandboxes import SandboxService
 from ringfence.store import MemoryStore, Role, Store
 from tests.store.conftest import postgres_database, sqlite_database
 
@@ -50,7 +52,12 @@ async def api(local_host: object, store: Store) -> AsyncIterator[Api]:
 
     assert isinstance(local_host, Host)
     executor = LocalExecutor(Config(), host=local_host)
-    app = create_app(store=store, executions=ExecutionService(store, executor, Config()))
+    sandboxes = SandboxService(store, LocalSandboxRuntime(executor, Config()), Config())
+    app = create_app(
+        store=store,
+        executions=ExecutionService(store, executor, Config()),
+        sandboxes=sandboxes,
+    )
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)
     transport = httpx.ASGITransport(app=app)

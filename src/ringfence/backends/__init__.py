@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import importlib
 
+from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.backends._protocol import Executor, OutputCallback
 from ringfence.config import Config
 from ringfence.errors import UnknownBackend
 
-__all__ = ["BACKENDS", "Executor", "OutputCallback", "create_executor"]
+__all__ = [
+    "BACKENDS",
+    "Executor",
+    "LaunchSpec",
+    "LiveSandbox",
+    "OutputCallback",
+    "SandboxRuntime",
+    "create_executor",
+    "create_sandbox_runtime",
+]
 
 # name -> "module:Class", imported only when chosen.
 BACKENDS: dict[str, str] = {
@@ -35,3 +45,20 @@ def create_executor(config: Config | None = None) -> Executor:
     module_name, class_name = target.split(":")
     executor: Executor = getattr(importlib.import_module(module_name), class_name)(config)
     return executor
+
+
+def create_sandbox_runtime(executor: Executor, config: Config) -> SandboxRuntime | None:
+    """The runtime for interactive sandboxes on ``executor``'s backend; None when that
+    backend has none (the process backend: without a sandbox there is nothing to contain
+    a long-lived daemon).
+
+    Raises:
+        OSError: the runtime directory cannot be prepared.
+    """
+    from ringfence.backends.local import LocalExecutor
+
+    if isinstance(executor, LocalExecutor):
+        from ringfence.backends.local.interactive import LocalSandboxRuntime
+
+        return LocalSandboxRuntime(executor, config)
+    return None

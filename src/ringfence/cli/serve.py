@@ -51,10 +51,11 @@ def serve(host: str, port: int, data_dir: Path | None, database_url: str | None)
 async def _serve(config: Config, host: str, port: int) -> None:
     import uvicorn
 
-    from ringfence.backends import create_executor
+    from ringfence.backends import create_executor, create_sandbox_runtime
     from ringfence.server import create_app
     from ringfence.service.executions import ExecutionService
     from ringfence.service.keys import FIRST_TENANT, bootstrap_admin_key
+    from ringfence.service.sandboxes import SandboxService
     from ringfence.store.factory import open_store
 
     # The store keeps every result; the executor need only hold runs until they are stored.
@@ -68,14 +69,20 @@ async def _serve(config: Config, host: str, port: int) -> None:
             err=True,
         )
     service = ExecutionService(store, executor, config)
+    sandboxes = SandboxService(store, create_sandbox_runtime(executor, config), config)
     app = create_app(
-        store=store, executions=service, owns_store=True,
+        store=store, executions=service, sandboxes=sandboxes, owns_store=True,
         max_request_bytes=config.max_request_bytes,
     )  # fmt: skip
     config_ = uvicorn.Config(
         app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5
     )
-    await _server_class()(config_, on_exit=service.aclose).serve()
+
+    async def on_exit() -> None:
+        await sandboxes.aclose()
+        await service.aclose()
+
+    await _server_class()(config_, on_exit=on_exit).serve()
 
 
 def _server_class() -> type[Any]:

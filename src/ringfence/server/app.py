@@ -12,7 +12,9 @@ from ringfence.server.errors import install_error_handlers
 from ringfence.server.limits import BodyLimit
 from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import meta
+from ringfence.server.routes import sandboxes as sandbox_routes
 from ringfence.service.executions import ExecutionService
+from ringfence.service.sandboxes import SandboxService
 from ringfence.store import Store
 
 __all__ = ["create_app"]
@@ -30,23 +32,26 @@ def create_app(
     *,
     store: Store,
     executions: ExecutionService,
+    sandboxes: SandboxService,
     owns_store: bool = False,
     max_request_bytes: int = 4 << 20,
 ) -> FastAPI:
     """The application over the service layer.
 
-    At start-up it reconciles (executions a previous process left unfinished are marked
-    failed); at shutdown it cancels running executions, stores their results, and closes
-    the executor (and the store, with ``owns_store``).
+    At start-up it reconciles (executions a previous process left unfinished, and sandboxes
+    it ran, are marked failed); at shutdown it kills sandboxes, cancels running executions,
+    stores how each ended, and closes the executor (and the store, with ``owns_store``).
     """
     service = executions
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await service.reconcile()
+        await sandboxes.reconcile()
         try:
             yield
         finally:
+            await sandboxes.aclose()
             await service.aclose()
             if owns_store:
                 await store.aclose()
@@ -56,8 +61,12 @@ def create_app(
     )
     app.state.store = store
     app.state.executions = service
+    app.state.sandboxes = sandboxes
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=max_request_bytes, streamed=sandbox_routes.STREAMED_PATHS
+    )
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
+    app.include_router(sandbox_routes.router)
     return app

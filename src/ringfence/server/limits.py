@@ -1,9 +1,13 @@
 """Request bodies are bounded before anything reads them: a client (authenticated or not)
-cannot make the server buffer more than ``max_bytes``."""
+cannot make the server buffer more than ``max_bytes``.
+
+Routes that stream a body through without buffering it (file uploads into a sandbox, whose
+disk limit bounds them) are named by ``streamed``, a pattern of paths."""
 
 from __future__ import annotations
 
 import json
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -13,12 +17,15 @@ __all__ = ["BodyLimit"]
 class BodyLimit:
     """ASGI middleware: 413 with a JSON error once a body exceeds ``max_bytes``."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, streamed: re.Pattern[str] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.streamed = streamed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self.streamed and self.streamed.fullmatch(scope["path"])):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")

@@ -26,6 +26,7 @@ from ringfence.errors import (
     RingfenceError,
 )
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
 
 __all__ = ["RESTART_ERROR", "ExecutionService"]
@@ -83,15 +84,8 @@ class ExecutionService:
                 f"image: only the default image {config.default_image!r} is available "
                 "(the operator can allow others with RINGFENCE_ALLOW_TENANT_IMAGES=true)"
             )
-        ceilings = config.max_limits
-        for name in ("memory", "pids", "cpus", "disk"):
-            asked, most = getattr(request.limits, name), getattr(ceilings, name)
-            if asked is not None and most is not None and asked > most:
-                raise InvalidRequest(f"limits.{name}: {asked} is above this server's {most}")
-        if request.timeout is not None and request.timeout > config.max_timeout:
-            raise InvalidRequest(
-                f"timeout: {request.timeout:g} s is above this server's {config.max_timeout:g} s"
-            )
+        check_limits(request.limits, config)
+        check_timeout(request.timeout, config)
 
     async def submit(
         self, tenant: str, request: ExecutionRequest, *, wait: bool

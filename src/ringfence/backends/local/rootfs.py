@@ -22,7 +22,15 @@ from pathlib import Path
 
 from ringfence.errors import InvalidRequest
 
-__all__ = ["GENERATED_ETC", "Entry", "Kind", "RuntimeFiles", "layout_for", "prepare_runtime_files"]
+__all__ = [
+    "GENERATED_ETC",
+    "Entry",
+    "Kind",
+    "RuntimeFiles",
+    "layout_for",
+    "materialize",
+    "prepare_runtime_files",
+]
 
 HOST_IMAGE = "host"
 
@@ -106,7 +114,7 @@ def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> R
     runtime_dir.mkdir(parents=True, exist_ok=True)
     runtime_dir.chmod(0o755)
     generated_digest = hashlib.sha256(repr(sorted(GENERATED_ETC.items())).encode())
-    generated = _materialize(runtime_dir, "generated", generated_digest, _write_generated)
+    generated = materialize(runtime_dir, "generated", generated_digest, _write_generated)
     sources = [host_etc / name for name in _HOST_ETC]
     etc_digest = _fingerprint(sources, generated_digest.copy())
 
@@ -122,7 +130,7 @@ def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> R
                 )
         _write_generated(directory)
 
-    return RuntimeFiles(generated, _materialize(runtime_dir, "etc", etc_digest, build_etc))
+    return RuntimeFiles(generated, materialize(runtime_dir, "etc", etc_digest, build_etc))
 
 
 def _write_generated(directory: Path) -> None:
@@ -166,9 +174,11 @@ def _fingerprint(sources: list[Path], digest: hashlib._Hash) -> hashlib._Hash:
     return digest
 
 
-def _materialize(
+def materialize(
     runtime_dir: Path, name: str, digest: hashlib._Hash, build: Callable[[Path], None]
 ) -> Path:
+    """``runtime_dir/<name>-<digest>``, built by ``build`` in a temporary directory first
+    unless it exists: a copy in use never changes, and concurrent builders do not clash."""
     final = runtime_dir / f"{name}-{digest.hexdigest()[:16]}"
     if final.is_dir():
         return final

@@ -1,0 +1,202 @@
+"""Interactive sandboxes on the local backend: one long execution of the sandbox daemon.
+
+An interactive sandbox is a ``LocalExecutor`` execution whose command is the daemon
+(``ringfence.sandboxd``, standard-library Python run by the sandbox's own python3), with
+every isolation layer of a one-shot execution and a deadline that ``set_timeout`` moves.
+
+How the host reaches the daemon: the host binds a unix socket in a directory only its own
+user may enter and hands the *listening* descriptor to the daemon, which never binds
+anything. The socket's path exists only on the host: nothing inside the sandbox can reach it
+(there is no network, and the path is not mounted), and no other local user can connect to
+it. The host closes its copy once the sandbox has started, so when the daemon dies a connect
+fails at once instead of waiting in the backlog.
+
+The package is copied (with its bytecode) under the runtime directory, which the
+unprivileged sandbox user can traverse, and bound read-only at ``/run/ringfence/sandboxd``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import py_compile
+import shutil
+import socket
+import uuid
+from pathlib import Path
+
+import ringfence.sandboxd
+from ringfence.backends._interactive import LaunchSpec
+from ringfence.backends.local.backend import LocalExecutor
+from ringfence.backends.local.rootfs import materialize
+from ringfence.config import Config
+from ringfence.errors import ExecutionNotFound, SandboxError
+from ringfence.models import ExecutionRequest, ExecutionResult, Mount
+
+__all__ = ["DAEMON_PARENT", "LocalSandbox", "LocalSandboxRuntime", "prepare_daemon"]
+
+log = logging.getLogger(__name__)
+
+DAEMON_PARENT = "/run/ringfence"  # inside the sandbox: the package is DAEMON_PARENT/sandboxd
+_PYTHON = "/usr/bin/python3"
+_BACKLOG = 256
+# How long a sandbox may take from "start" to its daemon running, before create fails.
+_START_SECONDS = 10.0
+
+
+class LocalSandbox:
+    """A running interactive sandbox: where its daemon listens, and its lifecycle."""
+
+    def __init__(
+        self,
+        executor: LocalExecutor,
+        execution_id: str,
+        socket_path: Path,
+        task: asyncio.Task[ExecutionResult],
+    ) -> None:
+        self.socket_path = socket_path
+        self._executor = executor
+        self._execution_id = execution_id
+        self._task = task
+
+    async def set_timeout(self, seconds: float) -> None:
+        """Kill the sandbox ``seconds`` from now (instead of at its earlier deadline)."""
+        await self._executor.set_timeout(self._execution_id, seconds)
+
+    async def kill(self) -> ExecutionResult:
+        """Kill every process of the sandbox and wait until nothing of it remains."""
+        with contextlib.suppress(ExecutionNotFound):  # already forgotten: it has ended
+            await self._executor.cancel(self._execution_id)
+        return await self.ended()
+
+    async def ended(self) -> ExecutionResult:
+        """Wait for the end (kill, deadline, or the daemon's own exit); nothing remains."""
+        return await asyncio.shield(self._task)
+
+    @property
+    def running(self) -> bool:
+        return not self._task.done()
+
+
+class LocalSandboxRuntime:
+    """Starts interactive sandboxes with the local backend."""
+
+    def __init__(self, executor: LocalExecutor, config: Config) -> None:
+        """Raises ``OSError`` when the runtime directory cannot be prepared."""
+        self._executor = executor
+        sockets = config.runtime_dir / "sockets"
+        sockets.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _sweep_stale_instances(sockets)
+        self._sockets = sockets / f"i{os.getpid()}"
+        self._sockets.mkdir(mode=0o700, exist_ok=True)
+        self._daemon = prepare_daemon(config.runtime_dir)
+
+    async def start(self, spec: LaunchSpec) -> LocalSandbox:
+        """Start a sandbox running the daemon; return once its init runs (the daemon may
+        still be starting: its first request waits in the socket's backlog).
+
+        Raises:
+            SandboxError: the sandbox could not be set up (the message says why).
+        """
+        execution_id = uuid.uuid4().hex
+        socket_path = self._sockets / f"{execution_id}.sock"
+        listener = _listen(socket_path)
+        request = ExecutionRequest(
+            id=execution_id,
+            image=spec.image,
+            command=[_PYTHON, "-I", "-S", "-B", "-c", _BOOT],
+            args=["--listen-fd", str(listener.fileno())],
+            env=spec.env,
+            timeout=spec.timeout,
+            limits=spec.limits,
+            mounts=[Mount(source=str(self._daemon), target=f"{DAEMON_PARENT}/sandboxd")],
+        )
+        started = asyncio.Event()
+        task = asyncio.create_task(
+            self._executor.execute(
+                request, on_start=lambda _: started.set(), pass_fds=(listener.fileno(),)
+            )
+        )
+        task.add_done_callback(lambda _: socket_path.unlink(missing_ok=True))
+        try:
+            await _first(started, task, _START_SECONDS)
+        finally:
+            listener.close()  # the daemon has its copy; a dead daemon now refuses connects
+        if task.done():
+            result = task.result()
+            raise SandboxError(result.error or f"the sandbox daemon exited: {result.logs[:500]}")
+        return LocalSandbox(self._executor, execution_id, socket_path, task)
+
+    async def aclose(self) -> None:
+        await self._executor.aclose()
+        shutil.rmtree(self._sockets, ignore_errors=True)
+
+
+_BOOT = f"import sys; sys.path.insert(0, {DAEMON_PARENT!r}); import sandboxd.__main__"
+
+
+def prepare_daemon(runtime_dir: Path) -> Path:
+    """A world-readable copy of the daemon's package, compiled, under ``runtime_dir``.
+
+    Its directory is named by a digest of the sources, so a running sandbox's copy never
+    changes under it. Returns the package directory.
+
+    Raises:
+        OSError: the runtime directory cannot be written.
+    """
+    package = Path(ringfence.sandboxd.__file__).parent
+    sources = sorted(package.glob("*.py"))
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+
+    def build(directory: Path) -> None:
+        target = directory / "sandboxd"
+        target.mkdir()
+        for source in sources:
+            shutil.copy2(source, target / source.name)
+            (target / source.name).chmod(0o644)
+            # Bytecode for the host's python3 (the "base" template's): the sandbox reads it
+            # but cannot write it, and compiling at every start would cost milliseconds.
+            py_compile.compile(str(target / source.name), doraise=True)
+        for path in [target, *target.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+    return materialize(runtime_dir, "sandboxd", digest, build) / "sandboxd"
+
+
+def _listen(path: Path) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        listener.listen(_BACKLOG)
+    except OSError as exc:
+        listener.close()
+        raise SandboxError(f"cannot create the sandbox's socket {path}: {exc.strerror}") from exc
+    return listener
+
+
+async def _first(event: asyncio.Event, task: asyncio.Task[ExecutionResult], timeout: float) -> None:
+    """Wait until ``event`` is set or ``task`` ends, whichever is first."""
+    other = asyncio.create_task(event.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {other, task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        other.cancel()
+    if not done:
+        task.cancel()
+        raise SandboxError(f"the sandbox did not start within {timeout:g} s")
+
+
+def _sweep_stale_instances(sockets: Path) -> None:
+    """Remove the socket directories of Ringfence processes that are gone (their sandboxes
+    died with them)."""
+    for instance in sockets.iterdir():
+        pid = instance.name[1:]
+        if instance.name.startswith("i") and pid.isdigit() and not Path("/proc", pid).exists():
+            shutil.rmtree(instance, ignore_errors=True)

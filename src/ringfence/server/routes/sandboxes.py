@@ -1,0 +1,259 @@
+"""``/v1/sandboxes``: interactive sandboxes, their commands and their files.
+
+Commands and the filesystem speak the sandbox daemon's own protocol (E2B envd's Connect RPC
+with the JSON codec), passed through to the daemon after the caller's key and tenant are
+checked: ``POST /v1/sandboxes/{id}/rpc/process.Process/Start`` is the daemon's
+``POST /process.Process/Start``. Files move as raw bytes on ``/v1/sandboxes/{id}/files``.
+Bodies stream both ways; nothing is buffered whole.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from enum import StrEnum
+from typing import Annotated
+
+import httpx
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+from starlette.background import BackgroundTask
+
+from ringfence.errors import InvalidRequest
+from ringfence.models import MAX_TIMEOUT_SECONDS, Sandbox, SandboxSpec, SandboxState
+from ringfence.server.auth import Caller
+from ringfence.server.errors import ErrorBody
+from ringfence.service.daemon_client import FORWARDED_RESPONSE_HEADERS, DaemonClient
+from ringfence.service.sandboxes import SandboxService
+
+__all__ = ["STREAMED_PATHS", "router"]
+
+router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
+
+# Bodies these routes pass through as they come (bounded by the sandbox's own limits).
+STREAMED_PATHS = re.compile(r"/v1/sandboxes/[^/]+/(files|rpc/process\.Process/StreamInput)")
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    400: {"model": ErrorBody, "description": "Invalid request"},
+    401: {"model": ErrorBody, "description": "Missing or invalid API key"},
+    404: {"model": ErrorBody, "description": "No such sandbox in your tenant"},
+}
+_LIVE_ERRORS: dict[int | str, dict[str, object]] = {
+    **_ERRORS,
+    404: {"model": ErrorBody, "description": "No running sandbox with this id in your tenant"},
+}
+
+SandboxId = Annotated[str, Path(max_length=64, description="The sandbox's id.")]
+
+
+class Timeout(BaseModel):
+    timeout: float = Field(
+        gt=0, le=MAX_TIMEOUT_SECONDS, description="Seconds from now until the sandbox is killed."
+    )
+
+
+class Service(StrEnum):
+    """The daemon's RPC services (E2B envd's)."""
+
+    PROCESS = "process.Process"
+    FILESYSTEM = "filesystem.Filesystem"
+
+
+def _body(description: str, *media_types: str) -> dict[str, object]:
+    """An OpenAPI request body for a route that streams its body instead of parsing it (a
+    declared body parameter would make FastAPI read it whole first)."""
+    content = {
+        media_type: {"schema": {"type": "string", "format": "binary"}} for media_type in media_types
+    }
+    return {"requestBody": {"description": description, "content": content}}
+
+
+def _service(request: Request) -> SandboxService:
+    service: SandboxService = request.app.state.sandboxes
+    return service
+
+
+@router.post(
+    "",
+    response_model=Sandbox,
+    status_code=201,
+    responses={**_ERRORS, 500: {"model": ErrorBody, "description": "The sandbox failed to start"}},
+    summary="Create an interactive sandbox",
+)
+async def create_sandbox(body: SandboxSpec, caller: Caller, request: Request) -> Sandbox:
+    """Answers once the sandbox's daemon is ready for commands and files. The sandbox lives
+    until its timeout (default 300 s) or a kill; then nothing of it remains."""
+    return await _service(request).create(caller.tenant, body)
+
+
+@router.get(
+    "",
+    response_model=list[Sandbox],
+    responses=_ERRORS,
+    summary="List your sandboxes, newest first",
+)
+async def list_sandboxes(
+    caller: Caller,
+    request: Request,
+    state: Annotated[
+        list[SandboxState] | None, Query(description="Only sandboxes in these states.")
+    ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        Query(description="key=value: only sandboxes with this metadata (repeat for more)."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[Sandbox]:
+    wanted = dict(_pair(item) for item in metadata or [])
+    return await _service(request).list(
+        caller.tenant, states=state or None, metadata=wanted, limit=limit
+    )
+
+
+@router.get(
+    "/{sandbox_id}", response_model=Sandbox, responses=_ERRORS, summary="One of your sandboxes"
+)
+async def get_sandbox(sandbox_id: SandboxId, caller: Caller, request: Request) -> Sandbox:
+    return await _service(request).get(caller.tenant, sandbox_id)
+
+
+@router.post(
+    "/{sandbox_id}/timeout",
+    response_model=Sandbox,
+    responses={**_LIVE_ERRORS, 409: {"model": ErrorBody, "description": "It has ended"}},
+    summary="Kill the sandbox this many seconds from now",
+)
+async def set_timeout(
+    sandbox_id: SandboxId, body: Timeout, caller: Caller, request: Request
+) -> Sandbox:
+    """Earlier or later than before; the clock starts now."""
+    return await _service(request).set_timeout(caller.tenant, sandbox_id, body.timeout)
+
+
+@router.delete(
+    "/{sandbox_id}",
+    response_model=Sandbox,
+    responses=_ERRORS,
+    summary="Kill the sandbox: every process, and everything it wrote",
+)
+async def kill_sandbox(sandbox_id: SandboxId, caller: Caller, request: Request) -> Sandbox:
+    """Answers once nothing of it remains; killing an ended sandbox returns it unchanged."""
+    return await _service(request).kill(caller.tenant, sandbox_id)
+
+
+@router.post(
+    "/{sandbox_id}/rpc/{service}/{method}",
+    responses={
+        **_LIVE_ERRORS,
+        200: {
+            "description": "The daemon's answer: `application/json` for unary calls, "
+            "`application/connect+json` envelopes for streams (Start, Connect, WatchDir)",
+            "content": {"application/json": {}, "application/connect+json": {}},
+        },
+    },
+    summary="Call the sandbox daemon (processes and filesystem; E2B envd's Connect RPC)",
+    openapi_extra=_body(
+        "The request message: JSON for unary calls, one Connect envelope "
+        "(application/connect+json) for streams. Methods: process.Process/{Start, Connect, "
+        "List, SendInput, StreamInput, SendSignal, CloseStdin}, filesystem.Filesystem/{Stat, "
+        "ListDir, MakeDir, Move, Remove, WatchDir, CreateWatcher, GetWatcherEvents, "
+        "RemoveWatcher}.",
+        "application/json",
+        "application/connect+json",
+    ),
+)
+async def call_daemon(
+    sandbox_id: SandboxId,
+    service: Service,
+    method: Annotated[str, Path(pattern=r"^[A-Za-z]{1,64}$")],
+    caller: Caller,
+    request: Request,
+) -> StreamingResponse:
+    daemon = _service(request).daemon(caller.tenant, sandbox_id)
+    return await _forward(daemon, request, "POST", f"/{service.value}/{method}")
+
+
+@router.get(
+    "/{sandbox_id}/files",
+    responses={
+        **_LIVE_ERRORS,
+        200: {
+            "description": "The file's bytes",
+            "content": {"application/octet-stream": {}},
+        },
+    },
+    summary="Download a file from the sandbox (streamed)",
+)
+async def read_file(
+    sandbox_id: SandboxId,
+    caller: Caller,
+    request: Request,
+    path: Annotated[str, Query(description="Path in the sandbox; relative to the home.")],
+) -> StreamingResponse:
+    daemon = _service(request).daemon(caller.tenant, sandbox_id)
+    return await _forward(daemon, request, "GET", "/files", {"path": path})
+
+
+@router.put(
+    "/{sandbox_id}/files",
+    responses={
+        **_LIVE_ERRORS,
+        200: {"description": "`[{name, type, path}]` of the file written"},
+        507: {"description": "The sandbox's disk is full"},
+    },
+    summary="Upload a file into the sandbox (streamed; replaces it whole at the end)",
+    openapi_extra=_body(
+        "The file's bytes (optionally Content-Encoding: gzip).", "application/octet-stream"
+    ),
+)
+async def write_file(
+    sandbox_id: SandboxId,
+    caller: Caller,
+    request: Request,
+    path: Annotated[str, Query(description="Path in the sandbox; parents are created.")],
+) -> StreamingResponse:
+    daemon = _service(request).daemon(caller.tenant, sandbox_id)
+    return await _forward(daemon, request, "POST", "/files", {"path": path})
+
+
+def _pair(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise InvalidRequest(f"metadata filter must be key=value, got {item!r}")
+    return key, value
+
+
+async def _forward(
+    daemon: DaemonClient,
+    request: Request,
+    method: str,
+    path: str,
+    params: dict[str, str] | None = None,
+) -> StreamingResponse:
+    """Pass the request's body to the daemon and its answer back, both streamed."""
+    content = request.stream() if method != "GET" else None
+    upstream = await daemon.send(
+        method, path, params=params, headers=request.headers, content=content
+    )
+    headers = {
+        name: value
+        for name, value in upstream.headers.items()
+        if name.lower() in FORWARDED_RESPONSE_HEADERS
+    }
+    return StreamingResponse(
+        _relay(upstream),
+        status_code=upstream.status_code,
+        headers=headers,
+        background=BackgroundTask(upstream.aclose),
+    )
+
+
+async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in upstream.aiter_raw():
+            yield chunk
+    except httpx.HTTPError:
+        return  # the sandbox ended mid-answer: the client sees the body cut short
+    finally:
+        await upstream.aclose()

@@ -1,0 +1,251 @@
+"""Interactive sandboxes for tenants: recorded in the store, run by a sandbox runtime.
+
+A sandbox id is random and unique across tenants; a tenant asking for another tenant's
+sandbox gets "not found", exactly as for an id that never existed. The store holds every
+sandbox ever created; the live table holds the ones this process runs, with the client that
+reaches each one's daemon. When a sandbox ends (kill, expiry, or its daemon dying), the
+final state is stored and nothing of it remains on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
+from ringfence.config import Config
+from ringfence.errors import (
+    InvalidRequest,
+    RingfenceError,
+    SandboxError,
+    SandboxNotFound,
+    SandboxNotRunning,
+)
+from ringfence.models import (
+    ExecutionResult,
+    Sandbox,
+    SandboxSpec,
+    SandboxState,
+    Status,
+)
+from ringfence.service.daemon_client import DaemonClient
+from ringfence.service.policy import check_limits, check_timeout
+from ringfence.store import Store
+
+__all__ = ["RESTART_ERROR", "SandboxService"]
+
+log = logging.getLogger(__name__)
+
+RESTART_ERROR = "the server stopped while this sandbox ran; the sandbox was killed with it"
+# Templates this server knows, and the root filesystem each one is. (Built templates come
+# with the templates issue; until then "base" is the host's system directories.)
+_TEMPLATES = {"base": None}  # None: the configured default image
+_DAEMON_START_SECONDS = 10.0
+
+
+@dataclass
+class _Live:
+    tenant: str
+    sandbox: LiveSandbox
+    daemon: DaemonClient
+    ended: asyncio.Future[Sandbox]
+
+
+class SandboxService:
+    """Create, find, extend and kill interactive sandboxes on behalf of tenants."""
+
+    def __init__(self, store: Store, runtime: SandboxRuntime | None, config: Config) -> None:
+        """``runtime`` None: this server's backend cannot run interactive sandboxes."""
+        self._store = store
+        self._runtime = runtime
+        self._config = config
+        self._live: dict[str, _Live] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    async def reconcile(self) -> int:
+        """After a restart: sandboxes recorded as running died with the server that ran
+        them (``--die-with-parent``; the runtime sweeps what they left). Returns how many
+        were marked failed."""
+        ended = await self._store.end_running_sandboxes(RESTART_ERROR)
+        for tenant, sandbox in ended:
+            log.warning("sandbox %s/%s was cut off by a restart", tenant, sandbox.id)
+        return len(ended)
+
+    def check_policy(self, spec: SandboxSpec) -> None:
+        """Raises ``InvalidRequest`` for an unknown template or limits above the ceilings."""
+        if spec.template not in _TEMPLATES:
+            known = ", ".join(sorted(_TEMPLATES))
+            raise InvalidRequest(f"template: no template {spec.template!r} (known: {known})")
+        check_limits(spec.limits, self._config)
+        check_timeout(spec.timeout, self._config)
+
+    async def create(self, tenant: str, spec: SandboxSpec) -> Sandbox:
+        """Start a sandbox and return it once its daemon answers.
+
+        Raises:
+            InvalidRequest: the spec is not allowed here.
+            SandboxError: the sandbox could not start (recorded as failed, with why).
+        """
+        self.check_policy(spec)
+        if self._runtime is None:
+            raise InvalidRequest(
+                f"the {self._config.backend} backend cannot run interactive sandboxes "
+                "(use SANDBOX_BACKEND=local)"
+            )
+        timeout = spec.timeout or self._config.default_sandbox_timeout
+        now = datetime.now(UTC)
+        sandbox = Sandbox(
+            id=_new_id(),
+            template=spec.template,
+            state=SandboxState.RUNNING,
+            metadata=spec.metadata,
+            limits=spec.limits.merged_over(self._config.default_limits),
+            created_at=now,
+            expires_at=now + timedelta(seconds=timeout),
+        )
+        await self._store.add_sandbox(tenant, sandbox)  # a crash from here on: reconcile
+        launch = LaunchSpec(
+            image=_TEMPLATES[spec.template] or self._config.default_image,
+            env=spec.env,
+            limits=sandbox.limits,
+            timeout=timeout,
+        )
+        try:
+            live = await self._runtime.start(launch)
+        except RingfenceError as exc:
+            await self._store.update_sandbox(
+                tenant, sandbox.ended(SandboxState.FAILED, exc.message)
+            )
+            raise SandboxError(f"the sandbox could not start: {exc.message}") from exc
+        daemon = DaemonClient(sandbox.id, live.socket_path)
+        entry = _Live(tenant, live, daemon, asyncio.get_running_loop().create_future())
+        self._live[sandbox.id] = entry
+        watcher = asyncio.create_task(self._watch(sandbox, entry))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+        try:
+            await daemon.health(_DAEMON_START_SECONDS)
+        except SandboxNotRunning as exc:
+            await live.kill()
+            ended = await asyncio.shield(entry.ended)
+            raise SandboxError(
+                f"the sandbox daemon did not start: {ended.error or exc.message}"
+            ) from exc
+        return sandbox
+
+    async def get(self, tenant: str, sandbox_id: str) -> Sandbox:
+        """Raises ``SandboxNotFound`` (also for another tenant's sandbox)."""
+        sandbox = await self._store.get_sandbox(tenant, sandbox_id)
+        if sandbox is None:
+            raise SandboxNotFound(f"no sandbox with id {sandbox_id!r}")
+        return sandbox
+
+    async def list(
+        self,
+        tenant: str,
+        *,
+        states: Collection[SandboxState] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[Sandbox]:
+        return await self._store.list_sandboxes(
+            tenant, states=states, metadata=metadata, limit=limit
+        )
+
+    async def set_timeout(self, tenant: str, sandbox_id: str, timeout: float) -> Sandbox:
+        """The sandbox will be killed ``timeout`` seconds from now (sooner or later than
+        before).
+
+        Raises:
+            SandboxNotFound: no such sandbox in this tenant.
+            SandboxNotRunning: it has ended.
+            InvalidRequest: the timeout is above the operator's ceiling.
+        """
+        check_timeout(timeout, self._config)
+        entry = self._running(tenant, sandbox_id)
+        sandbox = await self.get(tenant, sandbox_id)
+        await entry.sandbox.set_timeout(timeout)
+        moved = sandbox.model_copy(
+            update={"expires_at": datetime.now(UTC) + timedelta(seconds=timeout)}
+        )
+        if not entry.ended.done():
+            await self._store.update_sandbox(tenant, moved)
+        return moved
+
+    async def kill(self, tenant: str, sandbox_id: str) -> Sandbox:
+        """Kill every process of the sandbox and remove everything of it; an ended sandbox
+        is returned unchanged.
+
+        Raises:
+            SandboxNotFound: no such sandbox in this tenant.
+        """
+        entry = self._live.get(sandbox_id)
+        if entry is None or entry.tenant != tenant:
+            return await self.get(tenant, sandbox_id)
+        await entry.sandbox.kill()
+        return await asyncio.shield(entry.ended)
+
+    def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient:
+        """The client of a running sandbox's daemon.
+
+        Raises:
+            SandboxNotFound: no such sandbox in this tenant (or not running here, and then
+                unknown to this tenant's other calls too only if it never existed).
+            SandboxNotRunning: it has ended.
+        """
+        return self._running(tenant, sandbox_id).daemon
+
+    async def aclose(self) -> None:
+        """Kill every sandbox and wait until each end is stored."""
+        for entry in list(self._live.values()):
+            with contextlib.suppress(Exception):
+                await entry.sandbox.kill()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+        if self._runtime is not None:
+            await self._runtime.aclose()
+
+    def _running(self, tenant: str, sandbox_id: str) -> _Live:
+        entry = self._live.get(sandbox_id)
+        if entry is not None and entry.tenant == tenant and not entry.ended.done():
+            return entry
+        raise SandboxNotFound(f"no running sandbox with id {sandbox_id!r}")
+
+    async def _watch(self, sandbox: Sandbox, entry: _Live) -> None:
+        """Wait for the end; store it; release the daemon client."""
+        try:
+            result = await entry.sandbox.ended()
+            state, error = _ending(result)
+        except Exception as exc:  # boundary: whatever happens, the sandbox must end
+            log.exception("sandbox %s/%s failed inside Ringfence", entry.tenant, sandbox.id)
+            state, error = SandboxState.FAILED, f"internal error: {exc}"
+        current = await self._store.get_sandbox(entry.tenant, sandbox.id) or sandbox
+        ended = current.ended(state, error)
+        try:
+            await self._store.update_sandbox(entry.tenant, ended)
+        except RingfenceError:
+            log.exception("could not store the end of sandbox %s/%s", entry.tenant, sandbox.id)
+        finally:
+            del self._live[sandbox.id]
+            await entry.daemon.aclose()
+            entry.ended.set_result(ended)
+
+
+def _ending(result: ExecutionResult) -> tuple[SandboxState, str | None]:
+    """How a sandbox ended, from the end of its daemon's execution."""
+    if result.status is Status.CANCELLED:
+        return SandboxState.KILLED, None
+    if result.status is Status.TIMED_OUT:
+        return SandboxState.EXPIRED, None
+    if result.error:
+        return SandboxState.FAILED, result.error
+    tail = result.logs.strip().splitlines()[-1:] or [""]
+    return SandboxState.FAILED, f"the sandbox daemon exited ({result.exit_code}): {tail[0][:300]}"
+
+
+def _new_id() -> str:
+    return "sb" + secrets.token_hex(10)
