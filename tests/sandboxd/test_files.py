@@ -1,0 +1,141 @@
+"""The filesystem service and /files against a real daemon."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import socket
+from collections.abc import Iterator
+
+from .conftest import Daemon, wait_for
+
+FS = "filesystem.Filesystem"
+
+
+def call(daemon: Daemon, method: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+    response = daemon.unary(f"{FS}/{method}", body)
+    return response.status_code, response.json()
+
+
+def test_make_dir_stat_list_move_remove(daemon: Daemon) -> None:
+    status, made = call(daemon, "MakeDir", {"path": "fs/a/b"})
+    assert status == 200
+    assert made["entry"]["type"] == "FILE_TYPE_DIRECTORY"  # type: ignore[index]
+    status, again = call(daemon, "MakeDir", {"path": "fs/a/b"})
+    assert (status, again["code"]) == (409, "already_exists")
+    root = daemon.home / "fs"
+    (root / "a" / "file.txt").write_bytes(b"hello")
+    (root / "link").symlink_to(root / "a" / "file.txt")
+    (root / "dangling").symlink_to(root / "nope")
+
+    status, st = call(daemon, "Stat", {"path": str(root / "a" / "file.txt")})
+    entry = st["entry"]
+    assert entry["type"] == "FILE_TYPE_FILE" and entry["size"] == "5"  # type: ignore[index]
+    assert entry["permissions"].startswith("-rw")  # type: ignore[index]
+    assert entry["modifiedTime"].endswith("Z")  # type: ignore[index]
+
+    _, link = call(daemon, "Stat", {"path": "fs/link"})
+    assert link["entry"]["isSymlink"] is True  # type: ignore[index]
+    assert link["entry"]["type"] == "FILE_TYPE_FILE"  # type: ignore[index]
+    assert link["entry"]["symlinkTarget"] == str(root / "a" / "file.txt")  # type: ignore[index]
+
+    _, shallow = call(daemon, "ListDir", {"path": "fs"})
+    names = {e["name"] for e in shallow["entries"]}  # type: ignore[attr-defined]
+    assert names == {"a", "link", "dangling"}
+    _, deep = call(daemon, "ListDir", {"path": "fs", "depth": "3"})
+    paths = {e["path"] for e in deep["entries"]}  # type: ignore[attr-defined]
+    assert str(root / "a" / "b") in paths and str(root / "a" / "file.txt") in paths
+
+    status, moved = call(daemon, "Move", {"source": "fs/a/file.txt", "destination": "fs/c/d.txt"})
+    assert status == 200 and moved["entry"]["path"] == str(root / "c" / "d.txt")  # type: ignore[index]
+
+    assert call(daemon, "Remove", {"path": "fs/dangling"})[0] == 200
+    assert call(daemon, "Remove", {"path": "fs"})[0] == 200
+    assert not root.exists()
+    for method, body in (
+        ("Stat", {"path": "fs"}),
+        ("Remove", {"path": "fs"}),
+        ("ListDir", {"path": "fs"}),
+        ("Move", {"source": "fs", "destination": "x"}),
+    ):
+        status, err = call(daemon, method, body)
+        assert (status, err["code"]) == (404, "not_found"), method
+
+
+def test_list_dir_of_a_file_is_invalid_argument(daemon: Daemon) -> None:
+    (daemon.home / "plain").write_text("x")
+    status, err = call(daemon, "ListDir", {"path": "plain"})
+    assert (status, err["code"]) == (400, "invalid_argument")
+
+
+def test_binary_round_trip(daemon: Daemon) -> None:
+    data = bytes(range(256)) * 1000
+    response = daemon.client.post(
+        "/files", params={"path": "bin/data.bin"}, content=data,
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert response.status_code == 200
+    assert response.json() == [
+        {"name": "data.bin", "type": "file", "path": str(daemon.home / "bin" / "data.bin")}
+    ]
+    downloaded = daemon.client.get("/files", params={"path": "bin/data.bin"})
+    assert downloaded.status_code == 200 and downloaded.content == data
+    missing = daemon.client.get("/files", params={"path": "bin/nope"})
+    assert missing.status_code == 404 and missing.json()["code"] == 404
+    assert daemon.client.get("/files", params={"path": "bin"}).status_code == 400
+
+
+def test_gzip_upload(daemon: Daemon) -> None:
+    response = daemon.client.put(
+        "/files", params={"path": "z.txt"}, content=gzip.compress(b"unzipped " * 1000),
+        headers={"content-type": "application/octet-stream", "content-encoding": "gzip"},
+    )
+    assert response.status_code == 200
+    assert (daemon.home / "z.txt").read_bytes() == b"unzipped " * 1000
+
+
+def test_multipart_is_refused(daemon: Daemon) -> None:
+    response = daemon.client.post("/files", params={"path": "m"}, files={"file": ("m", b"x")})
+    assert response.status_code == 415
+
+
+def test_aborted_upload_keeps_the_previous_content(daemon: Daemon) -> None:
+    target = daemon.home / "keep.txt"
+    target.write_bytes(b"old")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(daemon.path)
+    sock.sendall(
+        b"POST /files?path=keep.txt HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n" + b"n" * 1000
+    )
+    sock.close()
+    bad_gzip = daemon.client.post(
+        "/files", params={"path": "keep.txt"}, content=b"not gzip at all",
+        headers={"content-encoding": "gzip"},
+    )
+    assert bad_gzip.status_code == 400
+    assert daemon.client.get("/health").status_code == 204
+    assert target.read_bytes() == b"old"
+    wait_for(lambda: not [p for p in daemon.home.iterdir() if p.name.startswith(".keep")])
+
+
+def test_100_mb_upload_and_download_stay_streamed(daemon: Daemon) -> None:
+    block = os.urandom(1 << 20)
+
+    def body() -> Iterator[bytes]:
+        for _ in range(100):
+            yield block
+
+    response = daemon.client.post(
+        "/files", params={"path": "big.bin"}, content=body(),
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert response.status_code == 200
+    assert (daemon.home / "big.bin").stat().st_size == 100 << 20
+    size = 0
+    with daemon.client.stream("GET", "/files", params={"path": "big.bin"}) as download:
+        for chunk in download.iter_bytes():
+            size += len(chunk)
+    assert size == 100 << 20
+    assert daemon.status("VmHWM") < 40 * 1024  # kB: far below the 100 MB that went through
+    (daemon.home / "big.bin").unlink()
