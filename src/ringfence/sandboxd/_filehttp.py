@@ -130,10 +130,10 @@ def _upload(request: Request, conn: Conn) -> None:
         os.rename(temp, path)
         done = True
     except OSError as exc:
-        request.keep_alive = False
+        conn.close_after = True
         raise from_os_error(exc, f"write {path}") from None
     except ValueError as exc:  # zlib.error is not an OSError
-        request.keep_alive = False
+        conn.close_after = True
         raise RpcError("invalid_argument", f"the gzip body is corrupt: {exc}") from None
     finally:
         if not done:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 MAX_LINE = 8 * 1024
 MAX_HEADERS = 64 * 1024
+DRAIN_LIMIT = 1024 * 1024  # an unread body up to this size is skipped to keep the connection
 _RECV = 64 * 1024
 
 REASONS = {
@@ -47,6 +48,13 @@ class Conn:
     def __init__(self, sock: socket) -> None:
         self.sock = sock
         self._buf = bytearray()
+        self.body: Body | None = None  # of the request being answered
+        self.close_after = False  # answer with "Connection: close", then close
+
+    def finish_body(self) -> None:
+        """Skip what is left of the request body, or plan to close if too much is left."""
+        if self.body is not None and not self.close_after and not self.body.drain(DRAIN_LIMIT):
+            self.close_after = True
 
     def _fill(self) -> None:
         try:
@@ -91,8 +99,11 @@ class Conn:
             raise Closed(str(exc)) from None
 
     def respond(self, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> None:
+        self.finish_body()
         head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}"]
         head.extend(f"{name}: {value}" for name, value in headers)
+        if self.close_after:
+            head.append("Connection: close")
         if status != 204 and status >= 200:
             head.append(f"Content-Length: {len(body)}")
         self.send(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
@@ -100,7 +111,8 @@ class Conn:
     def start_chunked(self, status: int, content_type: str) -> None:
         self.send(
             f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}\r\n"
-            f"Content-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+            f"Content-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n"
+            f"{'Connection: close' + chr(13) + chr(10) if self.close_after else ''}\r\n".encode()
         )
 
     def send_chunk(self, data: bytes) -> None:
@@ -200,7 +212,6 @@ class Request:
         self.query = query
         self.headers = headers
         self.body = body
-        self.keep_alive = True
 
 
 def read_request(conn: Conn) -> Request:
@@ -245,9 +256,11 @@ def read_request(conn: Conn) -> Request:
         length = int(cl)
     path, _, qs = target.partition("?")
     request = Request(method, path, parse_query(qs), headers, Body(conn, length, chunked))
+    conn.body = request.body
     connection = headers.get("connection", "").lower()
-    if "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection):
-        request.keep_alive = False
+    conn.close_after = "close" in connection or (
+        version == "HTTP/1.0" and "keep-alive" not in connection
+    )
     if headers.get("expect", "").lower() == "100-continue":
         conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
     return request

@@ -111,7 +111,7 @@ def serve_call(
         if kind == UNARY:
             body = request.body.read_all(MAX_MESSAGE)
             if body is None:
-                request.keep_alive = False
+                conn.close_after = True
                 raise invalid(f"the request body is larger than {MAX_MESSAGE} bytes")
             message = loads(body) if body.strip() else {}
             if not isinstance(message, dict):

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from ._http import Request
     from ._rpc import Handler
 
-_DRAIN_LIMIT = 1024 * 1024
 _JSON = [("Content-Type", "application/json")]
 
 # "package.Service/Method" → (kind, module, function); modules load on first use.
@@ -84,11 +83,12 @@ class Server:
                     request = read_request(conn)
                 except HttpError as err:
                     body = dumps({"code": err.status, "message": err.message}).encode()
-                    headers = [("Content-Type", "application/json"), ("Connection", "close")]
-                    conn.respond(err.status, headers, body)
+                    conn.close_after = True
+                    conn.respond(err.status, _JSON, body)
                     return
                 self._dispatch(request, conn)
-                if not request.keep_alive or not request.body.drain(_DRAIN_LIMIT):
+                conn.finish_body()
+                if conn.close_after:
                     return
         except Closed:
             return
