@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -48,6 +51,26 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
 
 @pytest.fixture
 async def api(local_host: object, store: Store) -> AsyncIterator[Api]:
+    async with _serving(local_host, store) as api:
+        yield api
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def live(request: pytest.FixtureRequest, local_host: object) -> AsyncIterator[Api]:
+    """``api`` on SQLite or PostgreSQL, served over real HTTP on loopback: sandbox traffic
+    streams, which the in-process transport (it buffers whole answers) cannot show."""
+    from ringfence.store.sql import SqlStore
+
+    store = await SqlStore.open(request.getfixturevalue(f"{request.param}_database"))
+    try:
+        async with _serving(local_host, store, over_http=True) as api:
+            yield api
+    finally:
+        await store.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _serving(local_host: object, store: Store, over_http: bool = False) -> AsyncIterator[Api]:
     from ringfence.backends.local.probe import Host
 
     assert isinstance(local_host, Host)
@@ -61,12 +84,15 @@ async def api(local_host: object, store: Store) -> AsyncIterator[Api]:
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)
     transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=transport, base_url="http://ringfence.test", timeout=30
-        ) as client,
-    ):
+    async with app.router.lifespan_context(app), contextlib.AsyncExitStack() as stack:
+        if over_http:
+            url = await stack.enter_async_context(_uvicorn(app))
+            client = httpx.AsyncClient(base_url=url, timeout=30)
+        else:
+            client = httpx.AsyncClient(
+                transport=transport, base_url="http://ringfence.test", timeout=30
+            )
+        await stack.enter_async_context(client)
         yield Api(
             client,
             store,
@@ -76,3 +102,27 @@ async def api(local_host: object, store: Store) -> AsyncIterator[Api]:
             acme,
             globex,
         )
+
+
+@contextlib.asynccontextmanager
+async def _uvicorn(app: object) -> AsyncIterator[str]:
+    import uvicorn
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[_loopback_socket()]))
+    try:
+        while not server.started:
+            assert not task.done(), "uvicorn stopped while starting"
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def _loopback_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock

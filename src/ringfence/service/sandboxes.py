@@ -37,10 +37,12 @@ from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
 
-__all__ = ["RESTART_ERROR", "SandboxService"]
+__all__ = ["RESTART_ERROR", "SANDBOX_ID_VARIABLE", "SandboxService"]
 
 log = logging.getLogger(__name__)
 
+# Set in every sandbox: commands may want to know where they run.
+SANDBOX_ID_VARIABLE = "RINGFENCE_SANDBOX_ID"
 RESTART_ERROR = "the server stopped while this sandbox ran; the sandbox was killed with it"
 # Templates this server knows, and the root filesystem each one is. (Built templates come
 # with the templates issue; until then "base" is the host's system directories.)
@@ -111,7 +113,7 @@ class SandboxService:
         await self._store.add_sandbox(tenant, sandbox)  # a crash from here on: reconcile
         launch = LaunchSpec(
             image=_TEMPLATES[spec.template] or self._config.default_image,
-            env=spec.env,
+            env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
             limits=sandbox.limits,
             timeout=timeout,
         )
@@ -167,7 +169,7 @@ class SandboxService:
             InvalidRequest: the timeout is above the operator's ceiling.
         """
         check_timeout(timeout, self._config)
-        entry = self._running(tenant, sandbox_id)
+        entry = await self._running(tenant, sandbox_id)
         sandbox = await self.get(tenant, sandbox_id)
         await entry.sandbox.set_timeout(timeout)
         moved = sandbox.model_copy(
@@ -190,15 +192,14 @@ class SandboxService:
         await entry.sandbox.kill()
         return await asyncio.shield(entry.ended)
 
-    def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient:
+    async def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient:
         """The client of a running sandbox's daemon.
 
         Raises:
-            SandboxNotFound: no such sandbox in this tenant (or not running here, and then
-                unknown to this tenant's other calls too only if it never existed).
+            SandboxNotFound: no such sandbox in this tenant.
             SandboxNotRunning: it has ended.
         """
-        return self._running(tenant, sandbox_id).daemon
+        return (await self._running(tenant, sandbox_id)).daemon
 
     async def aclose(self) -> None:
         """Kill every sandbox and wait until each end is stored."""
@@ -209,11 +210,12 @@ class SandboxService:
         if self._runtime is not None:
             await self._runtime.aclose()
 
-    def _running(self, tenant: str, sandbox_id: str) -> _Live:
+    async def _running(self, tenant: str, sandbox_id: str) -> _Live:
         entry = self._live.get(sandbox_id)
         if entry is not None and entry.tenant == tenant and not entry.ended.done():
             return entry
-        raise SandboxNotFound(f"no running sandbox with id {sandbox_id!r}")
+        sandbox = await self.get(tenant, sandbox_id)  # SandboxNotFound, for any tenant's id
+        raise SandboxNotRunning(f"sandbox {sandbox_id} has ended ({sandbox.state.value})")
 
     async def _watch(self, sandbox: Sandbox, entry: _Live) -> None:
         """Wait for the end; store it; release the daemon client."""

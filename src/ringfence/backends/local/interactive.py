@@ -161,7 +161,12 @@ def prepare_daemon(runtime_dir: Path) -> Path:
             (target / source.name).chmod(0o644)
             # Bytecode for the host's python3 (the "base" template's): the sandbox reads it
             # but cannot write it, and compiling at every start would cost milliseconds.
-            py_compile.compile(str(target / source.name), doraise=True)
+            # Unchecked: the copy never changes (its directory is named by its digest).
+            py_compile.compile(
+                str(target / source.name),
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
         for path in [target, *target.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
 

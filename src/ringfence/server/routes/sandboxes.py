@@ -41,7 +41,7 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 }
 _LIVE_ERRORS: dict[int | str, dict[str, object]] = {
     **_ERRORS,
-    404: {"model": ErrorBody, "description": "No running sandbox with this id in your tenant"},
+    409: {"model": ErrorBody, "description": "The sandbox has ended (sandbox_not_running)"},
 }
 
 SandboxId = Annotated[str, Path(max_length=64, description="The sandbox's id.")]
@@ -121,7 +121,7 @@ async def get_sandbox(sandbox_id: SandboxId, caller: Caller, request: Request) -
 @router.post(
     "/{sandbox_id}/timeout",
     response_model=Sandbox,
-    responses={**_LIVE_ERRORS, 409: {"model": ErrorBody, "description": "It has ended"}},
+    responses=_LIVE_ERRORS,
     summary="Kill the sandbox this many seconds from now",
 )
 async def set_timeout(
@@ -170,7 +170,7 @@ async def call_daemon(
     caller: Caller,
     request: Request,
 ) -> StreamingResponse:
-    daemon = _service(request).daemon(caller.tenant, sandbox_id)
+    daemon = await _service(request).daemon(caller.tenant, sandbox_id)
     return await _forward(daemon, request, "POST", f"/{service.value}/{method}")
 
 
@@ -191,7 +191,7 @@ async def read_file(
     request: Request,
     path: Annotated[str, Query(description="Path in the sandbox; relative to the home.")],
 ) -> StreamingResponse:
-    daemon = _service(request).daemon(caller.tenant, sandbox_id)
+    daemon = await _service(request).daemon(caller.tenant, sandbox_id)
     return await _forward(daemon, request, "GET", "/files", {"path": path})
 
 
@@ -213,7 +213,7 @@ async def write_file(
     request: Request,
     path: Annotated[str, Query(description="Path in the sandbox; parents are created.")],
 ) -> StreamingResponse:
-    daemon = _service(request).daemon(caller.tenant, sandbox_id)
+    daemon = await _service(request).daemon(caller.tenant, sandbox_id)
     return await _forward(daemon, request, "POST", "/files", {"path": path})
 
 
