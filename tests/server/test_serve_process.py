@@ -196,3 +196,60 @@ def test_sigterm_answers_waiting_clients_and_stops_promptly(server: Server) -> N
     server.start()
     stored = httpx.get(f"{server.url}/v1/executions/waited", headers=admin).json()
     assert stored["status"] == "cancelled", "the outcome was stored before the exit"
+
+
+def test_a_killed_server_leaves_no_sandbox_and_marks_its_sandboxes_failed(
+    server: Server,
+) -> None:
+    """SIGKILL in the middle of running commands in interactive sandboxes, then a restart."""
+    from tests.server._envd import STREAM, start_body
+
+    server.start()
+    admin = {"Authorization": f"Bearer {(server.data_dir / 'admin-key').read_text().strip()}"}
+    marker = f"ringfence-orphan-{uuid.uuid4().hex}"
+    ids = []
+    for i in range(3):
+        created = httpx.post(
+            f"{server.url}/v1/sandboxes",
+            headers=admin,
+            timeout=30,
+            json={"metadata": {"n": str(i)}},
+        )
+        assert created.status_code == 201, created.text
+        ids.append(created.json()["id"])
+        # Background and foreground commands, one still streaming when the server dies.
+        httpx.post(
+            f"{server.url}/v1/sandboxes/{ids[-1]}/rpc/process.Process/Start",
+            headers={**admin, **STREAM},
+            content=start_body(["sh", "-c", f"(sleep 600; echo {marker}) & echo started"]),
+            timeout=30,
+        )
+    streaming = httpx.Client(timeout=30)
+    with streaming.stream(
+        "POST",
+        f"{server.url}/v1/sandboxes/{ids[0]}/rpc/process.Process/Start",
+        headers={**admin, **STREAM},
+        content=start_body(["sh", "-c", f"echo {marker}-fg; sleep 600"]),
+    ) as running:
+        next(running.iter_raw())  # the command has started
+        assert len(_processes_with(marker)) >= 4, "the sandboxes' commands run"
+        server.kill()
+    streaming.close()
+    for _ in range(500):
+        if not _processes_with(marker):
+            break
+        time.sleep(0.01)
+    assert _processes_with(marker) == [], "no sandbox process outlives the server"
+    server.start()
+    sockets = Path("/run/ringfence/sockets")
+    stale = [p for p in sockets.iterdir() if not Path("/proc", p.name[1:]).exists()]
+    assert stale == [], "the restarted server swept the dead one's sockets"
+    listed = httpx.get(f"{server.url}/v1/sandboxes", headers=admin).json()
+    assert sorted(s["id"] for s in listed) == sorted(ids), "no recorded sandbox is lost"
+    for sandbox in listed:
+        assert sandbox["state"] == "failed" and "server stopped" in sandbox["error"], sandbox
+        assert sandbox["metadata"] == {"n": str(ids.index(sandbox["id"]))}
+    gone = httpx.post(
+        f"{server.url}/v1/sandboxes/{ids[0]}/rpc/process.Process/List", headers=admin, json={}
+    )
+    assert gone.status_code == 409 and gone.json()["error"]["code"] == "sandbox_not_running"
