@@ -1,0 +1,154 @@
+"""Attacks through the sandbox API's file and process calls: every path resolves inside the
+sandbox. Symlinks, '..' and /proc tricks never reach a host file, and nothing written from
+a sandbox lands on the host or in another sandbox."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from ringfence.backends.local.interactive import prepare_daemon
+from ringfence.config import Config
+from tests.server._envd import run
+from tests.server.conftest import Api
+
+
+@pytest.fixture
+def host_secret() -> Iterator[Path]:
+    """A host file a sandbox must never read, in places sandboxes have their own copies of."""
+    secret = Path("/tmp", f"ringfence-secret-{uuid.uuid4().hex}")
+    secret.write_text("host secret\n")
+    secret.chmod(0o644)  # even world-readable: the sandbox simply cannot name it
+    yield secret
+    secret.unlink()
+
+
+@pytest.fixture
+async def sandbox(live: Api) -> AsyncIterator[str]:
+    created = await live.client.post("/v1/sandboxes", headers=live.acme, json={})
+    assert created.status_code == 201
+    yield created.json()["id"]
+
+
+async def _read(live: Api, sandbox: str, path: str) -> tuple[int, bytes]:
+    response = await live.client.get(
+        f"/v1/sandboxes/{sandbox}/files", headers=live.acme, params={"path": path}
+    )
+    return response.status_code, response.content
+
+
+async def _write(live: Api, sandbox: str, path: str, data: bytes = b"pwned") -> int:
+    response = await live.client.put(
+        f"/v1/sandboxes/{sandbox}/files", headers=live.acme, params={"path": path}, content=data
+    )
+    return response.status_code
+
+
+async def _rpc(live: Api, sandbox: str, method: str, **body: object) -> int:
+    response = await live.client.post(
+        f"/v1/sandboxes/{sandbox}/rpc/filesystem.Filesystem/{method}",
+        headers=live.acme,
+        json=body,
+    )
+    return response.status_code
+
+
+async def test_dot_dot_and_proc_paths_never_read_a_host_file(
+    live: Api, sandbox: str, host_secret: Path
+) -> None:
+    escapes = [
+        str(host_secret),
+        f"../../../../../../..{host_secret}",
+        f"/home/user/../../..{host_secret}",
+        f"/proc/1/root{host_secret}",
+        f"/proc/self/root{host_secret}",
+        f"/proc/self/cwd/../../..{host_secret}",
+        f"/proc/1/cwd/../../..{host_secret}",
+    ]
+    for path in escapes:
+        status, body = await _read(live, sandbox, path)
+        assert status == 404 and b"host secret" not in body, (path, status, body)
+
+
+async def test_symlinks_made_inside_resolve_inside(
+    live: Api, sandbox: str, host_secret: Path
+) -> None:
+    ran = await run(
+        live.client,
+        live.acme,
+        sandbox,
+        ["sh", "-c", f"ln -s {host_secret} leak && ln -s / root && ln -s /proc/1/root init"],
+    )
+    assert ran.end.get("exitCode", 0) == 0, ran
+    for path in ("leak", f"root{host_secret}", f"init{host_secret}"):
+        status, body = await _read(live, sandbox, path)
+        assert status == 404 and b"host secret" not in body, (path, status)
+    # Writing through them lands in the sandbox's own /tmp, not the host's.
+    target = f"ringfence-dropped-{uuid.uuid4().hex}"
+    assert await _write(live, sandbox, f"root/tmp/{target}") == 200
+    assert not Path("/tmp", target).exists()
+    status, body = await _read(live, sandbox, f"/tmp/{target}")
+    assert (status, body) == (200, b"pwned")
+
+
+async def test_nothing_outside_the_writable_places_can_change(live: Api, sandbox: str) -> None:
+    before = {path: _digest(path) for path in ("/etc/passwd", "/usr/bin/true")}
+    for path in ("/etc/passwd", "/usr/bin/true", "/../../etc/passwd", "/usr/lib/evil.so"):
+        assert await _write(live, sandbox, path) in (400, 403, 404), path
+    for method, body in (
+        ("Remove", {"path": "/usr/bin/true"}),
+        ("MakeDir", {"path": "/usr/ringfence-evil"}),
+        ("Move", {"source": "/usr/bin/true", "destination": "/home/user/true"}),
+        ("Move", {"source": "/home/user", "destination": "/usr/home"}),
+    ):
+        assert await _rpc(live, sandbox, method, **body) in (400, 403, 404), (method, body)
+    assert {path: _digest(path) for path in before} == before
+    assert not Path("/usr/lib/evil.so").exists() and not Path("/usr/ringfence-evil").exists()
+
+
+async def test_a_sandbox_cannot_poison_the_daemon_of_others(live: Api, sandbox: str) -> None:
+    """The daemon's code is bound read-only into every sandbox from one host copy."""
+    daemon = prepare_daemon(Config().runtime_dir)
+    before = {p.name: _digest(str(p)) for p in daemon.glob("*.py")}
+    main = "/run/ringfence/sandboxd/__main__.py"
+    assert await _write(live, sandbox, main, b"import os; os.system('evil')") in (400, 403)
+    assert await _rpc(live, sandbox, "Remove", path="/run/ringfence/sandboxd") in (400, 403)
+    ran = await run(live.client, live.acme, sandbox, ["sh", "-c", f"echo x >> {main}"])
+    assert ran.end.get("exitCode", 0) != 0
+    assert {p.name: _digest(str(p)) for p in daemon.glob("*.py")} == before
+
+
+async def test_the_daemon_socket_is_out_of_reach(live: Api, sandbox: str) -> None:
+    """The host's end of the daemon's socket is a path the sandbox cannot name."""
+    ran = await run(
+        live.client,
+        live.acme,
+        sandbox,
+        [
+            "sh",
+            "-c",
+            "ls /run/ringfence; ls /run/ringfence/sockets 2>&1; ls -l /proc/*/fd 2>/dev/null | grep -c socket",
+        ],
+    )
+    assert ran.stdout.splitlines()[0] == "sandboxd"
+    assert "No such file" in ran.stdout
+
+
+async def test_one_sandbox_cannot_reach_another(live: Api, sandbox: str) -> None:
+    other = (await live.client.post("/v1/sandboxes", headers=live.acme, json={})).json()["id"]
+    assert await _write(live, other, "secret.txt", b"other's") == 200
+    ran = await run(
+        live.client,
+        live.acme,
+        sandbox,
+        ["sh", "-c", "cat /proc/*/root/home/user/secret.txt 2>&1; ps -e -o pid= | wc -l"],
+    )
+    assert "other's" not in ran.stdout
+
+
+def _digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
