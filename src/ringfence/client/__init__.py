@@ -1,9 +1,64 @@
-"""The Python SDK: ``AsyncRingfence`` (source of truth) and its blocking twin ``Ringfence``.
+"""The Python SDK.
+
+- ``AsyncSandbox`` (source of truth) and its blocking twin ``Sandbox``: interactive sandboxes
+  with ``commands`` and ``files``, shaped like E2B's SDK.
+- ``AsyncRingfence`` (source of truth) and its blocking twin ``Ringfence``: one-shot
+  executions.
 
 Importing it loads neither the server, the store nor any backend.
 """
 
 from ringfence.client._async import AsyncRingfence
+from ringfence.client._commands import AsyncCommandHandle, AsyncCommands
+from ringfence.client._errors import (
+    CommandExitError,
+    CommandTimeout,
+    FileNotFound,
+    ProcessNotFound,
+    ResourceExhausted,
+)
+from ringfence.client._files import AsyncFiles, AsyncWatchHandle, WriteInfo
+from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
 from ringfence.client._sync import Ringfence
+from ringfence.client._sync_sandbox import CommandHandle, Commands, Files, Sandbox, WatchHandle
+from ringfence.client._types import (
+    CommandResult,
+    EntryInfo,
+    EventType,
+    FilesystemEvent,
+    FileType,
+    OutputChunk,
+    ProcessInfo,
+)
+from ringfence.errors import SandboxNotFound, SandboxNotRunning
 
-__all__ = ["AsyncRingfence", "Ringfence"]
+__all__ = [
+    "AsyncCommandHandle",
+    "AsyncCommands",
+    "AsyncFiles",
+    "AsyncRingfence",
+    "AsyncSandbox",
+    "AsyncWatchHandle",
+    "CommandExitError",
+    "CommandHandle",
+    "CommandResult",
+    "CommandTimeout",
+    "Commands",
+    "EntryInfo",
+    "EventType",
+    "FileNotFound",
+    "FileType",
+    "Files",
+    "FilesystemEvent",
+    "OutputChunk",
+    "ProcessInfo",
+    "ProcessNotFound",
+    "ResourceExhausted",
+    "Ringfence",
+    "Sandbox",
+    "SandboxInfo",
+    "SandboxNotFound",
+    "SandboxNotRunning",
+    "WatchHandle",
+    "WriteInfo",
+]

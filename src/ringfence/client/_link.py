@@ -1,0 +1,223 @@
+"""``Link``: one sandbox's HTTP connection to the server, and the calls every part makes.
+
+REST calls on ``/v1/sandboxes/{id}``, unary and streaming RPCs passed through to the
+sandbox's daemon, and raw ``/files`` transfers. Transport failures become
+``ServerUnreachable``; error answers become typed exceptions (``_connect``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ringfence.client import _base
+from ringfence.client._connect import (
+    NOT_FOUND_BY_SERVICE,
+    Decoder,
+    envelope,
+    error_from_answer,
+)
+from ringfence.client._errors import FileNotFound
+from ringfence.errors import NotFound, RingfenceError, SandboxError, SandboxNotFound
+
+__all__ = ["KEEPALIVE_SECONDS", "Link", "RpcStream", "http_client"]
+
+# The daemon sends a keepalive this often on an idle stream; a stream silent for three
+# intervals is broken.
+KEEPALIVE_SECONDS = 20
+_STREAM_TIMEOUT = httpx.Timeout(30.0, read=3 * KEEPALIVE_SECONDS)
+_REST_TIMEOUT = 120.0
+
+
+def http_client(settings: _base.Settings) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=settings.url, headers=settings.headers(), timeout=settings.timeout,
+        limits=httpx.Limits(max_keepalive_connections=8),
+    )  # fmt: skip
+
+
+class Link:
+    """Requests about one sandbox over a shared ``httpx.AsyncClient``."""
+
+    def __init__(self, settings: _base.Settings, sandbox_id: str, http: httpx.AsyncClient):
+        self.settings = settings
+        self.sandbox_id = sandbox_id
+        self._http = http
+        self.base = f"/v1/sandboxes/{quote(sandbox_id, safe='')}"
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The client; a new one after ``aclose`` (a sandbox object stays usable)."""
+        if self._http.is_closed:
+            self._http = http_client(self.settings)
+        return self._http
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def rest(self, method: str, suffix: str = "", json: Any = None) -> Any:
+        """A call on the sandbox itself; its JSON answer.
+
+        Raises:
+            SandboxNotFound, SandboxNotRunning, InvalidRequest, ServerUnreachable.
+        """
+        try:
+            response = await self.http.request(
+                method, self.base + suffix, json=json, timeout=_REST_TIMEOUT
+            )
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self.settings.url) from exc
+        return _base.checked(response, SandboxNotFound)
+
+    async def unary(self, service: str, method: str, message: dict[str, Any]) -> dict[str, Any]:
+        """A unary RPC on the daemon; its answer message.
+
+        Raises:
+            FileNotFound or ProcessNotFound (by service), InvalidRequest, ResourceExhausted,
+            SandboxNotFound (no such running sandbox), SandboxError, ServerUnreachable.
+        """
+        not_found = NOT_FOUND_BY_SERVICE.get(service, NotFound)
+        try:
+            response = await self.http.post(
+                f"{self.base}/rpc/{service}/{method}", json=message, timeout=_REST_TIMEOUT
+            )
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self.settings.url) from exc
+        if response.status_code != 200:
+            raise error_from_answer(response.status_code, response.content, not_found)
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise SandboxError(f"{service}/{method}: the sandbox answered something not JSON")
+        return answer
+
+    async def stream(self, service: str, method: str, message: dict[str, Any]) -> RpcStream:
+        """Open a server stream (``Start``, ``Connect``, ``WatchDir``); ``aclose`` it.
+
+        Raises:
+            As ``unary``, for an error answered before the first message.
+        """
+        not_found = NOT_FOUND_BY_SERVICE.get(service, NotFound)
+        request = self.http.build_request(
+            "POST",
+            f"{self.base}/rpc/{service}/{method}",
+            content=envelope(message),
+            headers={
+                "content-type": "application/connect+json",
+                "keepalive-ping-interval": str(KEEPALIVE_SECONDS),
+            },
+            timeout=_STREAM_TIMEOUT,
+        )
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self.settings.url) from exc
+        if response.status_code != 200:
+            try:
+                body = await response.aread()
+            except httpx.HTTPError as exc:
+                raise _base.translate(exc, self.settings.url) from exc
+            finally:
+                await response.aclose()
+            raise error_from_answer(response.status_code, body, not_found)
+        return RpcStream(response, Decoder(not_found), self.settings.url)
+
+    @asynccontextmanager
+    async def download(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """The bytes of a file in the sandbox, as they arrive.
+
+        Raises:
+            FileNotFound, InvalidRequest (a directory), SandboxNotFound, ServerUnreachable.
+        """
+        request = self.http.build_request(
+            "GET", f"{self.base}/files", params={"path": path}, timeout=_STREAM_TIMEOUT
+        )
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self.settings.url) from exc
+        try:
+            if response.status_code != 200:
+                raise error_from_answer(response.status_code, await response.aread())
+            yield self._chunks(response)
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self.settings.url) from exc
+        finally:
+            await response.aclose()
+
+    async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self.settings.url) from exc
+
+    async def upload(self, path: str, content: bytes | AsyncIterable[bytes]) -> Any:
+        """Write a file in the sandbox from ``content`` (streamed when an iterable).
+
+        Raises:
+            ResourceExhausted (disk full), InvalidRequest, SandboxNotFound, ServerUnreachable.
+        """
+        try:
+            response = await self.http.put(
+                f"{self.base}/files",
+                params={"path": path},
+                content=content,
+                headers={"content-type": "application/octet-stream"},
+                timeout=httpx.Timeout(_REST_TIMEOUT, write=_REST_TIMEOUT),
+            )
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self.settings.url) from exc
+        if response.status_code != 200:
+            raise error_from_answer(response.status_code, response.content, FileNotFound)
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+
+class RpcStream:
+    """The messages of one server stream, in order; keepalives are dropped."""
+
+    def __init__(self, response: httpx.Response, decoder: Decoder, url: str) -> None:
+        self._response = response
+        self._decoder = decoder
+        self._chunks = response.aiter_raw()
+        self._pending: deque[dict[str, Any]] = deque()
+        self._url = url
+        self._error: RingfenceError | None = None
+
+    async def next(self) -> dict[str, Any] | None:
+        """The next message, or None once the stream has ended cleanly.
+
+        Raises:
+            The mapped error of an end-stream frame that carries one; ServerUnreachable.
+        """
+        while not self._pending:
+            if self._error is not None:
+                raise self._error
+            if self._decoder.ended:
+                return None
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                return None
+            except httpx.HTTPError as exc:
+                raise _base.translate(exc, self._url) from exc
+            try:
+                for message in self._decoder.feed(chunk):
+                    if "keepalive" not in message and "keepalive" not in message.get("event", {}):
+                        self._pending.append(message)
+            except RingfenceError as exc:  # raised once the messages before it are read
+                self._error = exc
+        return self._pending.popleft()
+
+    async def aclose(self) -> None:
+        await self._response.aclose()

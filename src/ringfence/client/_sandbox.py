@@ -1,0 +1,216 @@
+"""``AsyncSandbox``: an interactive sandbox, as E2B's SDK shapes it (the source of truth;
+``Sandbox`` in ``_sync_sandbox`` is its blocking twin).
+
+    async with await AsyncSandbox.create() as sbx:
+        result = await sbx.commands.run("echo hello")
+        await sbx.files.write("data.txt", "1,2,3")
+
+Configured by arguments, else ``RINGFENCE_URL`` and ``RINGFENCE_API_KEY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from ringfence.client import _base
+from ringfence.client._commands import AsyncCommands
+from ringfence.client._files import AsyncFiles
+from ringfence.client._link import Link, http_client
+from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
+from ringfence.models import ResourceLimits, SandboxSpec, SandboxState
+from ringfence.models import Sandbox as SandboxInfo
+
+__all__ = ["AsyncSandbox", "SandboxInfo", "list_params", "sandbox_spec"]
+
+_TIMEOUT = 600.0
+
+
+def sandbox_spec(
+    template: str,
+    timeout: float | None,
+    env: Mapping[str, str] | None,
+    metadata: Mapping[str, str] | None,
+    limits: ResourceLimits | Mapping[str, Any] | None,
+) -> SandboxSpec:
+    """The request for a new sandbox, checked before anything is sent.
+
+    Raises:
+        InvalidRequest: a field is invalid.
+    """
+    try:
+        if limits is not None and not isinstance(limits, ResourceLimits):
+            limits = ResourceLimits(**limits)
+        return SandboxSpec(
+            template=template, timeout=timeout, env=dict(env or {}),
+            metadata=dict(metadata or {}), limits=limits or ResourceLimits(),
+        )  # fmt: skip
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+        raise InvalidRequest(str(exc)) from exc
+
+
+def list_params(
+    state: SandboxState | str | Iterable[SandboxState | str] | None,
+    metadata: Mapping[str, str] | None,
+    limit: int,
+) -> list[tuple[str, str | int | float | bool | None]]:
+    """The query of a sandbox listing. Raises ``InvalidRequest`` for an unknown state."""
+    states = [state] if isinstance(state, str) else list(state or [])
+    try:
+        params: list[tuple[str, str | int | float | bool | None]] = [
+            ("state", SandboxState(s).value) for s in states
+        ]
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
+    params += [("metadata", f"{key}={value}") for key, value in (metadata or {}).items()]
+    params.append(("limit", limit))
+    return params
+
+
+class AsyncSandbox:
+    """A live sandbox: ``commands``, ``files``, and its lifecycle. Make one with ``create``
+    or ``connect``; ``async with`` kills it on exit."""
+
+    def __init__(self, info: SandboxInfo, link: Link) -> None:
+        self._link = link
+        self._info = info
+        self.commands = AsyncCommands(link)
+        self.files = AsyncFiles(link)
+
+    @property
+    def id(self) -> str:
+        return self._info.id
+
+    @property
+    def sandbox_id(self) -> str:
+        """The same as ``id`` (E2B's name)."""
+        return self._info.id
+
+    @classmethod
+    async def create(
+        cls,
+        template: str = "base",
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        limits: ResourceLimits | Mapping[str, Any] | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+    ) -> AsyncSandbox:
+        """Create a sandbox; returns once it is ready for commands and files.
+
+        ``timeout``: seconds until it is killed (default 300; ``set_timeout`` moves it).
+        ``env``: variables of every command. ``limits``: memory, pids, cpus, disk of the
+        whole sandbox (``{"memory": "1G"}`` or a ``ResourceLimits``).
+
+        Raises:
+            InvalidRequest: bad arguments, no API key, limits above the server's ceilings.
+            SandboxError: it failed to start. Unauthenticated, ServerUnreachable.
+        """
+        spec = sandbox_spec(template, timeout, env, metadata, limits)
+        settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
+        http = http_client(settings)
+        try:
+            try:
+                response = await http.post(
+                    "/v1/sandboxes", json=spec.model_dump(mode="json", exclude_none=True)
+                )
+            except httpx.HTTPError as exc:
+                raise _base.translate(exc, settings.url) from exc
+            info = SandboxInfo.model_validate(_base.checked(response, SandboxNotFound))
+        except BaseException:
+            await http.aclose()
+            raise
+        return cls(info, Link(settings, info.id, http))
+
+    @classmethod
+    async def connect(
+        cls, sandbox_id: str, *, url: str | None = None, api_key: str | None = None
+    ) -> AsyncSandbox:
+        """A sandbox created earlier (by this process or another).
+
+        Raises:
+            SandboxNotFound: none with this id in your tenant.
+            SandboxNotRunning: it has ended.
+        """
+        settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
+        link = Link(settings, sandbox_id, http_client(settings))
+        try:
+            info = SandboxInfo.model_validate(await link.rest("GET"))
+            if info.state.is_terminal:
+                raise SandboxNotRunning(f"sandbox {sandbox_id} has ended ({info.state.value})")
+        except BaseException:
+            await link.aclose()
+            raise
+        return cls(info, link)
+
+    @staticmethod
+    async def list(
+        *,
+        state: SandboxState | str | Iterable[SandboxState | str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 100,
+        url: str | None = None,
+        api_key: str | None = None,
+    ) -> list[SandboxInfo]:
+        """Your sandboxes, newest first: only those in ``state`` (one or several) and with
+        all of ``metadata``, if given.
+
+        Raises:
+            InvalidRequest, Unauthenticated, ServerUnreachable.
+        """
+        params = list_params(state, metadata, limit)
+        settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
+        async with http_client(settings) as http:
+            try:
+                response = await http.get("/v1/sandboxes", params=params)
+            except httpx.HTTPError as exc:
+                raise _base.translate(exc, settings.url) from exc
+            return [SandboxInfo.model_validate(s) for s in _base.checked(response)]
+
+    async def info(self) -> SandboxInfo:
+        """Its current record: state, metadata, limits, expiry. Raises ``SandboxNotFound``."""
+        self._info = SandboxInfo.model_validate(await self._link.rest("GET"))
+        return self._info
+
+    async def is_running(self) -> bool:
+        return (await self.info()).state is SandboxState.RUNNING
+
+    async def set_timeout(self, timeout: float) -> SandboxInfo:
+        """Kill it ``timeout`` seconds from now (sooner or later than before).
+
+        Raises:
+            SandboxNotFound, SandboxNotRunning, InvalidRequest (out of range).
+        """
+        self._info = SandboxInfo.model_validate(
+            await self._link.rest("POST", "/timeout", {"timeout": timeout})
+        )
+        return self._info
+
+    async def kill(self) -> SandboxInfo:
+        """Kill it: every process, and everything it wrote. Killing an ended sandbox is no
+        error; the answer is its final record. Raises ``SandboxNotFound``."""
+        self._info = SandboxInfo.model_validate(await self._link.rest("DELETE"))
+        return self._info
+
+    async def aclose(self) -> None:
+        """Release this object's connections; the sandbox keeps running."""
+        await self._link.aclose()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self.kill()
+        finally:
+            await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<AsyncSandbox {self.id}>"

@@ -1,0 +1,306 @@
+"""``Sandbox``: the blocking twin of ``AsyncSandbox``.
+
+Every method runs its ``AsyncSandbox`` counterpart on the SDK's event loop thread
+(``_portal``) and waits: same arguments, same results, same errors, one implementation.
+Output callbacks run in that thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, overload
+
+from ringfence.client import _portal
+from ringfence.client._commands import AsyncCommandHandle, AsyncCommands, OutputCallback
+from ringfence.client._files import AsyncFiles, AsyncWatchHandle, WriteData, WriteInfo
+from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
+from ringfence.client._types import (
+    CommandResult,
+    EntryInfo,
+    FilesystemEvent,
+    OutputChunk,
+    ProcessInfo,
+)
+from ringfence.models import ResourceLimits, SandboxState
+
+__all__ = ["CommandHandle", "Commands", "Files", "Sandbox", "WatchHandle"]
+
+run = _portal.run
+
+
+class Sandbox:
+    """A live sandbox; see ``AsyncSandbox``. ``with Sandbox.create() as sbx:`` kills it on
+    exit."""
+
+    def __init__(self, inner: AsyncSandbox) -> None:
+        self._inner = inner
+        self.commands = Commands(inner.commands)
+        self.files = Files(inner.files)
+
+    @property
+    def id(self) -> str:
+        return self._inner.id
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._inner.id
+
+    @classmethod
+    def create(
+        cls,
+        template: str = "base",
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        limits: ResourceLimits | Mapping[str, Any] | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+    ) -> Sandbox:
+        """See ``AsyncSandbox.create``."""
+        return cls(
+            run(
+                AsyncSandbox.create(
+                    template, timeout=timeout, env=env, metadata=metadata, limits=limits,
+                    url=url, api_key=api_key,
+                )
+            )
+        )  # fmt: skip
+
+    @classmethod
+    def connect(
+        cls, sandbox_id: str, *, url: str | None = None, api_key: str | None = None
+    ) -> Sandbox:
+        """See ``AsyncSandbox.connect``."""
+        return cls(run(AsyncSandbox.connect(sandbox_id, url=url, api_key=api_key)))
+
+    @staticmethod
+    def list(
+        *,
+        state: SandboxState | str | Iterable[SandboxState | str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        limit: int = 100,
+        url: str | None = None,
+        api_key: str | None = None,
+    ) -> list[SandboxInfo]:
+        """See ``AsyncSandbox.list``."""
+        return run(
+            AsyncSandbox.list(state=state, metadata=metadata, limit=limit, url=url, api_key=api_key)
+        )
+
+    def info(self) -> SandboxInfo:
+        return run(self._inner.info())
+
+    def is_running(self) -> bool:
+        return run(self._inner.is_running())
+
+    def set_timeout(self, timeout: float) -> SandboxInfo:
+        return run(self._inner.set_timeout(timeout))
+
+    def kill(self) -> SandboxInfo:
+        return run(self._inner.kill())
+
+    def close(self) -> None:
+        """Release this object's connections; the sandbox keeps running."""
+        run(self._inner.aclose())
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        run(self._inner.__aexit__(kind, exc, tb))
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.id}>"
+
+
+class Commands:
+    """See ``AsyncCommands``."""
+
+    def __init__(self, inner: AsyncCommands) -> None:
+        self._inner = inner
+
+    @overload
+    def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        background: Literal[False] = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = 60,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        stdin: bool = False,
+    ) -> CommandResult: ...
+
+    @overload
+    def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        background: Literal[True],
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = 60,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        stdin: bool = False,
+    ) -> CommandHandle: ...
+
+    def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        background: bool = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = 60,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        stdin: bool = False,
+    ) -> CommandResult | CommandHandle:
+        """See ``AsyncCommands.run``."""
+        options: dict[str, Any] = {
+            "envs": envs, "cwd": cwd, "user": user, "timeout": timeout,
+            "on_stdout": on_stdout, "on_stderr": on_stderr, "stdin": stdin,
+        }  # fmt: skip
+        if background:
+            return CommandHandle(run(self._inner.run(cmd, background=True, **options)))
+        return run(self._inner.run(cmd, background=False, **options))
+
+    def connect(
+        self,
+        pid: int,
+        *,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> CommandHandle:
+        return CommandHandle(
+            run(self._inner.connect(pid, on_stdout=on_stdout, on_stderr=on_stderr))
+        )
+
+    def list(self) -> list[ProcessInfo]:
+        return run(self._inner.list())
+
+    def kill(self, pid: int) -> bool:
+        return run(self._inner.kill(pid))
+
+    def send_stdin(self, pid: int, data: str | bytes) -> None:
+        run(self._inner.send_stdin(pid, data))
+
+    def close_stdin(self, pid: int) -> None:
+        run(self._inner.close_stdin(pid))
+
+
+class CommandHandle:
+    """See ``AsyncCommandHandle``; iterate it for ``OutputChunk``s."""
+
+    def __init__(self, inner: AsyncCommandHandle) -> None:
+        self._inner = inner
+        self.pid = inner.pid
+
+    @property
+    def stdout(self) -> str:
+        return self._inner.stdout
+
+    @property
+    def stderr(self) -> str:
+        return self._inner.stderr
+
+    def __iter__(self) -> Iterator[OutputChunk]:
+        return _portal.iterate(self._inner)
+
+    def wait(self) -> CommandResult:
+        return run(self._inner.wait())
+
+    def kill(self) -> bool:
+        return run(self._inner.kill())
+
+    def send_stdin(self, data: str | bytes) -> None:
+        run(self._inner.send_stdin(data))
+
+    def close_stdin(self) -> None:
+        run(self._inner.close_stdin())
+
+    def disconnect(self) -> None:
+        run(self._inner.disconnect())
+
+
+class Files:
+    """See ``AsyncFiles``."""
+
+    def __init__(self, inner: AsyncFiles) -> None:
+        self._inner = inner
+
+    @overload
+    def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+
+    @overload
+    def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+
+    def read(self, path: str, format: Literal["text", "bytes"] = "text") -> str | bytes:
+        if format == "bytes":
+            return run(self._inner.read(path, "bytes"))
+        return run(self._inner.read(path, "text"))
+
+    def read_stream(self, path: str) -> Iterator[bytes]:
+        return _portal.iterate(self._inner.read_stream(path))
+
+    def write(self, path: str, data: WriteData) -> WriteInfo:
+        return run(self._inner.write(path, data))
+
+    def upload(self, local_path: str | Path, path: str) -> WriteInfo:
+        return run(self._inner.upload(local_path, path))
+
+    def download(self, path: str, local_path: str | Path) -> Path:
+        return run(self._inner.download(path, local_path))
+
+    def list(self, path: str, depth: int = 1) -> list[EntryInfo]:
+        return run(self._inner.list(path, depth))
+
+    def exists(self, path: str) -> bool:
+        return run(self._inner.exists(path))
+
+    def get_info(self, path: str) -> EntryInfo:
+        return run(self._inner.get_info(path))
+
+    def make_dir(self, path: str) -> bool:
+        return run(self._inner.make_dir(path))
+
+    def remove(self, path: str) -> None:
+        run(self._inner.remove(path))
+
+    def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        return run(self._inner.rename(old_path, new_path))
+
+    def watch_dir(self, path: str, *, recursive: bool = False) -> WatchHandle:
+        return WatchHandle(run(self._inner.watch_dir(path, recursive=recursive)))
+
+
+class WatchHandle:
+    """See ``AsyncWatchHandle``: iterate it (blocks for each event), or poll
+    ``get_new_events()``; ``stop()`` when done."""
+
+    def __init__(self, inner: AsyncWatchHandle) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[FilesystemEvent]:
+        return _portal.iterate(self._inner)
+
+    def get_new_events(self) -> list[FilesystemEvent]:
+        return run(_now(self._inner))
+
+    def stop(self) -> None:
+        run(self._inner.stop())
+
+
+async def _now(handle: AsyncWatchHandle) -> list[FilesystemEvent]:
+    return handle.get_new_events()  # on the loop's thread: its queue is not thread-safe
