@@ -14,17 +14,20 @@ from collections.abc import AsyncIterator
 from enum import StrEnum
 from typing import Annotated
 
-import httpx
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
 
-from ringfence.errors import InvalidRequest
+from ringfence.errors import InvalidRequest, SandboxNotRunning
 from ringfence.models import MAX_TIMEOUT_SECONDS, Sandbox, SandboxSpec, SandboxState
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
-from ringfence.service.daemon_client import FORWARDED_RESPONSE_HEADERS, DaemonClient
+from ringfence.service.daemon_client import (
+    FORWARDED_RESPONSE_HEADERS,
+    DaemonClient,
+    DaemonResponse,
+)
 from ringfence.service.sandboxes import SandboxService
 
 __all__ = ["STREAMED_PATHS", "router"]
@@ -238,7 +241,7 @@ async def _forward(
     )
     headers = {
         name: value
-        for name, value in upstream.headers.items()
+        for name, value in upstream.headers
         if name.lower() in FORWARDED_RESPONSE_HEADERS
     }
     return StreamingResponse(
@@ -249,11 +252,11 @@ async def _forward(
     )
 
 
-async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
+async def _relay(upstream: DaemonResponse) -> AsyncIterator[bytes]:
     try:
         async for chunk in upstream.aiter_raw():
             yield chunk
-    except httpx.HTTPError:
+    except SandboxNotRunning:
         return  # the sandbox ended mid-answer: the client sees the body cut short
     finally:
         await upstream.aclose()
