@@ -9,7 +9,9 @@ import click
 from ringfence import __version__
 from ringfence.cli.doctor import doctor
 from ringfence.cli.exec_cmd import exec_command
+from ringfence.cli.files import files
 from ringfence.cli.keys import keys
+from ringfence.cli.sandbox import sandbox
 from ringfence.cli.serve import serve
 
 __all__ = ["main"]
@@ -26,3 +28,5 @@ main.add_command(exec_command)
 main.add_command(doctor)
 main.add_command(serve)
 main.add_command(keys)
+main.add_command(sandbox)
+main.add_command(files)

@@ -1,0 +1,244 @@
+"""``ringfence sandbox``: interactive sandboxes on a Ringfence server, through the SDK.
+
+The server is ``--url`` / ``--api-key``, else ``RINGFENCE_URL`` / ``RINGFENCE_API_KEY``.
+Errors are one line on stderr: exit 2 for bad input, 1 otherwise (``exec``: 125).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+
+from ringfence.cli._common import fail
+
+__all__ = ["api_options", "client_errors", "sandbox"]
+
+EXIT_TIMEOUT = 124  # as timeout(1)
+EXIT_FAILED = 125  # Ringfence failed, not the command (as docker exec)
+EXIT_INTERRUPTED = 130
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def api_options(function: F) -> F:
+    """``--url`` and ``--api-key``, passed on as ``url`` and ``api_key``."""
+    function = click.option(
+        "--api-key", envvar="RINGFENCE_API_KEY", show_envvar=True, help="Your API key."
+    )(function)
+    return click.option(
+        "--url",
+        envvar="RINGFENCE_URL",
+        show_envvar=True,
+        help="The server [default: http://127.0.0.1:8080].",
+    )(function)
+
+
+@contextmanager
+def client_errors(failure_code: int = 1) -> Iterator[None]:
+    """SDK errors as one line on stderr and an exit status, never a traceback."""
+    from ringfence.errors import RingfenceError
+
+    try:
+        yield
+    except RingfenceError as exc:
+        fail(exc.message, 2 if exc.code == "invalid_request" else failure_code)
+    except KeyboardInterrupt:
+        fail("interrupted", EXIT_INTERRUPTED)
+
+
+def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"{option} takes KEY=VALUE, got {item!r}")
+        pairs[key] = value
+    return pairs
+
+
+@click.group()
+def sandbox() -> None:
+    """Create, list and kill interactive sandboxes; run commands in them."""
+
+
+@sandbox.command("create")
+@click.option("--template", default="base", show_default=True, help="Root filesystem.")
+@click.option("--timeout", type=float, help="Seconds until it is killed [default: 300].")
+@click.option("--env", "env_items", multiple=True, metavar="K=V", help="For every command.")
+@click.option("--metadata", "metadata_items", multiple=True, metavar="K=V", help="Your labels.")
+@click.option("--memory", help="Memory limit of the whole sandbox, e.g. 512M.")
+@click.option("--pids", type=int, help="Most processes and threads at once.")
+@click.option("--cpus", type=float, help="CPU limit in cores, e.g. 0.5.")
+@click.option("--disk", help="Size of each writable filesystem, e.g. 256M.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole record as JSON.")
+@api_options
+def create(
+    template: str,
+    timeout: float | None,
+    env_items: tuple[str, ...],
+    metadata_items: tuple[str, ...],
+    memory: str | None,
+    pids: int | None,
+    cpus: float | None,
+    disk: str | None,
+    as_json: bool,
+    url: str | None,
+    api_key: str | None,
+) -> None:
+    """Create a sandbox and print its id. It runs until its timeout or 'sandbox kill'."""
+    from ringfence.client import Sandbox
+
+    limits = {
+        name: value
+        for name, value in {"memory": memory, "pids": pids, "cpus": cpus, "disk": disk}.items()
+        if value is not None
+    }
+    env, metadata = _pairs(env_items, "--env"), _pairs(metadata_items, "--metadata")
+    with client_errors():
+        sbx = Sandbox.create(
+            template, timeout=timeout, env=env, metadata=metadata, limits=limits,
+            url=url, api_key=api_key,
+        )  # fmt: skip
+        info = sbx.info()
+        sbx.close()
+    click.echo(info.model_dump_json(indent=2) if as_json else info.id)
+
+
+@sandbox.command("list")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(["running", "killed", "expired", "failed"]),
+    help="Only in this state (repeatable).",
+)
+@click.option("--metadata", "metadata_items", multiple=True, metavar="K=V", help="Only with it.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+@api_options
+def list_(
+    states: tuple[str, ...],
+    metadata_items: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+    url: str | None,
+    api_key: str | None,
+) -> None:
+    """Your sandboxes, newest first."""
+    from ringfence.client import Sandbox
+
+    metadata = _pairs(metadata_items, "--metadata")
+    with client_errors():
+        found = Sandbox.list(
+            state=list(states), metadata=metadata, limit=limit, url=url, api_key=api_key
+        )
+    if as_json:
+        click.echo(json.dumps([s.model_dump(mode="json") for s in found], indent=2))
+        return
+    rows = [("ID", "STATE", "TEMPLATE", "CREATED", "EXPIRES", "METADATA")]
+    for s in found:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(s.metadata.items()))
+        rows.append(
+            (s.id, s.state.value, s.template, _when(s.created_at), _when(s.expires_at), labels)
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+@sandbox.command("kill")
+@click.argument("sandbox_id")
+@api_options
+def kill(sandbox_id: str, url: str | None, api_key: str | None) -> None:
+    """Kill a sandbox: every process, and everything it wrote."""
+    from ringfence.client import Sandbox
+
+    with client_errors():
+        sbx = Sandbox.connect(sandbox_id, url=url, api_key=api_key)
+        info = sbx.kill()
+        sbx.close()
+    click.echo(f"{info.id} {info.state.value}")
+
+
+@sandbox.command("set-timeout")
+@click.argument("sandbox_id")
+@click.argument("seconds", type=float)
+@api_options
+def set_timeout(sandbox_id: str, seconds: float, url: str | None, api_key: str | None) -> None:
+    """Kill the sandbox SECONDS from now (sooner or later than before)."""
+    from ringfence.client import Sandbox
+
+    with client_errors():
+        sbx = Sandbox.connect(sandbox_id, url=url, api_key=api_key)
+        info = sbx.set_timeout(seconds)
+        sbx.close()
+    expires = info.expires_at.isoformat() if info.expires_at else "-"
+    click.echo(f"{info.id} expires at {expires}")
+
+
+@sandbox.command("exec")
+@click.argument("sandbox_id")
+@click.option("--cwd", help="Working directory [default: /home/user].")
+@click.option("--env", "env_items", multiple=True, metavar="K=V", help="Set a variable.")
+@click.option("--timeout", type=float, help="Kill the command after this many seconds.")
+@api_options
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(
+    sandbox_id: str,
+    cwd: str | None,
+    env_items: tuple[str, ...],
+    timeout: float | None,
+    url: str | None,
+    api_key: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND (an argv, no shell; put it after --) in a sandbox, streaming its output.
+
+    Exits with the command's status; 124 when it hit --timeout; 125 when Ringfence failed;
+    130 when interrupted (the command is killed).
+
+    \b
+    Example:
+      ringfence sandbox exec sb123 -- bash -lc 'ls | wc -l'
+    """
+    from ringfence.client import CommandTimeout, Sandbox
+
+    env = _pairs(env_items, "--env")
+
+    def out(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def err(text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    with client_errors(EXIT_FAILED):
+        sbx = Sandbox.connect(sandbox_id, url=url, api_key=api_key)
+        handle = sbx.commands.run(
+            list(command), background=True, envs=env, cwd=cwd, timeout=timeout,
+            on_stdout=out, on_stderr=err,
+        )  # fmt: skip
+        try:
+            result = handle.wait()
+        except CommandTimeout as exc:
+            fail(exc.message, EXIT_TIMEOUT)
+        except KeyboardInterrupt:
+            handle.kill()
+            fail("interrupted; the command was killed", EXIT_INTERRUPTED)
+        finally:
+            sbx.close()
+    if result.error:
+        click.echo(f"ringfence: {result.error}", err=True)
+    code = result.exit_code
+    sys.exit(code if 0 <= code <= 255 else EXIT_FAILED)
