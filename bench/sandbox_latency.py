@@ -128,9 +128,9 @@ class Server:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+    def client(self, timeout: float = 60) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.key}"}
-        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60, **kwargs)
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout)
 
 
 @contextlib.contextmanager
