@@ -110,20 +110,30 @@ class SandboxService:
             created_at=now,
             expires_at=now + timedelta(seconds=timeout),
         )
-        await self._store.add_sandbox(tenant, sandbox)  # a crash from here on: reconcile
         launch = LaunchSpec(
             image=_TEMPLATES[spec.template] or self._config.default_image,
             env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
             limits=sandbox.limits,
             timeout=timeout,
         )
+        # Recorded while it starts (time to interactive is a goal). A crash before the
+        # record lands loses nothing: the sandbox dies with the server (--die-with-parent).
+        recorded = asyncio.create_task(self._store.add_sandbox(tenant, sandbox))
         try:
             live = await self._runtime.start(launch)
         except RingfenceError as exc:
-            await self._store.update_sandbox(
-                tenant, sandbox.ended(SandboxState.FAILED, exc.message)
-            )
+            await recorded
+            failed = sandbox.ended(SandboxState.FAILED, exc.message)
+            await self._store.update_sandbox(tenant, failed)
             raise SandboxError(f"the sandbox could not start: {exc.message}") from exc
+        except BaseException:
+            await asyncio.gather(recorded, return_exceptions=True)
+            raise
+        try:
+            await recorded
+        except BaseException:
+            await live.kill()
+            raise
         daemon = DaemonClient(sandbox.id, live.socket_path)
         entry = _Live(tenant, live, daemon, asyncio.get_running_loop().create_future())
         self._live[sandbox.id] = entry
