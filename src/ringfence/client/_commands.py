@@ -13,6 +13,7 @@ carrying the output so far. A non-zero exit is not an error: the result says it,
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import codecs
 import inspect
@@ -170,7 +171,11 @@ class AsyncCommands:
         handle = await AsyncCommandHandle.started(self, stream, on_stdout, on_stderr)
         if background:
             return handle
-        return await handle.wait()
+        try:
+            return await handle.wait()
+        except asyncio.CancelledError:
+            await asyncio.shield(handle.disconnect())  # stop reading; the command runs on
+            raise
 
     async def connect(
         self,
@@ -220,9 +225,9 @@ class AsyncCommands:
 class AsyncCommandHandle:
     """A running command: its ``pid``, its output as it comes, and its end.
 
-    Iterate it (``async for chunk in handle``) for ``OutputChunk``s, or just ``await
-    handle.wait()``; callbacks given to ``run`` see every chunk either way. One reader at a
-    time: iterate, then ``wait()`` for the result.
+    A task reads its output from the moment it starts: callbacks given to ``run`` are called
+    as chunks arrive, whether or not anyone waits. Iterate it (``async for chunk in handle``)
+    for ``OutputChunk``s, and ``await handle.wait()`` for the result.
     """
 
     def __init__(
@@ -243,6 +248,8 @@ class AsyncCommandHandle:
         }
         self._output: dict[str, list[str]] = {"stdout": [], "stderr": []}
         self._end: dict[str, Any] | None = None
+        self._chunks: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
+        self._reader = asyncio.ensure_future(self._read_all())
 
     @classmethod
     async def started(
@@ -277,10 +284,23 @@ class AsyncCommandHandle:
         return self
 
     async def __anext__(self) -> OutputChunk:
-        chunk = await self._next_chunk()
+        chunk = await self._chunks.get()
         if chunk is None:
+            self._chunks.put_nowait(None)  # every later read ends too
+            if self._reader.done() and not self._reader.cancelled():
+                self._reader.result()  # the error that ended the stream, if any
             raise StopAsyncIteration
         return chunk
+
+    async def _read_all(self) -> None:
+        try:
+            while (chunk := await self._next_chunk()) is not None:
+                self._chunks.put_nowait(chunk)
+            while (chunk := await self._flush()) is not None:
+                self._chunks.put_nowait(chunk)
+        finally:
+            self._chunks.put_nowait(None)
+            await self._stream.aclose()
 
     async def _next_chunk(self) -> OutputChunk | None:
         """The next piece of output; None once the command has ended."""
@@ -331,10 +351,8 @@ class AsyncCommandHandle:
             CommandTimeout: it ran past its ``timeout`` and was killed.
             SandboxError: the stream broke off without an end (the sandbox ended).
         """
-        while self._end is None:
-            await self._next_chunk()
-        while await self._flush() is not None:
-            pass
+        await asyncio.shield(self._reader)
+        assert self._end is not None  # the reader returns only after the end event
         return end_result(self._end, self.stdout, self.stderr)
 
     async def kill(self) -> bool:
@@ -349,4 +367,5 @@ class AsyncCommandHandle:
 
     async def disconnect(self) -> None:
         """Stop following it; the command keeps running (``commands.connect`` re-attaches)."""
-        await self._stream.aclose()
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
