@@ -44,6 +44,29 @@ def test_importing_ringfence_loads_no_backend_and_no_cli() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_importing_the_sdk_loads_no_server_store_or_backend() -> None:
+    code = (
+        "import sys, ringfence.client; "
+        "print(sorted(m for m in sys.modules if m.startswith(('ringfence.backends.local', "
+        "'ringfence.backends.process', 'ringfence.server', 'ringfence.store', "
+        "'ringfence.service', 'ringfence.cli.', 'ringfence.sandboxd', 'fastapi', 'sqlalchemy', "
+        "'uvicorn'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_sdk_api_is_pinned() -> None:
+    import ringfence.client
+
+    assert {"AsyncSandbox", "Sandbox", "CommandResult", "CommandExitError", "CommandTimeout",
+            "FileNotFound", "EntryInfo", "FilesystemEvent", "SandboxNotFound"} <= set(
+        ringfence.client.__all__
+    )  # fmt: skip
+    for name in ringfence.client.__all__:
+        assert hasattr(ringfence.client, name)
+
+
 def _imports(module: Path) -> set[str]:
     tree = ast.parse(module.read_text())
     names = set()
