@@ -15,9 +15,7 @@ def _cli(
     live: LiveServer, *args: str, key: str | None = None, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "RINGFENCE_URL": live.url, "RINGFENCE_API_KEY": key or live.key}
-    return subprocess.run(
-        [RINGFENCE, *args], env=env, input=stdin, capture_output=True, timeout=60
-    )
+    return subprocess.run([RINGFENCE, *args], env=env, input=stdin, capture_output=True, timeout=60)
 
 
 def test_create_exec_files_list_kill(live: LiveServer, tmp_path: Path) -> None:
