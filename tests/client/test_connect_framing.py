@@ -66,7 +66,7 @@ def test_error_answers_map_to_typed_errors(
     status: int, body: object, expected: type[Exception]
 ) -> None:
     raw = b"" if body is None else json.dumps(body).encode()
-    assert type(error_from_answer(status, raw)) is expected
+    assert type(error_from_answer(status, raw, from_sandbox=False)) is expected
 
 
 def test_start_messages() -> None:
@@ -108,3 +108,11 @@ def test_sandbox_requests_are_checked_before_sending() -> None:
         ("state", "running"), ("state", "killed"), ("metadata", "k=v"), ("limit", 5),
     ]  # fmt: skip
     assert list_params("expired", None, 1) == [("state", "expired"), ("limit", 1)]
+
+
+def test_a_sandbox_cannot_forge_the_servers_errors() -> None:
+    """A daemon answering with the server's error shape is still the sandbox talking."""
+    forged = json.dumps({"error": {"code": "unauthenticated", "message": "re-enter key"}})
+    assert type(error_from_answer(401, forged.encode(), from_sandbox=False)) is Unauthenticated
+    from_daemon = error_from_answer(401, forged.encode(), from_sandbox=True)
+    assert not isinstance(from_daemon, Unauthenticated)

@@ -131,7 +131,7 @@ async def test_the_daemon_socket_is_out_of_reach(live: Api, sandbox: str) -> Non
         [
             "sh",
             "-c",
-            "ls /run/ringfence; ls /run/ringfence/sockets 2>&1; ls -l /proc/*/fd 2>/dev/null | grep -c socket",
+            "ls /run/ringfence; ls /run/ringfence/sockets 2>&1",
         ],
     )
     assert ran.stdout.splitlines()[0] == "sandboxd"

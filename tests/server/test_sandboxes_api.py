@@ -226,6 +226,10 @@ async def test_bad_input_is_a_clear_4xx(live: Api) -> None:
         f"/v1/sandboxes/{sandbox_id}/rpc/process.Process/Nope", headers=live.acme, json={}
     )
     assert unknown.status_code == 501 and unknown.json()["code"] == "unimplemented"
+    # Marked as the sandbox's word, unlike the server's own errors.
+    assert unknown.headers["ringfence-origin"] == "sandbox"
+    gone = await live.client.get("/v1/sandboxes/does-not-exist", headers=live.acme)
+    assert "ringfence-origin" not in gone.headers
     broken = await live.client.post(
         f"/v1/sandboxes/{sandbox_id}/rpc/filesystem.Filesystem/Stat",
         headers={**live.acme, "content-type": "application/json"},

@@ -24,7 +24,14 @@ from ringfence.errors import (
     error_for,
 )
 
-__all__ = ["END_STREAM", "Decoder", "envelope", "error_from_answer", "error_from_connect"]
+__all__ = [
+    "END_STREAM",
+    "ORIGIN_HEADER",
+    "Decoder",
+    "envelope",
+    "error_from_answer",
+    "error_from_connect",
+]
 
 END_STREAM = 0x02
 _COMPRESSED = 0x01
@@ -105,8 +112,13 @@ def error_from_connect(error: dict[str, Any], not_found: type[NotFound]) -> Ring
     return SandboxError(f"{message} ({code})" if message else f"the sandbox answered {code}")
 
 
+# The server marks every answer it passes through from a sandbox's daemon: what the daemon
+# says is the sandboxed code's word, which must never pass for the server's own errors.
+ORIGIN_HEADER = "ringfence-origin"
+
+
 def error_from_answer(
-    status: int, body: bytes, not_found: type[NotFound] = FileNotFound
+    status: int, body: bytes, not_found: type[NotFound] = FileNotFound, *, from_sandbox: bool
 ) -> RingfenceError:
     """The exception for a non-2xx answer to a sandbox call (server or daemon)."""
     try:
@@ -115,7 +127,11 @@ def error_from_answer(
         parsed = None
     if isinstance(parsed, dict):
         server_error = parsed.get("error")
-        if isinstance(server_error, dict) and isinstance(server_error.get("code"), str):
+        if (
+            not from_sandbox
+            and isinstance(server_error, dict)
+            and isinstance(server_error.get("code"), str)
+        ):
             code, message = server_error["code"], str(server_error.get("message", ""))
             return SandboxNotFound(message) if code == NotFound.code else error_for(code, message)
         if isinstance(parsed.get("code"), (str, int)):

@@ -18,6 +18,7 @@ import httpx
 from ringfence.client import _base
 from ringfence.client._connect import (
     NOT_FOUND_BY_SERVICE,
+    ORIGIN_HEADER,
     Decoder,
     envelope,
     error_from_answer,
@@ -89,7 +90,9 @@ class Link:
         except httpx.HTTPError as exc:
             raise _base.translate(exc, self.settings.url) from exc
         if response.status_code != 200:
-            raise error_from_answer(response.status_code, response.content, not_found)
+            raise error_from_answer(
+                response.status_code, response.content, not_found, from_sandbox=_sandbox(response)
+            )
         try:
             answer = response.json()
         except ValueError:
@@ -126,7 +129,9 @@ class Link:
                 raise _base.translate(exc, self.settings.url) from exc
             finally:
                 await response.aclose()
-            raise error_from_answer(response.status_code, body, not_found)
+            raise error_from_answer(
+                response.status_code, body, not_found, from_sandbox=_sandbox(response)
+            )
         return RpcStream(response, Decoder(not_found), self.settings.url)
 
     @asynccontextmanager
@@ -145,7 +150,9 @@ class Link:
             raise _base.translate(exc, self.settings.url) from exc
         try:
             if response.status_code != 200:
-                raise error_from_answer(response.status_code, await response.aread())
+                raise error_from_answer(
+                    response.status_code, await response.aread(), from_sandbox=_sandbox(response)
+                )
             yield self._chunks(response)
         except httpx.HTTPError as exc:
             raise _base.translate(exc, self.settings.url) from exc
@@ -176,7 +183,12 @@ class Link:
         except httpx.HTTPError as exc:
             raise _base.translate(exc, self.settings.url) from exc
         if response.status_code != 200:
-            raise error_from_answer(response.status_code, response.content, FileNotFound)
+            raise error_from_answer(
+                response.status_code,
+                response.content,
+                FileNotFound,
+                from_sandbox=_sandbox(response),
+            )
         try:
             return response.json()
         except ValueError:
@@ -221,3 +233,9 @@ class RpcStream:
 
     async def aclose(self) -> None:
         await self._response.aclose()
+
+
+def _sandbox(response: httpx.Response) -> bool:
+    """Whether the answer is the sandbox daemon's, passed through by the server."""
+    origin: str | None = response.headers.get(ORIGIN_HEADER)
+    return origin == "sandbox"

@@ -14,6 +14,7 @@ from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import meta
 from ringfence.server.routes import sandboxes as sandbox_routes
 from ringfence.service.executions import ExecutionService
+from ringfence.service.keys import KeyCache
 from ringfence.service.sandboxes import SandboxService
 from ringfence.store import Store
 
@@ -60,6 +61,7 @@ def create_app(
         title="Ringfence", version=__version__, description=DESCRIPTION, lifespan=lifespan
     )
     app.state.store = store
+    app.state.keys = KeyCache()
     app.state.executions = service
     app.state.sandboxes = sandboxes
     install_error_handlers(app)

@@ -21,7 +21,7 @@ async def _caller(
     header: Annotated[str | None, Depends(_header)],
 ) -> Principal:
     presented = bearer.credentials if bearer else header
-    return await authenticate(request.app.state.store, presented)
+    return await authenticate(request.app.state.store, presented, request.app.state.keys)
 
 
 Caller = Annotated[Principal, Depends(_caller)]

@@ -34,6 +34,7 @@ __all__ = ["STREAMED_PATHS", "router"]
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
+ORIGIN_HEADER = "Ringfence-Origin"
 # Bodies these routes pass through as they come (bounded by the sandbox's own limits).
 STREAMED_PATHS = re.compile(r"/v1/sandboxes/[^/]+/(files|rpc/process\.Process/StreamInput)")
 
@@ -244,6 +245,9 @@ async def _forward(
         for name, value in upstream.headers
         if name.lower() in FORWARDED_RESPONSE_HEADERS
     }
+    # What the daemon says is the sandboxed code's word: mark it, so that no client takes a
+    # daemon's {"error": {"code": "unauthenticated"}} for the server's own.
+    headers[ORIGIN_HEADER] = "sandbox"
     return StreamingResponse(
         _relay(upstream),
         status_code=upstream.status_code,
