@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _lean_http import LeanClient
 from exec_latency import (
     RunFailed,
     Stats,
@@ -132,6 +133,9 @@ class Server:
         headers = {"Authorization": f"Bearer {self.key}"}
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout)
 
+    def lean_client(self) -> LeanClient:
+        return LeanClient(self.url, {"Authorization": f"Bearer {self.key}"})
+
 
 @contextlib.contextmanager
 def running_server() -> Iterator[Server]:
@@ -143,6 +147,9 @@ def running_server() -> Iterator[Server]:
             yield server
         finally:
             server.stop()
+
+
+Client = httpx.AsyncClient | LeanClient
 
 
 # -- talking to a sandbox -----------------------------------------------------------------------
@@ -158,7 +165,7 @@ def start_body(cmd: Sequence[str]) -> bytes:
     return envelope({"process": {"cmd": cmd[0], "args": list(cmd[1:])}})
 
 
-async def events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+async def events(response: Any) -> AsyncIterator[dict[str, Any]]:
     """The events of a streamed Start answer as they arrive. Raises ``RunFailed`` on an
     end-of-stream message carrying an error."""
     buffer = b""
@@ -177,9 +184,7 @@ async def events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
             yield message["event"]
 
 
-async def start_command(
-    client: httpx.AsyncClient, path: str, cmd: Sequence[str], begun: float
-) -> Phases:
+async def start_command(client: Client, path: str, cmd: Sequence[str], begun: float) -> Phases:
     """Run ``cmd`` with ``Start`` at ``path``; return when each event came, from ``begun``."""
     marks: Phases = {}
     async with client.stream("POST", path, headers=STREAM, content=start_body(cmd)) as response:
@@ -203,7 +208,7 @@ async def start_command(
     return marks
 
 
-async def create_sandbox(client: httpx.AsyncClient, **spec: Any) -> str:
+async def create_sandbox(client: Client, **spec: Any) -> str:
     response = await client.post("/v1/sandboxes", json={"timeout": SANDBOX_TIMEOUT, **spec})
     if response.status_code != 201:
         raise RunFailed(f"create: HTTP {response.status_code}: {response.text[:300]}")
@@ -211,7 +216,7 @@ async def create_sandbox(client: httpx.AsyncClient, **spec: Any) -> str:
     return sandbox_id
 
 
-async def kill_sandbox(client: httpx.AsyncClient, sandbox_id: str) -> None:
+async def kill_sandbox(client: Client, sandbox_id: str) -> None:
     response = await client.delete(f"/v1/sandboxes/{sandbox_id}")
     if response.status_code != 200:
         raise RunFailed(f"kill: HTTP {response.status_code}: {response.text[:300]}")
@@ -240,7 +245,7 @@ class Line:
         return self.samples.get("total", [])
 
 
-def tti_runner(client: httpx.AsyncClient) -> Run:
+def tti_runner(client: Client) -> Run:
     """Create a sandbox, run ``echo hi`` until its first stdout byte, then kill it."""
 
     async def run() -> Phases:
@@ -266,7 +271,7 @@ def tti_runner(client: httpx.AsyncClient) -> Run:
     return run
 
 
-def execution_runner(client: httpx.AsyncClient) -> Run:
+def execution_runner(client: Client) -> Run:
     """A one-shot execution of /bin/true over HTTP: a sandbox without the daemon."""
 
     async def run() -> Phases:
@@ -344,7 +349,7 @@ def daemon_alone_runner(daemon_dir: Path, socket_dir: Path, uid: int | None) -> 
     return run
 
 
-def round_trip_runner(client: httpx.AsyncClient, path: str) -> Run:
+def round_trip_runner(client: Client, path: str) -> Run:
     async def run() -> Phases:
         begun = time.perf_counter()
         marks = await start_command(client, path, [TRUE], begun)
@@ -353,7 +358,7 @@ def round_trip_runner(client: httpx.AsyncClient, path: str) -> Run:
     return run
 
 
-def health_runner(client: httpx.AsyncClient) -> Run:
+def health_runner(client: Client) -> Run:
     async def run() -> Phases:
         begun = time.perf_counter()
         response = await client.get("/v1/health")
@@ -728,14 +733,21 @@ async def benchmark(args: argparse.Namespace, server: Server, workdir: Path) -> 
     uid = config.sandbox_uid if os.geteuid() == 0 else None
 
     try:
-        async with server.client() as client:
+        async with server.client() as sdk_client, server.lean_client() as client:
             tti = [
                 Line(
                     "ringfence_tti",
                     "ringfence sandbox (HTTP API)",
                     "POST /v1/sandboxes, then POST .../rpc/process.Process/Start of `echo hi` "
-                    "until the first stdout byte; DELETE afterwards (timed, not counted)",
+                    "until the first stdout byte; DELETE afterwards (timed, not counted); "
+                    "a lean HTTP/1.1 client (h11, one kept-alive connection)",
                     tti_runner(client),
+                ),
+                Line(
+                    "ringfence_tti_httpx",
+                    "  the same through httpx (SDK's client)",
+                    "the line above with httpx.AsyncClient, the SDK's HTTP client",
+                    tti_runner(sdk_client),
                 ),
                 Line(
                     "ringfence_execution",
@@ -795,10 +807,22 @@ async def benchmark(args: argparse.Namespace, server: Server, workdir: Path) -> 
                         round_trip_runner(client, rpc(sandbox_id)),
                     ),
                     Line(
+                        "ringfence_round_trip_httpx",
+                        "  the same through httpx (SDK's client)",
+                        "the line above with httpx.AsyncClient, the SDK's HTTP client",
+                        round_trip_runner(sdk_client, rpc(sandbox_id)),
+                    ),
+                    Line(
                         "api_health",
                         "API round trip, no sandbox",
-                        "GET /v1/health on the same connection pool",
+                        "GET /v1/health on the same connection",
                         health_runner(client),
+                    ),
+                    Line(
+                        "api_health_httpx",
+                        "  the same through httpx (SDK's client)",
+                        "GET /v1/health with httpx.AsyncClient",
+                        health_runner(sdk_client),
                     ),
                     Line(
                         "host_true",
@@ -817,7 +841,7 @@ async def benchmark(args: argparse.Namespace, server: Server, workdir: Path) -> 
                         base_url="http://sandbox", transport=transport, timeout=60
                     )
                     round_trip.insert(
-                        1,
+                        2,
                         Line(
                             "daemon_direct",
                             "daemon's socket, no API in between",

@@ -23,6 +23,9 @@ from ._connect import envelope
 from ._errors import RpcError, invalid
 from ._sync import Queue, start_thread
 
+# The daemon never changes directory: commands that run here can be posix_spawned.
+_CWD = os.getcwd()
+
 __all__ = ["Proc", "find", "listing", "spawn"]
 
 _READ = 32 * 1024
@@ -181,43 +184,20 @@ def spawn(
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if stdin else (-1, -1)
-    gate_r, gate_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: only async-signal-safe-ish os calls until exec
-        try:
-            os.setsid()
-            null = os.open("/dev/null", os.O_RDONLY) if in_r < 0 else in_r
-            os.dup2(null, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            os.chdir(cwd)
-            _signal.signal(13, _signal.SIG_DFL)  # SIGPIPE: Python ignores it, programs expect it
-            _signal.signal(25, _signal.SIG_DFL)  # SIGXFSZ
-            os.execve(program, argv, env)
-        except OSError as exc:
-            os.write(gate_w, b"%d" % (exc.errno or 0))
-        finally:
-            os._exit(127)
-    for fd in (out_w, err_w, in_r, gate_w):
-        if fd >= 0:
-            os.close(fd)
-    failure = b""
-    while True:  # exec closes the gate (CLOEXEC); a failure writes errno first
-        chunk = os.read(gate_r, 64)
-        if not chunk:
-            break
-        failure += chunk
-    os.close(gate_r)
-    if failure:
-        os.waitpid(pid, 0)
+    try:
+        pid = _start(program, argv, env, cwd, in_r, out_w, err_w)
+    except OSError as exc:
         for fd in (out_r, err_r, in_w):
             if fd >= 0:
                 os.close(fd)
-        err = int(failure) if failure.isdigit() else 0
         raise RpcError(
-            "permission_denied" if err in (1, 13) else "invalid_argument",
-            f"cannot start {cmd!r}: {os.strerror(err)}",
-        )
+            "permission_denied" if exc.errno in (1, 13) else "invalid_argument",
+            f"cannot start {cmd!r}: {os.strerror(exc.errno or 0)}",
+        ) from None
+    finally:
+        for fd in (out_w, err_w, in_r):
+            if fd >= 0:
+                os.close(fd)
     proc = Proc(pid, config, tag)
     proc.stdin = in_w if in_w >= 0 else None
     if timeout:
@@ -229,6 +209,56 @@ def spawn(
         _table[pid] = proc
     start_thread(lambda: _pump(proc, out_r, err_r))
     return proc, queue
+
+
+def _start(
+    program: str, argv: list[str], env: dict[str, str], cwd: str, stdin: int, out: int, err: int
+) -> int:
+    """Start ``program`` in a new session with these fds as 0, 1 and 2; return its pid.
+
+    posix_spawn (a vfork: no copy of the daemon's page tables) when the command runs in the
+    daemon's own working directory, the common case; fork otherwise (posix_spawn cannot
+    change directory on every Python this runs on). Exec failures raise OSError either way.
+    """
+    if cwd == _CWD:
+        actions = [
+            (os.POSIX_SPAWN_DUP2, stdin, 0) if stdin >= 0
+            else (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out, 1),
+            (os.POSIX_SPAWN_DUP2, err, 2),
+        ]
+        return os.posix_spawn(
+            program, argv, env, file_actions=actions, setsid=True, setsigdef=(13, 25)
+        )
+    gate_r, gate_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only async-signal-safe-ish os calls until exec
+        try:
+            os.setsid()
+            null = os.open("/dev/null", os.O_RDONLY) if stdin < 0 else stdin
+            os.dup2(null, 0)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            os.chdir(cwd)
+            _signal.signal(13, _signal.SIG_DFL)  # SIGPIPE: Python ignores it, programs expect it
+            _signal.signal(25, _signal.SIG_DFL)  # SIGXFSZ
+            os.execve(program, argv, env)
+        except OSError as exc:
+            os.write(gate_w, b"%d" % (exc.errno or 0))
+        finally:
+            os._exit(127)
+    os.close(gate_w)
+    failure = b""
+    while True:  # exec closes the gate (CLOEXEC); a failure writes errno first
+        chunk = os.read(gate_r, 64)
+        if not chunk:
+            break
+        failure += chunk
+    os.close(gate_r)
+    if failure:
+        os.waitpid(pid, 0)
+        raise OSError(int(failure) if failure.isdigit() else 0, "exec failed")
+    return pid
 
 
 def _pump(proc: Proc, out_r: int, err_r: int) -> None:

@@ -594,6 +594,10 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # WAL: a reader elsewhere (a backup, the sqlite3 shell) and our writer do not block each
     # other, and a commit appends to one file.
     cursor.execute("PRAGMA journal_mode=WAL")
+    # In WAL mode NORMAL syncs at checkpoints, not at every commit: a commit survives a crash
+    # of the server (SIGKILL included) and only a power loss may take the last ones back.
+    # FULL's fsync per commit measured up to 30 ms here, on the path of every sandbox create.
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 
 
