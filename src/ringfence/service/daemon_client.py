@@ -68,19 +68,29 @@ class DaemonResponse:
         self._connection: _Connection | None = connection
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they come (chunked framing removed)."""
+        """The body's bytes as they come (chunked framing removed). What arrived together
+        is passed on together: one write to the client instead of one per envelope."""
         connection = self._connection
         if connection is None:
             return
+        pending: list[bytes] = []
         try:
             while True:
                 try:
-                    event = await connection.next_event(timeout=None)
+                    event = connection.protocol.next_event()
+                    if event is h11.NEED_DATA:
+                        if pending:
+                            yield b"".join(pending)
+                            pending.clear()
+                        await connection.receive()
+                        continue
                 except (OSError, h11.ProtocolError) as exc:
                     raise _gone(self._client, str(exc)) from exc
                 if isinstance(event, h11.Data):
-                    yield bytes(event.data)
+                    pending.append(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
+                    if pending:
+                        yield b"".join(pending)
                     self._release(reusable=True)
                     return
                 else:  # ConnectionClosed before the end
@@ -239,10 +249,14 @@ class _Connection:
             while True:
                 event = self.protocol.next_event()
                 if event is h11.NEED_DATA:
-                    self.protocol.receive_data(await self.reader.read(_CHUNK))
+                    await self.receive()
                     continue
                 assert isinstance(event, h11.Event)
                 return event
+
+    async def receive(self) -> None:
+        """Feed what the socket has (at EOF, the end) to the protocol."""
+        self.protocol.receive_data(await self.reader.read(_CHUNK))
 
     def usable(self) -> bool:
         return (
