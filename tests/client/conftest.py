@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ import pytest
 
 from tests.server.conftest import api, postgres_database, sqlite_database, store
 from tests.server.test_serve_process import RINGFENCE, Server
+from tests.store.conftest import new_postgres_database
 
 __all__ = ["LiveServer", "api", "live", "postgres_database", "sqlite_database", "store"]
 
@@ -23,10 +25,20 @@ class LiveServer:
     data_dir: Path
 
 
-@pytest.fixture(scope="session")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One real server for the whole client suite (sandboxes are cheap; a server is not)."""
-    server = Server(tmp_path_factory.mktemp("live") / "data", None)
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def live(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    """One real server per store for the whole client suite (sandboxes are cheap; a server
+    is not): on SQLite in its data directory, then on a fresh PostgreSQL database."""
+    with contextlib.ExitStack() as stack:
+        url = None
+        if request.param == "postgres":
+            url = stack.enter_context(new_postgres_database())
+        yield from _serving(Server(tmp_path_factory.mktemp("live") / "data", url))
+
+
+def _serving(server: Server) -> Iterator[LiveServer]:
     server.start()
     try:
         other = subprocess.run(

@@ -6,6 +6,7 @@ exports its URL). Without it the PostgreSQL tests fail rather than skip: CI must
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -29,6 +30,13 @@ def sqlite_database(tmp_path: Path) -> str:
 @pytest.fixture
 def postgres_database() -> Iterator[str]:
     """The URL of a new, empty PostgreSQL database, dropped after the test."""
+    with new_postgres_database() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def new_postgres_database() -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database, dropped at the end."""
     base = os.environ.get(POSTGRES_URL_VARIABLE)
     if not base:
         pytest.fail(
