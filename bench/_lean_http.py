@@ -10,13 +10,13 @@ It offers the few methods of ``httpx.AsyncClient`` the benchmarks call.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import asyncio
 import h11
 
 __all__ = ["LeanClient", "LeanResponse"]
