@@ -206,8 +206,16 @@ async def test_the_openapi_document_describes_the_api(api: Api) -> None:
         "/v1/executions/{execution_id}/cancel",
         "/v1/health",
         "/v1/whoami",
+        "/v1/sandboxes",
+        "/v1/sandboxes/{sandbox_id}",
+        "/v1/sandboxes/{sandbox_id}/timeout",
+        "/v1/sandboxes/{sandbox_id}/rpc/{service}/{method}",
+        "/v1/sandboxes/{sandbox_id}/files",
     } <= set(document["paths"])
-    assert "ExecutionRequest" in document["components"]["schemas"]
+    schemas = document["components"]["schemas"]
+    assert {"ExecutionRequest", "SandboxSpec", "Sandbox"} <= set(schemas)
+    upload = document["paths"]["/v1/sandboxes/{sandbox_id}/files"]["put"]["requestBody"]
+    assert "application/octet-stream" in upload["content"], "streamed bodies are documented"
 
 
 async def test_executions_cut_off_by_a_restart_are_marked_failed() -> None:
