@@ -28,7 +28,7 @@ from ringfence.store.sql import METADATA
 from ringfence.testing.store_checks import STORE_CHECKS, StoreCheck
 
 T = TypeVar("T")
-HEAD = "0002"
+HEAD = "0003"
 
 
 def _request(execution_id: str) -> ExecutionRequest:
@@ -309,3 +309,27 @@ def test_importing_the_store_package_leaves_sqlalchemy_out() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+async def test_two_stores_on_one_database_append_one_chain(database: str) -> None:
+    """Two processes' appends (two engines here) interleave without breaking the chain."""
+    from ringfence.audit.chain import AuditEvent
+    from ringfence.audit.verify import verify_export
+    from ringfence.store import AuditQuery
+
+    one, two = await SqlStore.open(database), await SqlStore.open(database)
+    try:
+
+        async def append(store: SqlStore, name: str) -> None:
+            for n in range(15):
+                await store.append_audit([AuditEvent("acme", name, "test.append", f"n:{n}")] * 2)
+
+        await asyncio.gather(append(one, "one"), append(two, "two"))
+        records = await one.list_audit(AuditQuery(limit=1000))
+    finally:
+        await one.aclose()
+        await two.aclose()
+    assert [r.seq for r in records] == list(range(1, 61))
+    verdict = verify_export([r.line() for r in records])
+    assert verdict.problem is not None and "does not end with a seal" in verdict.problem.reason
+    assert verdict.records == 60, "every link of the chain holds"

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ringfence.store._protocol import ApiKey, ExecutionRecord, Role, Store
+from ringfence.store._protocol import ApiKey, AuditQuery, ExecutionRecord, Role, Store
 from ringfence.store.memory import MemoryStore
 
 if TYPE_CHECKING:
     from ringfence.store.sql import SqlStore, sqlite_url
 
-__all__ = ["ApiKey", "ExecutionRecord", "MemoryStore", "Role", "SqlStore", "Store", "sqlite_url"]
+__all__ = [
+    "ApiKey",
+    "AuditQuery",
+    "ExecutionRecord",
+    "MemoryStore",
+    "Role",
+    "SqlStore",
+    "Store",
+    "sqlite_url",
+]
 
 
 def __getattr__(name: str) -> object:

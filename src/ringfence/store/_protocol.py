@@ -15,9 +15,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from ringfence.audit.chain import AuditEvent, AuditRecord, Sign, timestamp
 from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
 
-__all__ = ["ApiKey", "ExecutionRecord", "Role", "Store"]
+__all__ = ["ApiKey", "AuditQuery", "ExecutionRecord", "Role", "Store", "audit_matches"]
 
 
 class Role(StrEnum):
@@ -50,6 +51,37 @@ class ExecutionRecord:
     result: ExecutionResult
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    """Which audit records: every set field must match. Oldest first, from ``after_seq``."""
+
+    tenant: str | None = None  # None: every tenant's, and the installation's own ("")
+    actor: str | None = None
+    action: str | None = None  # exact, or a prefix ending with "." ("proposal.")
+    target: str | None = None
+    since: datetime | None = None  # inclusive
+    until: datetime | None = None  # exclusive
+    after_seq: int = 0
+    limit: int = 100
+
+
+def audit_matches(query: AuditQuery, record: AuditRecord) -> bool:
+    """Whether ``record`` is one ``query`` asks for (``after_seq`` and ``limit`` aside)."""
+    action = query.action
+    return (
+        (query.tenant is None or record.tenant == query.tenant)
+        and (query.actor is None or record.actor == query.actor)
+        and (query.target is None or record.target == query.target)
+        and (
+            action is None
+            or record.action == action
+            or (action.endswith(".") and record.action.startswith(action))
+        )
+        and (query.since is None or record.at >= timestamp(query.since))
+        and (query.until is None or record.at < timestamp(query.until))
+    )
 
 
 class Store(Protocol):
@@ -139,6 +171,18 @@ class Store(Protocol):
     async def end_running_sandboxes(self, error: str) -> list[tuple[str, Sandbox]]:
         """Mark every running sandbox ``failed`` with ``error`` (the server restarted and
         they died with it); return them as ``(tenant, sandbox)``, updated."""
+        ...
+
+    async def append_audit(
+        self, events: list[AuditEvent], sign: Sign | None = None
+    ) -> list[AuditRecord]:
+        """Append ``events`` to the audit chain, in order, after its current last record, in
+        one transaction (appenders in other processes wait their turn); seal events are
+        signed with ``sign``. Returns the records as stored."""
+        ...
+
+    async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        """Audit records matching ``query``, oldest first."""
         ...
 
     async def aclose(self) -> None: ...

@@ -6,9 +6,10 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
+from ringfence.audit.chain import GENESIS, AuditEvent, AuditRecord, Sign, chain
 from ringfence.errors import DuplicateExecution, ExecutionNotFound, SandboxNotFound, StoreError
 from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
-from ringfence.store._protocol import ApiKey, ExecutionRecord
+from ringfence.store._protocol import ApiKey, AuditQuery, ExecutionRecord, audit_matches
 
 __all__ = ["MemoryStore"]
 
@@ -18,6 +19,7 @@ class MemoryStore:
         self._keys: dict[str, ApiKey] = {}
         self._executions: dict[tuple[str, str], ExecutionRecord] = {}
         self._sandboxes: dict[str, tuple[str, Sandbox]] = {}  # id -> (tenant, sandbox), in order
+        self._audit: list[AuditRecord] = []
 
     async def add_key(self, key: ApiKey) -> None:
         if key.key_id in self._keys:
@@ -119,6 +121,18 @@ class MemoryStore:
                 self._sandboxes[sandbox.id] = (tenant, failed)
                 ended.append((tenant, failed))
         return ended
+
+    async def append_audit(
+        self, events: list[AuditEvent], sign: Sign | None = None
+    ) -> list[AuditRecord]:
+        last = self._audit[-1] if self._audit else None
+        records = chain(events, last.seq if last else 0, last.hash if last else GENESIS, sign)
+        self._audit += records
+        return records
+
+    async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        found = [r for r in self._audit if r.seq > query.after_seq and audit_matches(query, r)]
+        return found[: max(query.limit, 0)]
 
     async def aclose(self) -> None:
         pass

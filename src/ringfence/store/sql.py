@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from datetime import UTC, datetime
@@ -22,10 +23,11 @@ from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from ringfence.audit.chain import GENESIS, AuditEvent, AuditRecord, Sign, chain, timestamp
 from ringfence.errors import DuplicateExecution, ExecutionNotFound, SandboxNotFound, StoreError
 from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
 from ringfence.store import migrations
-from ringfence.store._protocol import ApiKey, ExecutionRecord, Role
+from ringfence.store._protocol import ApiKey, AuditQuery, ExecutionRecord, Role
 
 __all__ = ["SqlStore", "sqlite_url"]
 
@@ -103,6 +105,22 @@ _sandboxes = sa.Table(
     sa.Index("sandboxes_tenant_seq", "tenant", "seq"),
     sa.Index("sandboxes_state", "state"),
 )
+_audit = sa.Table(
+    "audit",
+    METADATA,
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("at", sa.Text, nullable=False),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("hash", sa.Text, nullable=False),
+    sa.Column("record", sa.Text, nullable=False),
+    sa.Index("audit_tenant_seq", "tenant", "seq"),
+    sa.Index("audit_at", "at"),
+)
+# Key of the PostgreSQL advisory lock that makes appends to the audit chain take turns.
+_AUDIT_LOCK_KEY = 0x72662D6175646974  # "rf-audit"
 # SQLite has no identity columns (it numbers only an INTEGER PRIMARY KEY, and the key here is
 # (tenant, id)), so an insert numbers its row itself. It cannot race: every SQLite transaction
 # holds the write lock from its start (see _sqlite_begin).
@@ -411,6 +429,78 @@ class SqlStore:
                 await connection.execute(_set_sandbox(row.tenant, sandbox, now))
                 ended.append((row.tenant, sandbox))
         return ended
+
+    async def append_audit(
+        self, events: list[AuditEvent], sign: Sign | None = None
+    ) -> list[AuditRecord]:
+        """Append ``events`` after the chain's last record, in one transaction.
+
+        Appenders take turns: SQLite's transactions hold the write lock from their start;
+        on PostgreSQL an advisory lock is taken first, so the last record read is still the
+        last one at the insert, across processes and replicas.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        if not events:
+            return []
+        async with self._transaction("appending to the audit log") as connection:
+            if self._engine.dialect.name == "postgresql":
+                await connection.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _AUDIT_LOCK_KEY}
+                )
+            head = (
+                await connection.execute(
+                    sa.select(_audit.c.seq, _audit.c.hash).order_by(_audit.c.seq.desc()).limit(1)
+                )
+            ).one_or_none()
+            records = chain(events, head.seq if head else 0, head.hash if head else GENESIS, sign)
+            await connection.execute(
+                _audit.insert(),
+                [
+                    {
+                        "seq": r.seq, "at": r.at, "tenant": r.tenant, "actor": r.actor,
+                        "action": r.action, "target": r.target, "hash": r.hash,
+                        "record": r.line(),
+                    }
+                    for r in records
+                ],
+            )  # fmt: skip
+        return records
+
+    async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
+        """Audit records matching ``query``, oldest first.
+
+        Raises:
+            StoreError: the database failed, or a stored record cannot be read.
+        """
+        select = sa.select(_audit.c.seq, _audit.c.record).where(_audit.c.seq > query.after_seq)
+        for column, value in (
+            (_audit.c.tenant, query.tenant),
+            (_audit.c.actor, query.actor),
+            (_audit.c.target, query.target),
+        ):
+            if value is not None:
+                select = select.where(column == value)
+        if query.action is not None:
+            if query.action.endswith("."):
+                select = select.where(_audit.c.action.startswith(query.action, autoescape=True))
+            else:
+                select = select.where(_audit.c.action == query.action)
+        if query.since is not None:
+            select = select.where(_audit.c.at >= timestamp(query.since))
+        if query.until is not None:
+            select = select.where(_audit.c.at < timestamp(query.until))
+        select = select.order_by(_audit.c.seq).limit(max(query.limit, 0))
+        async with self._transaction("reading the audit log") as connection:
+            rows = (await connection.execute(select)).all()
+        records = []
+        for row in rows:
+            try:
+                records.append(AuditRecord.from_json(json.loads(row.record)))
+            except ValueError as exc:
+                raise StoreError(f"{self._name}: audit record {row.seq} cannot be read") from exc
+        return records
 
     async def aclose(self) -> None:
         """Close every connection."""

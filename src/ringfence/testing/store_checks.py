@@ -6,9 +6,13 @@ contract. Tests run them against every implementation (memory, SQLite, PostgreSQ
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from ringfence.audit.chain import GENESIS, SEAL_ACTION, SYSTEM, AuditEvent
+from ringfence.audit.signing import SealKey
+from ringfence.audit.verify import verify_export
 from ringfence.errors import DuplicateExecution, ExecutionNotFound, RingfenceError, SandboxNotFound
 from ringfence.models import (
     ExecutionRequest,
@@ -19,7 +23,7 @@ from ringfence.models import (
     SandboxState,
     Status,
 )
-from ringfence.store import ApiKey, Role, Store
+from ringfence.store import ApiKey, AuditQuery, Role, Store
 
 __all__ = ["STORE_CHECKS", "StoreCheck", "check_store"]
 
@@ -222,6 +226,51 @@ async def running_sandboxes_fail_after_a_restart(store: Store) -> None:
     assert await store.end_running_sandboxes("again") == []
 
 
+def _event(n: int, tenant: str = "acme", action: str = "sandbox.create") -> AuditEvent:
+    return AuditEvent(tenant, f"key{n % 2}", action, f"sandbox:sb{n}", details={"n": n})
+
+
+async def audit_appends_form_one_verified_chain(store: Store) -> None:
+    key = SealKey.generate()
+    first = await store.append_audit([_event(1), _event(2)])
+    assert [r.seq for r in first] == [1, 2] and first[0].prev_hash == GENESIS
+    more = await asyncio.gather(*(store.append_audit([_event(n)]) for n in range(3, 9)))
+    sealed = await store.append_audit([AuditEvent("", SYSTEM, SEAL_ACTION, "audit")], key.sign)
+    assert sealed[0].details["public_key"] == key.public_key and len(more) == 6
+    stored = await store.list_audit(AuditQuery(limit=1000))
+    assert [r.seq for r in stored] == list(range(1, 10))
+    verdict = verify_export([r.line() for r in stored], key.public_key)
+    assert verdict.ok, verdict.problem
+    assert stored[:2] == first, "what append returned is what was stored"
+
+
+async def audit_queries_filter(store: Store) -> None:
+    await store.append_audit(
+        [
+            _event(1, "acme", "sandbox.create"),
+            _event(2, "globex", "sandbox.create"),
+            _event(3, "acme", "proposal.approve"),
+            _event(4, "acme", "proposal.reject"),
+            _event(5, "", "server.start"),
+        ]
+    )
+
+    async def seqs(**fields: object) -> list[int]:
+        return [r.seq for r in await store.list_audit(AuditQuery(**fields))]  # type: ignore[arg-type]
+
+    assert await seqs(tenant="acme") == [1, 3, 4]
+    assert await seqs(tenant="") == [5]
+    assert await seqs(action="proposal.") == [3, 4]
+    assert await seqs(action="proposal") == []  # exact unless it ends with "."
+    assert await seqs(action="sandbox.create", actor="key0") == [2]
+    assert await seqs(target="sandbox:sb3") == [3]
+    assert await seqs(after_seq=3, limit=1) == [4]
+    everything = await store.list_audit(AuditQuery())
+    middle = datetime.fromisoformat(everything[2].at)
+    assert await seqs(since=middle) == [3, 4, 5]
+    assert await seqs(until=middle) == [1, 2]
+
+
 STORE_CHECKS: tuple[StoreCheck, ...] = (
     keys_round_trip,
     a_duplicate_key_id_is_refused,
@@ -235,6 +284,8 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     sandboxes_are_scoped_by_tenant,
     sandbox_listing_filters_by_state_and_metadata,
     running_sandboxes_fail_after_a_restart,
+    audit_appends_form_one_verified_chain,
+    audit_queries_filter,
 )
 
 
