@@ -9,10 +9,12 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
 from ringfence.server import create_app
+from ringfence.service.audit import AuditLog
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
 from ringfence.service.sandboxes import SandboxService
@@ -75,11 +77,13 @@ async def _serving(local_host: object, store: Store, over_http: bool = False) ->
 
     assert isinstance(local_host, Host)
     executor = LocalExecutor(Config(), host=local_host)
-    sandboxes = SandboxService(store, LocalSandboxRuntime(executor, Config()), Config())
+    audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
+    sandboxes = SandboxService(store, LocalSandboxRuntime(executor, Config()), Config(), audit)
     app = create_app(
         store=store,
-        executions=ExecutionService(store, executor, Config()),
+        executions=ExecutionService(store, executor, Config(), audit),
         sandboxes=sandboxes,
+        audit=audit,
     )
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)

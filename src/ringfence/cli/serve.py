@@ -51,8 +51,10 @@ def serve(host: str, port: int, data_dir: Path | None, database_url: str | None)
 async def _serve(config: Config, host: str, port: int) -> None:
     import uvicorn
 
+    from ringfence.audit.signing import SealKey
     from ringfence.backends import create_executor, create_sandbox_runtime
     from ringfence.server import create_app
+    from ringfence.service.audit import AuditLog
     from ringfence.service.executions import ExecutionService
     from ringfence.service.keys import FIRST_TENANT, bootstrap_admin_key
     from ringfence.service.sandboxes import SandboxService
@@ -68,10 +70,12 @@ async def _serve(config: Config, host: str, port: int) -> None:
             f"ringfence: first start: an admin key for tenant {FIRST_TENANT!r} is in {created}",
             err=True,
         )
-    service = ExecutionService(store, executor, config)
-    sandboxes = SandboxService(store, create_sandbox_runtime(executor, config), config)
+    audit = AuditLog(store, SealKey.load_or_create(config.data_dir))
+    service = ExecutionService(store, executor, config, audit)
+    runtime = create_sandbox_runtime(executor, config)
+    sandboxes = SandboxService(store, runtime, config, audit)
     app = create_app(
-        store=store, executions=service, sandboxes=sandboxes, owns_store=True,
+        store=store, executions=service, sandboxes=sandboxes, audit=audit, owns_store=True,
         max_request_bytes=config.max_request_bytes,
     )  # fmt: skip
     config_ = uvicorn.Config(

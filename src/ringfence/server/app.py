@@ -8,11 +8,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from ringfence import __version__
+from ringfence.audit.chain import SYSTEM
 from ringfence.server.errors import install_error_handlers
 from ringfence.server.limits import BodyLimit
+from ringfence.server.routes import audit as audit_routes
 from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import meta
 from ringfence.server.routes import sandboxes as sandbox_routes
+from ringfence.service.audit import AuditLog
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import KeyCache
 from ringfence.service.sandboxes import SandboxService
@@ -34,6 +37,7 @@ def create_app(
     store: Store,
     executions: ExecutionService,
     sandboxes: SandboxService,
+    audit: AuditLog,
     owns_store: bool = False,
     max_request_bytes: int = 4 << 20,
 ) -> FastAPI:
@@ -47,6 +51,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        audit.start()
+        audit.record("", SYSTEM, "server.start", "server", details={"version": __version__})
         await service.reconcile()
         await sandboxes.reconcile()
         try:
@@ -54,6 +60,8 @@ def create_app(
         finally:
             await sandboxes.aclose()
             await service.aclose()
+            audit.record("", SYSTEM, "server.stop", "server")
+            await audit.aclose()  # after everything else: their last records, then a seal
             if owns_store:
                 await store.aclose()
 
@@ -64,6 +72,7 @@ def create_app(
     app.state.keys = KeyCache()
     app.state.executions = service
     app.state.sandboxes = sandboxes
+    app.state.audit = audit
     install_error_handlers(app)
     app.add_middleware(
         BodyLimit, max_bytes=max_request_bytes, streamed=sandbox_routes.STREAMED_PATHS
@@ -71,4 +80,5 @@ def create_app(
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
     app.include_router(sandbox_routes.router)
+    app.include_router(audit_routes.router)
     return app

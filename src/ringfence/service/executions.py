@@ -17,6 +17,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from ringfence.audit.chain import SYSTEM
 from ringfence.backends import Executor
 from ringfence.config import Config
 from ringfence.errors import (
@@ -26,6 +27,7 @@ from ringfence.errors import (
     RingfenceError,
 )
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.service.audit import AuditLog
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
 
@@ -52,10 +54,18 @@ class _Submission:
 class ExecutionService:
     """Submit, watch and cancel executions on behalf of tenants."""
 
-    def __init__(self, store: Store, executor: Executor, config: Config | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        config: Config | None = None,
+        audit: AuditLog | None = None,
+    ) -> None:
+        """``audit`` None: nothing is recorded (the CLI's own runs)."""
         self._store = store
         self._executor = executor
         self._config = config or Config()
+        self._audit = audit
         self._live: dict[tuple[str, str], _Submission] = {}
 
     async def reconcile(self) -> int:
@@ -88,7 +98,7 @@ class ExecutionService:
         check_timeout(request.timeout, config)
 
     async def submit(
-        self, tenant: str, request: ExecutionRequest, *, wait: bool
+        self, tenant: str, request: ExecutionRequest, *, wait: bool, actor: str = SYSTEM
     ) -> ExecutionResult:
         """Record and start ``request``; with ``wait``, return only once it is terminal.
 
@@ -111,6 +121,7 @@ class ExecutionService:
         except BaseException:
             del self._live[key]
             raise
+        self._record(tenant, actor, "execution.submit", request.id, details=_described(request))
         submission.task = asyncio.create_task(self._run(tenant, request.id, internal, submission))
         if wait:
             return await asyncio.shield(submission.done)
@@ -142,7 +153,9 @@ class ExecutionService:
         records = await self._store.list_executions(tenant, status=status, limit=limit)
         return [r.result for r in records]
 
-    async def cancel(self, tenant: str, execution_id: str) -> ExecutionResult:
+    async def cancel(
+        self, tenant: str, execution_id: str, *, actor: str = SYSTEM
+    ) -> ExecutionResult:
         """Kill the whole process tree; a finished execution is returned unchanged.
 
         Raises:
@@ -151,6 +164,7 @@ class ExecutionService:
         submission = self._live.get((tenant, execution_id))
         if submission is None:
             return await self.get(tenant, execution_id)
+        self._record(tenant, actor, "execution.cancel", execution_id)
         submission.cancel.set()  # honoured by _run if the executor has not started it yet
         with contextlib.suppress(ExecutionNotFound):
             await self._executor.cancel(submission.internal_id)
@@ -171,6 +185,7 @@ class ExecutionService:
 
         def on_start(running: ExecutionResult) -> None:
             running = running.model_copy(update={"execution_id": execution_id})
+            self._record(tenant, SYSTEM, "execution.start", execution_id)
             starts.append(asyncio.create_task(self._store_result(tenant, execution_id, running)))
 
         try:
@@ -188,6 +203,14 @@ class ExecutionService:
             message = exc.message if isinstance(exc, RingfenceError) else "internal error"
             result = ExecutionResult(execution_id=internal.id, status=Status.FAILED, error=message)
         result = result.model_copy(update={"execution_id": execution_id})
+        self._record(
+            tenant,
+            SYSTEM,
+            "execution.end",
+            execution_id,
+            outcome=result.status.value,
+            details={"exit_code": result.exit_code, "error": result.error},
+        )
         try:
             # The "running" write goes first: the final result must never be overwritten.
             await asyncio.gather(*starts, return_exceptions=True)
@@ -204,6 +227,27 @@ class ExecutionService:
             except RingfenceError:
                 log.exception("could not store the result of %s/%s", tenant, execution_id)
                 await asyncio.sleep(0.5 * (attempt + 1))
+
+    def _record(
+        self,
+        tenant: str,
+        actor: str,
+        action: str,
+        execution_id: str,
+        outcome: str = "ok",
+        details: dict[str, object] | None = None,
+    ) -> None:
+        if self._audit is not None:
+            self._audit.record(
+                tenant, actor, action, f"execution:{execution_id}", outcome, details or {}
+            )
+
+
+def _described(request: ExecutionRequest) -> dict[str, object]:
+    """What the audit keeps of a request: everything but the environment's values."""
+    described = request.model_dump(mode="json", exclude_none=True)
+    described["env"] = sorted(request.env)  # names only: values may be secrets
+    return described
 
 
 def _pending(execution_id: str) -> ExecutionResult:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ringfence.audit.chain import AuditEvent
 from ringfence.errors import InvalidRequest, Unauthenticated
 from ringfence.store import ApiKey, Role, Store
 
@@ -71,8 +72,16 @@ async def mint_key(store: Store, tenant: str, role: Role, description: str = "")
         InvalidRequest: the tenant name is not a DNS label.
     """
     stored, key = new_key(tenant, role, description)
-    await store.add_key(stored)
+    await _store_key(store, stored)
     return key
+
+
+async def _store_key(store: Store, stored: ApiKey) -> None:
+    """Add the key and put it on the audit record (keys are rare: appended at once)."""
+    await store.add_key(stored)
+    details = {"role": stored.role.value, "description": stored.description}
+    event = AuditEvent(stored.tenant, OPERATOR, "key.create", f"key:{stored.key_id}", "ok", details)
+    await store.append_audit([event])
 
 
 async def authenticate(
@@ -125,6 +134,7 @@ class KeyCache:
 
 
 FIRST_TENANT = "default"
+OPERATOR = "operator"  # the actor of what is done on the server's host (ringfence keys create)
 ADMIN_KEY_FILE = "admin-key"
 
 
@@ -157,5 +167,5 @@ async def bootstrap_admin_key(store: Store, data_dir: Path) -> Path | None:
     except OSError:
         partial.unlink(missing_ok=True)
         raise
-    await store.add_key(stored)
+    await _store_key(store, stored)
     return path

@@ -10,13 +10,13 @@ final state is stored and nothing of it remains on the host.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from ringfence.audit.chain import SYSTEM
 from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import (
@@ -33,6 +33,7 @@ from ringfence.models import (
     SandboxState,
     Status,
 )
+from ringfence.service.audit import AuditLog
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
@@ -61,11 +62,19 @@ class _Live:
 class SandboxService:
     """Create, find, extend and kill interactive sandboxes on behalf of tenants."""
 
-    def __init__(self, store: Store, runtime: SandboxRuntime | None, config: Config) -> None:
-        """``runtime`` None: this server's backend cannot run interactive sandboxes."""
+    def __init__(
+        self,
+        store: Store,
+        runtime: SandboxRuntime | None,
+        config: Config,
+        audit: AuditLog | None = None,
+    ) -> None:
+        """``runtime`` None: this server's backend cannot run interactive sandboxes.
+        ``audit`` None: nothing is recorded."""
         self._store = store
         self._runtime = runtime
         self._config = config
+        self._audit = audit
         self._live: dict[str, _Live] = {}
         self._watchers: set[asyncio.Task[None]] = set()
 
@@ -86,7 +95,7 @@ class SandboxService:
         check_limits(spec.limits, self._config)
         check_timeout(spec.timeout, self._config)
 
-    async def create(self, tenant: str, spec: SandboxSpec) -> Sandbox:
+    async def create(self, tenant: str, spec: SandboxSpec, *, actor: str = SYSTEM) -> Sandbox:
         """Start a sandbox and return it once its daemon answers.
 
         Raises:
@@ -119,12 +128,20 @@ class SandboxService:
         # Recorded while it starts (time to interactive is a goal). A crash before the
         # record lands loses nothing: the sandbox dies with the server (--die-with-parent).
         recorded = asyncio.create_task(self._store.add_sandbox(tenant, sandbox))
+        described = {
+            "template": spec.template,
+            "timeout": timeout,
+            "env": sorted(spec.env),  # names only: values may be secrets
+            "metadata": spec.metadata,
+            "limits": sandbox.limits.model_dump(mode="json"),
+        }
         try:
             live = await self._runtime.start(launch)
         except RingfenceError as exc:
             await recorded
             failed = sandbox.ended(SandboxState.FAILED, exc.message)
             await self._store.update_sandbox(tenant, failed)
+            self.record(tenant, actor, "sandbox.create", sandbox.id, "failed", described)
             raise SandboxError(f"the sandbox could not start: {exc.message}") from exc
         except BaseException:
             await asyncio.gather(recorded, return_exceptions=True)
@@ -145,9 +162,11 @@ class SandboxService:
         except SandboxNotRunning as exc:
             await live.kill()
             ended = await asyncio.shield(entry.ended)
+            self.record(tenant, actor, "sandbox.create", sandbox.id, "failed", described)
             raise SandboxError(
                 f"the sandbox daemon did not start: {ended.error or exc.message}"
             ) from exc
+        self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", described)
         return sandbox
 
     async def get(self, tenant: str, sandbox_id: str) -> Sandbox:
@@ -169,7 +188,9 @@ class SandboxService:
             tenant, states=states, metadata=metadata, limit=limit
         )
 
-    async def set_timeout(self, tenant: str, sandbox_id: str, timeout: float) -> Sandbox:
+    async def set_timeout(
+        self, tenant: str, sandbox_id: str, timeout: float, *, actor: str = SYSTEM
+    ) -> Sandbox:
         """The sandbox will be killed ``timeout`` seconds from now (sooner or later than
         before).
 
@@ -187,9 +208,10 @@ class SandboxService:
         )
         if not entry.ended.done():
             await self._store.update_sandbox(tenant, moved)
+        self.record(tenant, actor, "sandbox.set_timeout", sandbox_id, details={"timeout": timeout})
         return moved
 
-    async def kill(self, tenant: str, sandbox_id: str) -> Sandbox:
+    async def kill(self, tenant: str, sandbox_id: str, *, actor: str = SYSTEM) -> Sandbox:
         """Kill every process of the sandbox and remove everything of it; an ended sandbox
         is returned unchanged.
 
@@ -199,6 +221,7 @@ class SandboxService:
         entry = self._live.get(sandbox_id)
         if entry is None or entry.tenant != tenant:
             return await self.get(tenant, sandbox_id)
+        self.record(tenant, actor, "sandbox.kill", sandbox_id)
         await entry.sandbox.kill()
         return await asyncio.shield(entry.ended)
 
@@ -211,11 +234,24 @@ class SandboxService:
         """
         return (await self._running(tenant, sandbox_id)).daemon
 
+    def record(
+        self,
+        tenant: str,
+        actor: str,
+        action: str,
+        sandbox_id: str,
+        outcome: str = "ok",
+        details: Mapping[str, object] | None = None,
+    ) -> None:
+        """Put something done to a sandbox on the audit record (also for the routes that
+        pass commands and files through)."""
+        if self._audit is not None:
+            self._audit.record(tenant, actor, action, f"sandbox:{sandbox_id}", outcome, details)
+
     async def aclose(self) -> None:
         """Kill every sandbox and wait until each end is stored."""
-        for entry in list(self._live.values()):
-            with contextlib.suppress(Exception):
-                await entry.sandbox.kill()
+        entries = list(self._live.values())
+        await asyncio.gather(*(e.sandbox.kill() for e in entries), return_exceptions=True)
         await asyncio.gather(*self._watchers, return_exceptions=True)
         if self._runtime is not None:
             await self._runtime.aclose()
@@ -237,6 +273,7 @@ class SandboxService:
             state, error = SandboxState.FAILED, f"internal error: {exc}"
         current = await self._store.get_sandbox(entry.tenant, sandbox.id) or sandbox
         ended = current.ended(state, error)
+        self.record(entry.tenant, SYSTEM, "sandbox.end", sandbox.id, state.value, {"error": error})
         try:
             await self._store.update_sandbox(entry.tenant, ended)
         except RingfenceError:

@@ -48,7 +48,7 @@ async def submit(
     """Runs the command with the request's limits, mounts and environment, in a sandbox
     destroyed at the end. With ``wait=false`` it answers 202 at once: poll
     ``GET /v1/executions/{id}``. The execution goes on if the client disconnects."""
-    result = await _service(request).submit(caller.tenant, body, wait=wait)
+    result = await _service(request).submit(caller.tenant, body, wait=wait, actor=caller.key_id)
     if not wait:
         response.status_code = 202
     return result
@@ -87,4 +87,4 @@ async def get_execution(execution_id: str, caller: Caller, request: Request) -> 
 )
 async def cancel_execution(execution_id: str, caller: Caller, request: Request) -> ExecutionResult:
     """Ends ``cancelled``; cancelling a finished execution returns it unchanged."""
-    return await _service(request).cancel(caller.tenant, execution_id)
+    return await _service(request).cancel(caller.tenant, execution_id, actor=caller.key_id)

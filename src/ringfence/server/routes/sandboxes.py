@@ -9,8 +9,9 @@ Bodies stream both ways; nothing is buffered whole.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from enum import StrEnum
 from typing import Annotated
 
@@ -88,7 +89,7 @@ def _service(request: Request) -> SandboxService:
 async def create_sandbox(body: SandboxSpec, caller: Caller, request: Request) -> Sandbox:
     """Answers once the sandbox's daemon is ready for commands and files. The sandbox lives
     until its timeout (default 300 s) or a kill; then nothing of it remains."""
-    return await _service(request).create(caller.tenant, body)
+    return await _service(request).create(caller.tenant, body, actor=caller.key_id)
 
 
 @router.get(
@@ -132,7 +133,9 @@ async def set_timeout(
     sandbox_id: SandboxId, body: Timeout, caller: Caller, request: Request
 ) -> Sandbox:
     """Earlier or later than before; the clock starts now."""
-    return await _service(request).set_timeout(caller.tenant, sandbox_id, body.timeout)
+    return await _service(request).set_timeout(
+        caller.tenant, sandbox_id, body.timeout, actor=caller.key_id
+    )
 
 
 @router.delete(
@@ -143,7 +146,7 @@ async def set_timeout(
 )
 async def kill_sandbox(sandbox_id: SandboxId, caller: Caller, request: Request) -> Sandbox:
     """Answers once nothing of it remains; killing an ended sandbox returns it unchanged."""
-    return await _service(request).kill(caller.tenant, sandbox_id)
+    return await _service(request).kill(caller.tenant, sandbox_id, actor=caller.key_id)
 
 
 @router.post(
@@ -174,8 +177,17 @@ async def call_daemon(
     caller: Caller,
     request: Request,
 ) -> StreamingResponse:
-    daemon = await _service(request).daemon(caller.tenant, sandbox_id)
-    return await _forward(daemon, request, "POST", f"/{service.value}/{method}")
+    sandboxes = _service(request)
+    daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
+    if method not in _CHANGING[service]:
+        return await _forward(daemon, request, "POST", f"/{service.value}/{method}")
+    if (service, method) == (Service.PROCESS, "StreamInput"):  # a stream: passed on as it comes
+        sandboxes.record(caller.tenant, caller.key_id, f"sandbox.{method}", sandbox_id)
+        return await _forward(daemon, request, "POST", f"/{service.value}/{method}")
+    body = await request.body()  # bounded by the body limit
+    details = _audited(method, body)
+    sandboxes.record(caller.tenant, caller.key_id, f"sandbox.{method}", sandbox_id, details=details)
+    return await _forward(daemon, request, "POST", f"/{service.value}/{method}", content=body)
 
 
 @router.get(
@@ -217,7 +229,11 @@ async def write_file(
     request: Request,
     path: Annotated[str, Query(description="Path in the sandbox; parents are created.")],
 ) -> StreamingResponse:
-    daemon = await _service(request).daemon(caller.tenant, sandbox_id)
+    sandboxes = _service(request)
+    daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
+    sandboxes.record(
+        caller.tenant, caller.key_id, "sandbox.write_file", sandbox_id, details={"path": path}
+    )
     return await _forward(daemon, request, "POST", "/files", {"path": path})
 
 
@@ -228,18 +244,64 @@ def _pair(item: str) -> tuple[str, str]:
     return key, value
 
 
+# The daemon calls that change something: each goes on the audit record.
+_CHANGING = {
+    Service.PROCESS: {"Start", "SendInput", "StreamInput", "SendSignal", "CloseStdin", "Update"},
+    Service.FILESYSTEM: {"MakeDir", "Move", "Remove"},
+}
+_AUDITED_TEXT = 2048  # characters of a command line or path kept in the record
+
+
+def _audited(method: str, body: bytes) -> dict[str, object]:
+    """What the audit keeps of a daemon call: the command line, paths, the signal; never
+    stdin or environment values. The body is the client's: parsed leniently, bounded."""
+    message = _message(body)
+    if method == "Start":
+        process = message.get("process") if isinstance(message.get("process"), dict) else {}
+        assert isinstance(process, dict)
+        words = [process.get("cmd"), *(process.get("args") or [])]
+        envs = process.get("envs")
+        return {
+            "command": _clip(" ".join(str(word) for word in words if word is not None)),
+            "cwd": _clip(str(process.get("cwd") or "")),
+            "env": sorted(envs)[:100] if isinstance(envs, dict) else [],
+        }
+    if method == "SendInput":
+        return {"process": message.get("process"), "bytes": len(body)}
+    return {
+        name: _clip(str(message[name]))
+        for name in ("path", "source", "destination", "process", "signal")
+        if name in message
+    }
+
+
+def _message(body: bytes) -> dict[str, object]:
+    payload = body[5:] if body[:1] in (b"\x00", b"\x01") else body  # a Connect envelope
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        return {}
+    return message if isinstance(message, dict) else {}
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _AUDITED_TEXT else text[:_AUDITED_TEXT] + "…"
+
+
 async def _forward(
     daemon: DaemonClient,
     request: Request,
     method: str,
     path: str,
     params: dict[str, str] | None = None,
+    content: bytes | None = None,
 ) -> StreamingResponse:
-    """Pass the request's body to the daemon and its answer back, both streamed."""
-    content = request.stream() if method != "GET" else None
-    upstream = await daemon.send(
-        method, path, params=params, headers=request.headers, content=content
-    )
+    """Pass the request's body (or ``content``, when it was read already) to the daemon and
+    its answer back, both streamed."""
+    body: AsyncIterable[bytes] | bytes | None = content
+    if body is None and method != "GET":
+        body = request.stream()
+    upstream = await daemon.send(method, path, params=params, headers=request.headers, content=body)
     headers = {
         name: value
         for name, value in upstream.headers

@@ -1,0 +1,142 @@
+"""The audit log as the services use it: record what happened, in order, sealed regularly.
+
+``record`` queues an event and returns at once: one writer task appends what is queued in
+batches (one transaction each), so auditing a command costs its caller nothing. Decisions
+that must be on record before anything acts on them (approvals) use ``record_now``, which
+returns once the record is stored. Every ``seal_interval`` seconds with new records, and at
+shutdown, a seal signs the chain's head. A queued record can be lost only if the process
+dies within the moment between queueing and the write (milliseconds); a store that fails is
+retried, and nothing queued is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ringfence.audit.chain import SEAL_ACTION, SYSTEM, AuditEvent, AuditRecord
+from ringfence.audit.signing import SealKey
+from ringfence.errors import RingfenceError
+from ringfence.store import AuditQuery, Store
+
+__all__ = ["AuditLog"]
+
+log = logging.getLogger(__name__)
+
+_BATCH = 500
+_RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)
+
+
+class AuditLog:
+    def __init__(self, store: Store, key: SealKey, seal_interval: float = 60.0) -> None:
+        self._store = store
+        self._key = key
+        self._seal_interval = seal_interval
+        self._queue: asyncio.Queue[tuple[AuditEvent, asyncio.Future[AuditRecord] | None]] = (
+            asyncio.Queue()
+        )
+        self._writer: asyncio.Task[None] | None = None
+        self._unsealed = False
+
+    @property
+    def public_key(self) -> str:
+        """The base64 Ed25519 key that checks this log's seals."""
+        return self._key.public_key
+
+    def start(self) -> None:
+        """Start the writer (inside the event loop that will call ``record``)."""
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_forever())
+
+    def record(
+        self,
+        tenant: str,
+        actor: str,
+        action: str,
+        target: str,
+        outcome: str = "ok",
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Queue an event; it is stored within moments. Never blocks, never raises."""
+        event = AuditEvent(tenant, actor, action, target, outcome, details or {})
+        self._queue.put_nowait((event, None))
+        self.start()
+
+    async def record_now(
+        self,
+        tenant: str,
+        actor: str,
+        action: str,
+        target: str,
+        outcome: str = "ok",
+        details: Mapping[str, Any] | None = None,
+    ) -> AuditRecord:
+        """Store an event (after everything queued before it) and return its record.
+
+        Raises:
+            StoreError: the store failed (after retries).
+        """
+        event = AuditEvent(tenant, actor, action, target, outcome, details or {})
+        done: asyncio.Future[AuditRecord] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((event, done))
+        self.start()
+        return await asyncio.shield(done)
+
+    async def seal(self) -> AuditRecord:
+        """Sign the chain's head now (after everything queued)."""
+        return await self.record_now("", SYSTEM, SEAL_ACTION, "audit")
+
+    async def query(self, query: AuditQuery) -> list[AuditRecord]:
+        return await self._store.list_audit(query)
+
+    async def aclose(self) -> None:
+        """Write what is queued, seal, and stop."""
+        if self._writer is None:
+            return
+        if self._unsealed or not self._queue.empty():
+            with contextlib.suppress(RingfenceError):
+                await self.seal()
+        self._writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+        self._writer = None
+
+    async def _write_forever(self) -> None:
+        while True:
+            try:
+                first = await asyncio.wait_for(self._queue.get(), self._seal_interval)
+            except TimeoutError:
+                if self._unsealed:
+                    self._queue.put_nowait((AuditEvent("", SYSTEM, SEAL_ACTION, "audit"), None))
+                continue
+            batch = [first]
+            while len(batch) < _BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self._append(batch)
+
+    async def _append(
+        self, batch: list[tuple[AuditEvent, asyncio.Future[AuditRecord] | None]]
+    ) -> None:
+        events = [event for event, _ in batch]
+        failures = 0
+        while True:
+            try:
+                records = await self._store.append_audit(events, self._key.sign)
+                break
+            except RingfenceError as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("the audit log cannot be written; retrying: %s", exc)
+                if failures == len(_RETRY_SECONDS):
+                    log.error("the audit log cannot be written; will keep trying: %s", exc)
+                    for _, done in batch:  # waiters learn it; the records stay queued
+                        if done is not None and not done.done():
+                            done.set_exception(exc)
+                await asyncio.sleep(_RETRY_SECONDS[min(failures, len(_RETRY_SECONDS)) - 1])
+        self._unsealed = records[-1].action != SEAL_ACTION
+        for (_, done), record in zip(batch, records, strict=True):
+            if done is not None and not done.done():
+                done.set_result(record)
