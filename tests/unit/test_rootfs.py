@@ -93,3 +93,21 @@ def test_unknown_images_are_refused_clearly(tmp_path: Path, files: RuntimeFiles)
     (tmp_path / "empty").mkdir()
     with pytest.raises(InvalidRequest):
         layout_for(str(tmp_path / "empty"), files)
+
+
+def test_a_runtime_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    """Whatever is in it is trusted (the daemon's code, the sockets): fail closed."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(PermissionError, match="writable by other users"):
+        prepare_runtime_files(shared, tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    with pytest.raises(PermissionError, match="not a directory"):
+        prepare_runtime_files(link, tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(PermissionError, match="belongs to uid 65534"):
+        prepare_runtime_files(theirs, tmp_path)

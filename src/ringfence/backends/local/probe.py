@@ -182,7 +182,8 @@ def _check_runtime_dir(config: Config, checks: list[Check]) -> RuntimeFiles | No
                 "runtime directory",
                 False,
                 f"{config.runtime_dir}: {exc}",
-                "set RINGFENCE_RUNTIME_DIR to a writable directory",
+                "set RINGFENCE_RUNTIME_DIR to a directory of your own that other users "
+                "cannot write (it is created when missing)",
             )
         )
         return None

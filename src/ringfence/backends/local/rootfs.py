@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,8 +112,11 @@ def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> R
     Raises:
         OSError: the directory cannot be written.
     """
+    if os.path.lexists(runtime_dir):
+        _check_ours(runtime_dir)  # found, not made: trusted only if nobody else could write it
     runtime_dir.mkdir(parents=True, exist_ok=True)
     runtime_dir.chmod(0o755)
+    _check_ours(runtime_dir)
     generated_digest = hashlib.sha256(repr(sorted(GENERATED_ETC.items())).encode())
     generated = materialize(runtime_dir, "generated", generated_digest, _write_generated)
     sources = [host_etc / name for name in _HOST_ETC]
@@ -131,6 +135,25 @@ def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> R
         _write_generated(directory)
 
     return RuntimeFiles(generated, materialize(runtime_dir, "etc", etc_digest, build_etc))
+
+
+def _check_ours(directory: Path) -> None:
+    """Refuse a runtime directory another user could have prepared or could change: what
+    is found in it (the daemon's code, the /etc copies, the daemon sockets) is trusted.
+
+    Raises:
+        PermissionError: it is a symlink, not ours, or writable by others.
+    """
+    st = directory.lstat()
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise PermissionError(f"{directory} is not a directory (a symlink?)")
+    if st.st_uid != os.geteuid():
+        raise PermissionError(
+            f"{directory} belongs to uid {st.st_uid}, not to us (uid {os.geteuid()}): "
+            "another user could have planted files in it"
+        )
+    if st.st_mode & 0o022:
+        raise PermissionError(f"{directory} is writable by other users")
 
 
 def _write_generated(directory: Path) -> None:
