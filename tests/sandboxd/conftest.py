@@ -58,14 +58,26 @@ class Daemon:
             headers={"content-type": "application/json", **headers},
         )
 
-    def stream(self, method: str, body: Any, **headers: str) -> Iterator[dict[str, Any]]:
-        """The messages of a server stream, the end-stream frame last (as {"_end": ...})."""
+    def stream(
+        self, method: str, body: Any, *, end_after: float = 0.0, **headers: str
+    ) -> Iterator[dict[str, Any]]:
+        """The messages of a server stream, the end-stream frame last (as {"_end": ...}).
+
+        The request body is chunked: the envelope, then (``end_after`` seconds later, as a
+        slow client or a proxy may do) its terminating empty chunk.
+        """
         payload = json.dumps(body).encode()
         frame = struct.pack(">BI", 0, len(payload)) + payload
+
+        def content() -> Iterator[bytes]:
+            yield frame
+            if end_after:
+                time.sleep(end_after)
+
         with self.client.stream(
             "POST",
             f"/{method}",
-            content=iter([frame]),
+            content=content(),
             headers={"content-type": "application/connect+json", **headers},
         ) as response:
             assert response.status_code == 200, response.read()

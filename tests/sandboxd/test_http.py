@@ -60,6 +60,16 @@ def test_truncated_envelope(daemon: Daemon) -> None:
     assert daemon.client.get("/health").status_code == 204
 
 
+def test_a_server_stream_request_carries_one_message(daemon: Daemon) -> None:
+    frame = struct.pack(">BI", 0, 2) + b"{}"
+    response = daemon.client.post(
+        "/filesystem.Filesystem/WatchDir", content=iter([frame, frame]),
+        headers={"content-type": "application/connect+json"},
+    )
+    assert response.content[0] == 2 and b"invalid_argument" in response.content
+    assert daemon.client.get("/health").status_code == 204
+
+
 def test_malformed_requests_get_400_and_the_daemon_goes_on(daemon: Daemon) -> None:
     assert raw(daemon, b"GARBAGE\r\n\r\n").startswith(b"HTTP/1.1 400")
     big = b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 10000 + b"\r\n\r\n"

@@ -36,6 +36,12 @@ def test_start_streams_output_before_the_process_ends(daemon: Daemon) -> None:
     assert end_of(rest) == {"exitCode": 0, "exited": True, "status": "exit status 0"}
 
 
+def test_start_with_a_late_end_of_the_request_body(daemon: Daemon) -> None:
+    events = list(daemon.stream(START, sh("echo late"), end_after=0.1))
+    assert output(events) == b"late\n"
+    assert end_of(events)["exitCode"] == 0
+
+
 def test_exit_code_env_and_cwd(daemon: Daemon) -> None:
     (daemon.home / "work").mkdir(exist_ok=True)
     events = list(

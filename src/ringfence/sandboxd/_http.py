@@ -92,6 +92,20 @@ class Conn:
     def has_buffered(self) -> bool:
         return bool(self._buf)
 
+    def peer_closed(self) -> bool:
+        """Whether the peer closed or reset the connection; what it sent stays unread.
+
+        For a socket that polls readable: the bytes may be a pipelined next request.
+        """
+        from _socket import MSG_DONTWAIT, MSG_PEEK
+
+        try:
+            return self.sock.recv(1, MSG_PEEK | MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
     def send(self, data: bytes) -> None:
         try:
             self.sock.sendall(data)

@@ -119,6 +119,10 @@ def serve_call(
             call.message = message
         elif kind == SERVER_STREAM:
             call.message = read_envelope(request, allow_end=False) or {}
+            # The client ends the body after its one message, maybe in a later write: wait
+            # for that end, so nothing of this request is left to look like a hangup.
+            if request.body.read_all(0) is None:
+                raise invalid("a server-stream request carries exactly one message")
         result = handler(call)
     except RpcError as err:
         _send_error(call, err)

@@ -152,13 +152,25 @@ def watch_dir(call: Call) -> None:
         call.send({"start": {}})
         poller = select.poll()
         poller.register(watch.fd, select.POLLIN)
-        poller.register(call.conn.sock.fileno(), select.POLLIN)  # the client hanging up
+        client = call.conn.sock.fileno()
+        rdhup = getattr(select, "POLLRDHUP", 0)
+        hangup = select.POLLHUP | select.POLLERR | rdhup
+        poller.register(client, select.POLLIN | rdhup)  # the client hanging up
         keepalive = call.keepalive
         last = time.monotonic()
         while True:
             ready = poller.poll(max(0, int((last + keepalive - time.monotonic()) * 1000)))
-            if any(fd == call.conn.sock.fileno() for fd, _ in ready):
-                return  # a streaming client sends nothing more: this is EOF or garbage
+            for fd, mask in ready:
+                if fd != client:
+                    continue
+                if mask & hangup or call.conn.peer_closed():
+                    return
+                # serve_call read the request body to its end: these bytes are a pipelined
+                # next request. They wait; from now on only a hangup wakes the loop.
+                if rdhup:
+                    poller.modify(client, rdhup)
+                else:
+                    poller.unregister(client)
             events = watch.read()
             for event in events:
                 call.send({"filesystem": event})
