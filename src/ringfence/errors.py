@@ -14,6 +14,7 @@ apart without matching message text.
     ├── BackendUnavailable      the host lacks what the backend needs     (backend_unavailable)
     ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
     ├── SandboxNotRunning       the sandbox has ended (killed, expired)   (sandbox_not_running)
+    ├── TooManyRequests         a limit on concurrent requests was hit    (too_many_requests)
     ├── StoreError              the store failed (database unreachable)   (store_error)
     ├── Unauthenticated         no valid API key                          (unauthenticated)
     ├── Forbidden               the key's role may not do this            (forbidden)
@@ -42,6 +43,7 @@ __all__ = [
     "SandboxNotRunning",
     "ServerUnreachable",
     "StoreError",
+    "TooManyRequests",
     "Unauthenticated",
     "UnknownBackend",
     "error_for",
@@ -108,6 +110,12 @@ class SandboxNotRunning(RingfenceError):
     code = "sandbox_not_running"
 
 
+class TooManyRequests(RingfenceError):
+    """Too many requests at once (for example to one sandbox); retry later."""
+
+    code = "too_many_requests"
+
+
 class StoreError(RingfenceError):
     """The store could not read or write (for example the database is unreachable)."""
 
@@ -151,6 +159,7 @@ HTTP_STATUS: dict[str, int] = {
     BackendUnavailable.code: 503,
     SandboxError.code: 500,
     SandboxNotRunning.code: 409,
+    TooManyRequests.code: 429,
     StoreError.code: 503,
     Unauthenticated.code: 401,
     Forbidden.code: 403,
@@ -158,5 +167,6 @@ HTTP_STATUS: dict[str, int] = {
 
 _ALL: tuple[type[RingfenceError], ...] = (
     InvalidRequest, NotFound, DuplicateExecution, UnknownBackend, BackendUnavailable,
-    SandboxError, SandboxNotRunning, StoreError, Unauthenticated, Forbidden, ServerUnreachable,
+    SandboxError, SandboxNotRunning, TooManyRequests, StoreError, Unauthenticated, Forbidden,
+    ServerUnreachable,
 )  # fmt: skip

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from ringfence.errors import SandboxNotRunning
+from ringfence.errors import SandboxNotRunning, TooManyRequests
+from ringfence.service import daemon_client
 from ringfence.service.daemon_client import DaemonClient
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
@@ -49,5 +51,91 @@ async def test_credentials_never_reach_the_daemon(tmp_path: Path) -> None:
 
 async def test_a_dead_daemon_is_sandbox_not_running(tmp_path: Path) -> None:
     client = DaemonClient("sb1", tmp_path / "nobody-listens.sock")
-    with pytest.raises(SandboxNotRunning, match="sb1"):
+    with pytest.raises(SandboxNotRunning) as caught:
         await client.send("GET", "/health")
+    assert caught.value.code == "sandbox_not_running" and "sb1" in caught.value.message
+
+
+async def _scripted_daemon(path: Path, answer: bytes, read: bool = True) -> asyncio.Server:
+    """A daemon that answers every request with ``answer`` (and, unless ``read`` is False,
+    reads the request head first)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if read:
+            await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        if not read:
+            await asyncio.sleep(30)  # holds the connection, reads nothing
+
+    return await asyncio.start_unix_server(serve, str(path), limit=1 << 20)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n",  # an endless head
+        b"HTTP/1.1 100 Continue\r\n\r\n" * 3 + b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n",
+        b"not http at all\r\n\r\n",
+    ],
+    ids=["huge-head", "endless-1xx", "status-999", "garbage"],
+)
+async def test_a_hostile_daemons_answers_are_refused(tmp_path: Path, answer: bytes) -> None:
+    server = await _scripted_daemon(tmp_path / "d.sock", answer)
+    client = DaemonClient("sb1", tmp_path / "d.sock")
+    try:
+        with pytest.raises(SandboxNotRunning) as caught:
+            await client.send("GET", "/health")
+        assert caught.value.code == "sandbox_not_running"
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_a_length_beside_a_chunked_body_is_not_passed_on(tmp_path: Path) -> None:
+    smuggling = (
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n"
+    )
+    server = await _scripted_daemon(tmp_path / "d.sock", smuggling)
+    client = DaemonClient("sb1", tmp_path / "d.sock")
+    response = await client.send("GET", "/files")
+    assert response.content_length is None and await response.aread() == b"hello"
+    await client.aclose()
+    server.close()
+
+
+async def test_a_daemon_that_stops_reading_an_upload_is_given_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(daemon_client, "_WRITE_SECONDS", 0.5)
+    server = await _scripted_daemon(tmp_path / "d.sock", b"", read=False)
+    client = DaemonClient("sb1", tmp_path / "d.sock")
+
+    async def endless() -> AsyncIterator[bytes]:
+        while True:
+            yield b"x" * (1 << 20)
+
+    with pytest.raises(SandboxNotRunning):
+        await client.send("PUT", "/files", content=endless())
+    await client.aclose()
+    server.close()
+
+
+async def test_requests_in_flight_to_one_daemon_are_capped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(daemon_client, "_MAX_REQUESTS", 2)
+    streaming = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n"  # never ends
+    server = await _scripted_daemon(tmp_path / "d.sock", streaming)
+    client = DaemonClient("sb1", tmp_path / "d.sock")
+    held = [await client.send("GET", "/watch") for _ in range(2)]
+    with pytest.raises(TooManyRequests):
+        await client.send("GET", "/watch")
+    await held[0].aclose()
+    again = await client.send("GET", "/watch")  # a slot came free
+    for response in (again, held[1]):
+        await response.aclose()
+    await client.aclose()
+    server.close()

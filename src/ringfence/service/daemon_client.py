@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlencode
 
 import h11
 
-from ringfence.errors import InvalidRequest, SandboxNotRunning
+from ringfence.errors import InvalidRequest, SandboxNotRunning, TooManyRequests
 
 __all__ = [
     "FORWARDED_REQUEST_HEADERS",
@@ -41,10 +41,12 @@ FORWARDED_REQUEST_HEADERS = frozenset(
         "keepalive-ping-interval",
     }
 )
-FORWARDED_RESPONSE_HEADERS = frozenset({"content-type", "content-length"})
+FORWARDED_RESPONSE_HEADERS = frozenset({"content-type"})
 
 _CONNECT_SECONDS = 10.0  # a live daemon accepts at once; one that takes longer is stuck
 _HEAD_SECONDS = 60.0  # from the request's end to the answer's head (bodies may idle longer)
+_WRITE_SECONDS = 60.0  # a daemon that stops reading a request body for this long is stuck
+_MAX_REQUESTS = 256  # requests in flight to one daemon (each holds a socket on both sides)
 _MAX_HEAD_BYTES = 64 * 1024
 _IDLE_CONNECTIONS = 8
 _CHUNK = 64 * 1024
@@ -64,6 +66,15 @@ class DaemonResponse:
         self.headers = [
             (name.decode(), value.decode("latin-1")) for name, value in response.headers
         ]
+        # The daemon's Content-Length, only when it is what framed the body (h11 then holds
+        # the daemon to it): never beside a chunked body, never on a bodiless status.
+        self.content_length: str | None = None
+        if response.status_code not in (204, 304) and not any(
+            name == "transfer-encoding" for name, _ in self.headers
+        ):
+            self.content_length = next(
+                (value for name, value in self.headers if name == "content-length"), None
+            )
         self._client = client
         self._connection: _Connection | None = connection
 
@@ -118,6 +129,7 @@ class DaemonClient:
         self._socket_path = str(socket_path)
         self._idle: list[_Connection] = []
         self._closed = False
+        self._in_flight = 0
 
     async def health(self, timeout: float) -> None:
         """Wait until the daemon answers (the first request waits in the backlog while
@@ -169,7 +181,14 @@ class DaemonClient:
             kept.append(("transfer-encoding", "chunked"))
         elif method not in ("GET", "HEAD"):
             kept.append(("content-length", "0"))
+        if self._in_flight >= _MAX_REQUESTS:
+            raise TooManyRequests(
+                f"sandbox {self.sandbox_id} has {_MAX_REQUESTS} requests in flight; "
+                "wait for some to end"
+            )
         connection = await self._connection()
+        self._in_flight += 1
+        connection.on_close = self._ended
         try:
             await connection.send(h11.Request(method=method, target=target, headers=kept))
             if isinstance(content, bytes):
@@ -181,7 +200,7 @@ class DaemonClient:
                         await connection.send(h11.Data(data=chunk))
             await connection.send(h11.EndOfMessage())
             event = await connection.next_event(timeout=_HEAD_SECONDS)
-            while isinstance(event, h11.InformationalResponse):  # 100 Continue
+            if isinstance(event, h11.InformationalResponse):  # one 100 Continue at most
                 event = await connection.next_event(timeout=_HEAD_SECONDS)
         except h11.LocalProtocolError as exc:
             connection.close()
@@ -194,7 +213,10 @@ class DaemonClient:
             raise
         if not isinstance(event, h11.Response):
             connection.close()
-            raise _gone(self, "it closed the connection without an answer")
+            raise _gone(self, f"it did not answer ({type(event).__name__})")
+        if not 200 <= event.status_code <= 599:
+            connection.close()
+            raise _gone(self, f"it answered with status {event.status_code}")
         return DaemonResponse(self, connection, event)
 
     async def aclose(self) -> None:
@@ -218,6 +240,7 @@ class DaemonClient:
         return _Connection(reader, writer)
 
     def _put_back(self, connection: _Connection, reusable: bool) -> None:
+        self._ended(connection)
         if reusable and not self._closed and len(self._idle) < _IDLE_CONNECTIONS:
             with contextlib.suppress(h11.LocalProtocolError):
                 connection.protocol.start_next_cycle()
@@ -225,18 +248,27 @@ class DaemonClient:
                 return
         connection.close()
 
+    def _ended(self, connection: _Connection) -> None:
+        """A request on ``connection`` is over (answered, failed or abandoned)."""
+        if connection.on_close is not None:
+            connection.on_close = None
+            self._in_flight -= 1
+
 
 class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.protocol = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
+        self.on_close: Callable[[_Connection], None] | None = None  # while a request is on it
 
     async def send(self, event: h11.Event) -> None:
+        """Raises ``TimeoutError`` when the daemon stops reading for ``_WRITE_SECONDS``."""
         data = self.protocol.send(event)
         if data:
             self.writer.write(data)
-            await self.writer.drain()
+            async with asyncio.timeout(_WRITE_SECONDS):
+                await self.writer.drain()
 
     async def next_event(self, timeout: float | None) -> h11.Event:
         """The next protocol event; ``ConnectionClosed`` at EOF.
@@ -267,6 +299,8 @@ class _Connection:
         )
 
     def close(self) -> None:
+        if self.on_close is not None:
+            self.on_close(self)
         self.writer.close()
 
 

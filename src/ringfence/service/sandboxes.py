@@ -10,16 +10,18 @@ final state is stored and nothing of it remains on the host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from ringfence.audit.chain import SYSTEM
 from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import (
+    ExecutionNotFound,
     InvalidRequest,
     RingfenceError,
     SandboxError,
@@ -57,6 +59,9 @@ class _Live:
     sandbox: LiveSandbox
     daemon: DaemonClient
     ended: asyncio.Future[Sandbox]
+    failure: str | None = None  # why it is being killed, when that is a failure
+    ending: bool = False  # the watcher is storing its end
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one store write at a time
 
 
 class SandboxService:
@@ -108,7 +113,9 @@ class SandboxService:
                 f"the {self._config.backend} backend cannot run interactive sandboxes "
                 "(use SANDBOX_BACKEND=local)"
             )
-        timeout = spec.timeout or self._config.default_sandbox_timeout
+        timeout = spec.timeout or min(
+            self._config.default_sandbox_timeout, self._config.max_timeout
+        )
         now = datetime.now(UTC)
         sandbox = Sandbox(
             id=_new_id(),
@@ -143,14 +150,10 @@ class SandboxService:
             await self._store.update_sandbox(tenant, failed)
             self.record(tenant, actor, "sandbox.create", sandbox.id, "failed", described)
             raise SandboxError(f"the sandbox could not start: {exc.message}") from exc
-        except BaseException:
-            await asyncio.gather(recorded, return_exceptions=True)
+        except BaseException:  # cancelled: the runtime has stopped what it started
+            await asyncio.shield(self._abandoned(tenant, sandbox, recorded))
             raise
-        try:
-            await recorded
-        except BaseException:
-            await live.kill()
-            raise
+        # From here on the watcher stores how it ends, whatever happens to this call.
         daemon = DaemonClient(sandbox.id, live.socket_path)
         entry = _Live(tenant, live, daemon, asyncio.get_running_loop().create_future())
         self._live[sandbox.id] = entry
@@ -158,16 +161,30 @@ class SandboxService:
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
         try:
+            await recorded
             await daemon.health(_DAEMON_START_SECONDS)
         except SandboxNotRunning as exc:
+            entry.failure = f"the sandbox daemon did not start: {exc.message}"
             await live.kill()
             ended = await asyncio.shield(entry.ended)
             self.record(tenant, actor, "sandbox.create", sandbox.id, "failed", described)
-            raise SandboxError(
-                f"the sandbox daemon did not start: {ended.error or exc.message}"
-            ) from exc
+            raise SandboxError(ended.error or entry.failure) from exc
+        except BaseException:  # the store failed, or this call was cancelled
+            entry.failure = "its creation was interrupted"
+            await asyncio.shield(live.kill())
+            raise
         self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", described)
         return sandbox
+
+    async def _abandoned(
+        self, tenant: str, sandbox: Sandbox, recorded: asyncio.Task[None]
+    ) -> None:
+        """Store the end of a sandbox whose creation was given up before it ran."""
+        await asyncio.gather(recorded, return_exceptions=True)
+        if not recorded.cancelled() and recorded.exception() is None:
+            interrupted = sandbox.ended(SandboxState.FAILED, "its creation was interrupted")
+            with contextlib.suppress(RingfenceError):
+                await self._store.update_sandbox(tenant, interrupted)
 
     async def get(self, tenant: str, sandbox_id: str) -> Sandbox:
         """Raises ``SandboxNotFound`` (also for another tenant's sandbox)."""
@@ -201,12 +218,17 @@ class SandboxService:
         """
         check_timeout(timeout, self._config)
         entry = await self._running(tenant, sandbox_id)
-        sandbox = await self.get(tenant, sandbox_id)
-        await entry.sandbox.set_timeout(timeout)
-        moved = sandbox.model_copy(
-            update={"expires_at": datetime.now(UTC) + timedelta(seconds=timeout)}
-        )
-        if not entry.ended.done():
+        async with entry.writing:  # the end, stored by the watcher, is never overwritten
+            if entry.ending:
+                raise SandboxNotRunning(f"sandbox {sandbox_id} is ending")
+            sandbox = await self.get(tenant, sandbox_id)
+            try:
+                await entry.sandbox.set_timeout(timeout)
+            except ExecutionNotFound:  # its run ended (and was forgotten) just now
+                raise SandboxNotRunning(f"sandbox {sandbox_id} has ended") from None
+            moved = sandbox.model_copy(
+                update={"expires_at": datetime.now(UTC) + timedelta(seconds=timeout)}
+            )
             await self._store.update_sandbox(tenant, moved)
         self.record(tenant, actor, "sandbox.set_timeout", sandbox_id, details={"timeout": timeout})
         return moved
@@ -265,18 +287,21 @@ class SandboxService:
 
     async def _watch(self, sandbox: Sandbox, entry: _Live) -> None:
         """Wait for the end; store it; release the daemon client."""
+        ended = sandbox.ended(SandboxState.FAILED, "internal error")
         try:
             result = await entry.sandbox.ended()
             state, error = _ending(result)
-        except Exception as exc:  # boundary: whatever happens, the sandbox must end
-            log.exception("sandbox %s/%s failed inside Ringfence", entry.tenant, sandbox.id)
-            state, error = SandboxState.FAILED, f"internal error: {exc}"
-        current = await self._store.get_sandbox(entry.tenant, sandbox.id) or sandbox
-        ended = current.ended(state, error)
-        self.record(entry.tenant, SYSTEM, "sandbox.end", sandbox.id, state.value, {"error": error})
-        try:
-            await self._store.update_sandbox(entry.tenant, ended)
-        except RingfenceError:
+            if entry.failure is not None:
+                state, error = SandboxState.FAILED, entry.failure
+            async with entry.writing:
+                entry.ending = True
+                current = await self._store.get_sandbox(entry.tenant, sandbox.id) or sandbox
+                ended = current.ended(state, error)
+                self.record(
+                    entry.tenant, SYSTEM, "sandbox.end", sandbox.id, state.value, {"error": error}
+                )
+                await self._store.update_sandbox(entry.tenant, ended)
+        except Exception:  # boundary: whatever happens, the sandbox must end here
             log.exception("could not store the end of sandbox %s/%s", entry.tenant, sandbox.id)
         finally:
             del self._live[sandbox.id]

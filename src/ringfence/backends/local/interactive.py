@@ -191,6 +191,9 @@ async def _first(event: asyncio.Event, task: asyncio.Task[ExecutionResult], time
         done, _ = await asyncio.wait(
             {other, task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
         )
+    except BaseException:  # our caller gave up: the sandbox must not outlive that
+        task.cancel()
+        raise
     finally:
         other.cancel()
     if not done:

@@ -307,6 +307,8 @@ async def _forward(
         for name, value in upstream.headers
         if name.lower() in FORWARDED_RESPONSE_HEADERS
     }
+    if upstream.content_length is not None:
+        headers["content-length"] = upstream.content_length
     # What the daemon says is the sandboxed code's word: mark it, so that no client takes a
     # daemon's {"error": {"code": "unauthenticated"}} for the server's own.
     headers[ORIGIN_HEADER] = "sandbox"
