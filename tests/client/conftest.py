@@ -1,18 +1,29 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
+from ringfence.client._base import Settings
+from ringfence.client._link import Link
 from tests.server.conftest import api, postgres_database, sqlite_database, store
 from tests.server.test_serve_process import RINGFENCE, Server
 from tests.store.conftest import new_postgres_database
 
-__all__ = ["LiveServer", "api", "live", "postgres_database", "sqlite_database", "store"]
+__all__ = [
+    "LiveServer", "api", "frame", "live", "mock_link", "postgres_database", "sqlite_database",
+    "store",
+]  # fmt: skip
+
+# How the server marks an answer it passes through from the sandbox's daemon.
+FROM_SANDBOX = {"ringfence-origin": "sandbox"}
 
 
 @dataclass(frozen=True)
@@ -49,3 +60,16 @@ def _serving(server: Server) -> Iterator[LiveServer]:
         yield LiveServer(server.url, key, other.stdout.strip(), server.data_dir)
     finally:
         server.stop()
+
+
+def mock_link(handler: Callable[[httpx.Request], httpx.Response]) -> Link:
+    """A link whose server is ``handler``: to give the SDK answers a real sandbox would not."""
+    settings = Settings("http://ringfence.test", "key", 10.0)
+    http = httpx.AsyncClient(base_url=settings.url, transport=httpx.MockTransport(handler))
+    return Link(settings, "sbx", http)
+
+
+def frame(message: object, flags: int = 0) -> bytes:
+    """One Connect envelope of a streamed answer (flags 2: the end-stream frame)."""
+    payload = json.dumps(message).encode()
+    return struct.pack(">BI", flags, len(payload)) + payload

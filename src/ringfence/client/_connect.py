@@ -26,6 +26,7 @@ from ringfence.errors import (
 
 __all__ = [
     "END_STREAM",
+    "MAX_MESSAGE",
     "ORIGIN_HEADER",
     "Decoder",
     "envelope",

@@ -7,6 +7,7 @@ sandbox's daemon, and raw ``/files`` transfers. Transport failures become
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ import httpx
 
 from ringfence.client import _base
 from ringfence.client._connect import (
+    MAX_MESSAGE,
     NOT_FOUND_BY_SERVICE,
     ORIGIN_HEADER,
     Decoder,
@@ -33,6 +35,8 @@ __all__ = ["KEEPALIVE_SECONDS", "Link", "RpcStream", "http_client"]
 KEEPALIVE_SECONDS = 20
 _STREAM_TIMEOUT = httpx.Timeout(30.0, read=3 * KEEPALIVE_SECONDS)
 _REST_TIMEOUT = 120.0
+# What a sandbox says is read with a cap: a hostile one could answer without end.
+MAX_ANSWER = MAX_MESSAGE
 
 
 def http_client(settings: _base.Settings) -> httpx.AsyncClient:
@@ -83,18 +87,16 @@ class Link:
             SandboxNotFound (no such running sandbox), SandboxError, ServerUnreachable.
         """
         not_found = NOT_FOUND_BY_SERVICE.get(service, NotFound)
-        try:
-            response = await self.http.post(
-                f"{self.base}/rpc/{service}/{method}", json=message, timeout=_REST_TIMEOUT
-            )
-        except httpx.HTTPError as exc:
-            raise _base.translate(exc, self.settings.url) from exc
+        request = self.http.build_request(
+            "POST", f"{self.base}/rpc/{service}/{method}", json=message, timeout=_REST_TIMEOUT
+        )
+        response, body = await self._send_capped(request)
         if response.status_code != 200:
             raise error_from_answer(
-                response.status_code, response.content, not_found, from_sandbox=_sandbox(response)
+                response.status_code, body, not_found, from_sandbox=_sandbox(response)
             )
         try:
-            answer = response.json()
+            answer = json.loads(body)
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
@@ -124,7 +126,7 @@ class Link:
             raise _base.translate(exc, self.settings.url) from exc
         if response.status_code != 200:
             try:
-                body = await response.aread()
+                body = await _read_capped(response)
             except httpx.HTTPError as exc:
                 raise _base.translate(exc, self.settings.url) from exc
             finally:
@@ -151,7 +153,9 @@ class Link:
         try:
             if response.status_code != 200:
                 raise error_from_answer(
-                    response.status_code, await response.aread(), from_sandbox=_sandbox(response)
+                    response.status_code,
+                    await _read_capped(response),
+                    from_sandbox=_sandbox(response),
                 )
             yield self._chunks(response)
         except httpx.HTTPError as exc:
@@ -172,27 +176,40 @@ class Link:
         Raises:
             ResourceExhausted (disk full), InvalidRequest, SandboxNotFound, ServerUnreachable.
         """
-        try:
-            response = await self.http.put(
-                f"{self.base}/files",
-                params={"path": path},
-                content=content,
-                headers={"content-type": "application/octet-stream"},
-                timeout=httpx.Timeout(_REST_TIMEOUT, write=_REST_TIMEOUT),
-            )
-        except httpx.HTTPError as exc:
-            raise _base.translate(exc, self.settings.url) from exc
+        request = self.http.build_request(
+            "PUT",
+            f"{self.base}/files",
+            params={"path": path},
+            content=content,
+            headers={"content-type": "application/octet-stream"},
+            timeout=httpx.Timeout(_REST_TIMEOUT, write=_REST_TIMEOUT),
+        )
+        response, body = await self._send_capped(request)
         if response.status_code != 200:
             raise error_from_answer(
-                response.status_code,
-                response.content,
-                FileNotFound,
-                from_sandbox=_sandbox(response),
+                response.status_code, body, FileNotFound, from_sandbox=_sandbox(response)
             )
         try:
-            return response.json()
+            return json.loads(body)
         except ValueError:
             return None
+
+    async def _send_capped(self, request: httpx.Request) -> tuple[httpx.Response, bytes]:
+        """Send ``request``; its answer and the answer's body, read up to MAX_ANSWER bytes.
+
+        Raises:
+            SandboxError: a longer body. ServerUnreachable.
+        """
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self.settings.url) from exc
+        try:
+            return response, await _read_capped(response)
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self.settings.url) from exc
+        finally:
+            await response.aclose()
 
 
 class RpcStream:
@@ -233,6 +250,18 @@ class RpcStream:
 
     async def aclose(self) -> None:
         await self._response.aclose()
+
+
+async def _read_capped(response: httpx.Response) -> bytes:
+    """The whole body of a streamed answer; SandboxError past MAX_ANSWER bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_ANSWER:
+            raise SandboxError(f"the sandbox answered more than {MAX_ANSWER} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _sandbox(response: httpx.Response) -> bool:
