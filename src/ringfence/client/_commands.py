@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import codecs
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -90,10 +91,32 @@ def end_result(end: Mapping[str, Any], stdout: str, stderr: str) -> CommandResul
     """
     exited = bool(end.get("exited", False))
     error = end.get("error") or (None if exited else end.get("status") or "killed")
-    result = CommandResult(stdout, stderr, int(end.get("exitCode", 0)), error)
+    result = CommandResult(stdout, stderr, _number(end.get("exitCode", 0), "exit code"), error)
     if end.get("error") and not exited:
         raise CommandTimeout(str(end["error"]), result)
     return result
+
+
+def _number(value: Any, what: str) -> int:
+    """An integer field of an event; SandboxError if the sandbox sent something else."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SandboxError(f"the sandbox sent a {what} that is not a number") from None
+
+
+def _output(text: str, name: str) -> bytes:
+    """The bytes of a ``data`` event; SandboxError if the sandbox sent bad base64."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise SandboxError(f"the sandbox sent {name} output that is not base64") from None
+
+
+def _event(message: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``event`` of a process stream message (empty if it has none or a malformed one)."""
+    event = (message or {}).get("event")
+    return event if isinstance(event, dict) else {}
 
 
 async def _call(callback: OutputCallback | None, text: str) -> None:
@@ -262,13 +285,14 @@ class AsyncCommandHandle:
         """The handle, once the stream's first event (``start``) has told the pid."""
         try:
             first = await stream.next()
-            start = (first or {}).get("event", {}).get("start")
+            start = _event(first).get("start")
             if not isinstance(start, dict):
                 raise SandboxError("the sandbox's answer did not begin with a start event")
+            pid = _number(start.get("pid", 0), "pid")
         except BaseException:
             await stream.aclose()
             raise
-        return cls(commands, stream, int(start.get("pid", 0)), on_stdout, on_stderr)
+        return cls(commands, stream, pid, on_stdout, on_stderr)
 
     @property
     def stdout(self) -> str:
@@ -316,7 +340,7 @@ class AsyncCommandHandle:
                     f"process {self.pid}: the output stream ended without an end event "
                     "(the sandbox may have been killed)"
                 )
-            event = message.get("event") or {}
+            event = _event(message)
             if isinstance(event.get("end"), dict):
                 self._end = event["end"]
                 await self._stream.aclose()
@@ -325,7 +349,7 @@ class AsyncCommandHandle:
             if isinstance(data, dict):
                 for name in ("stdout", "stderr"):
                     if isinstance(data.get(name), str):
-                        raw = base64.b64decode(data[name])
+                        raw = _output(data[name], name)
                         text = self._decoders[name].decode(raw)
                         if text:
                             return await self._emit(name, text)
