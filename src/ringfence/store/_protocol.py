@@ -17,6 +17,7 @@ from typing import Protocol
 
 from ringfence.audit.chain import AuditEvent, AuditRecord, Sign, timestamp
 from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
+from ringfence.proposals import Proposal, ProposalState
 
 __all__ = ["ApiKey", "AuditQuery", "ExecutionRecord", "Role", "Store", "audit_matches"]
 
@@ -183,6 +184,30 @@ class Store(Protocol):
 
     async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
         """Audit records matching ``query``, oldest first."""
+        ...
+
+    async def add_proposal(self, tenant: str, proposal: Proposal) -> None:
+        """Record a new proposal. Raises ``StoreError`` if its id exists."""
+        ...
+
+    async def get_proposal(self, tenant: str, proposal_id: str) -> Proposal | None:
+        """The proposal, or None (also when it belongs to another tenant)."""
+        ...
+
+    async def list_proposals(
+        self, tenant: str, *, states: Collection[ProposalState] | None = None, limit: int = 100
+    ) -> list[Proposal]:
+        """The tenant's proposals, newest first, optionally in some states only."""
+        ...
+
+    async def replace_proposal(self, tenant: str, proposal: Proposal) -> bool:
+        """Store ``proposal`` if the stored one is still at ``proposal.version - 1``
+        (compare-and-set): False when someone else changed it first, or it is not there."""
+        ...
+
+    async def expired_proposals(self, now: datetime) -> list[tuple[str, Proposal]]:
+        """Every pending proposal whose approval window closed before ``now``, as
+        ``(tenant, proposal)``."""
         ...
 
     async def aclose(self) -> None: ...

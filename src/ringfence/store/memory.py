@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from ringfence.audit.chain import GENESIS, AuditEvent, AuditRecord, Sign, chain
 from ringfence.errors import DuplicateExecution, ExecutionNotFound, SandboxNotFound, StoreError
 from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
+from ringfence.proposals import Proposal, ProposalState
 from ringfence.store._protocol import ApiKey, AuditQuery, ExecutionRecord, audit_matches
 
 __all__ = ["MemoryStore"]
@@ -20,6 +21,7 @@ class MemoryStore:
         self._executions: dict[tuple[str, str], ExecutionRecord] = {}
         self._sandboxes: dict[str, tuple[str, Sandbox]] = {}  # id -> (tenant, sandbox), in order
         self._audit: list[AuditRecord] = []
+        self._proposals: dict[str, tuple[str, Proposal]] = {}  # id -> (tenant, ...), in order
 
     async def add_key(self, key: ApiKey) -> None:
         if key.key_id in self._keys:
@@ -133,6 +135,39 @@ class MemoryStore:
     async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
         found = [r for r in self._audit if r.seq > query.after_seq and audit_matches(query, r)]
         return found[: max(query.limit, 0)]
+
+    async def add_proposal(self, tenant: str, proposal: Proposal) -> None:
+        if proposal.id in self._proposals:
+            raise StoreError(f"a proposal with id {proposal.id!r} exists")
+        self._proposals[proposal.id] = (tenant, proposal)
+
+    async def get_proposal(self, tenant: str, proposal_id: str) -> Proposal | None:
+        owner, proposal = self._proposals.get(proposal_id, (None, None))
+        return proposal if owner == tenant else None
+
+    async def list_proposals(
+        self, tenant: str, *, states: Collection[ProposalState] | None = None, limit: int = 100
+    ) -> list[Proposal]:
+        found = [
+            p
+            for owner, p in reversed(self._proposals.values())
+            if owner == tenant and (states is None or p.state in states)
+        ]
+        return found[: max(limit, 0)]
+
+    async def replace_proposal(self, tenant: str, proposal: Proposal) -> bool:
+        current = await self.get_proposal(tenant, proposal.id)
+        if current is None or current.version != proposal.version - 1:
+            return False
+        self._proposals[proposal.id] = (tenant, proposal)
+        return True
+
+    async def expired_proposals(self, now: datetime) -> list[tuple[str, Proposal]]:
+        return [
+            (tenant, p)
+            for tenant, p in self._proposals.values()
+            if p.state is ProposalState.PENDING and p.expires_at < now
+        ]
 
     async def aclose(self) -> None:
         pass

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from ringfence.audit.chain import GENESIS, AuditEvent, AuditRecord, Sign, chain, timestamp
 from ringfence.errors import DuplicateExecution, ExecutionNotFound, SandboxNotFound, StoreError
 from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
+from ringfence.proposals import Proposal, ProposalState
 from ringfence.store import migrations
 from ringfence.store._protocol import ApiKey, AuditQuery, ExecutionRecord, Role
 
@@ -119,6 +120,23 @@ _audit = sa.Table(
     sa.Index("audit_tenant_seq", "tenant", "seq"),
     sa.Index("audit_at", "at"),
 )
+_proposals = sa.Table(
+    "proposals",
+    METADATA,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, sa.Identity(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("expires_at", _UtcDateTime, nullable=False),
+    sa.Column("record", sa.Text, nullable=False),
+    sa.Index("proposals_seq", "seq", unique=True),
+    sa.Index("proposals_tenant_seq", "tenant", "seq"),
+    sa.Index("proposals_state_expires", "state", "expires_at"),
+)
+_NEXT_PROPOSAL_SEQ = sa.select(
+    sa.func.coalesce(sa.func.max(_proposals.c.seq), 0) + 1
+).scalar_subquery()
 # Key of the PostgreSQL advisory lock that makes appends to the audit chain take turns.
 _AUDIT_LOCK_KEY = 0x72662D6175646974  # "rf-audit"
 # SQLite has no identity columns (it numbers only an INTEGER PRIMARY KEY, and the key here is
@@ -502,6 +520,98 @@ class SqlStore:
                 raise StoreError(f"{self._name}: audit record {row.seq} cannot be read") from exc
         return records
 
+    async def add_proposal(self, tenant: str, proposal: Proposal) -> None:
+        """Record a new proposal.
+
+        Raises:
+            StoreError: a proposal with its id exists, or the database failed.
+        """
+        insert = _proposals.insert().values(
+            id=proposal.id,
+            tenant=tenant,
+            state=proposal.state.value,
+            version=proposal.version,
+            expires_at=proposal.expires_at,
+            record=proposal.model_dump_json(),
+        )
+        if self._engine.dialect.name == "sqlite":
+            insert = insert.values(seq=_NEXT_PROPOSAL_SEQ)
+        async with self._transaction("adding a proposal") as connection:
+            try:
+                await connection.execute(insert)
+            except IntegrityError as exc:
+                raise StoreError(f"a proposal with id {proposal.id!r} exists") from exc
+
+    async def get_proposal(self, tenant: str, proposal_id: str) -> Proposal | None:
+        """The proposal, or None (also when it belongs to another tenant).
+
+        Raises:
+            StoreError: the database failed, or the stored proposal cannot be read.
+        """
+        query = sa.select(_proposals).where(
+            _proposals.c.tenant == tenant, _proposals.c.id == proposal_id
+        )
+        async with self._transaction("reading a proposal") as connection:
+            row = (await connection.execute(query)).one_or_none()
+        return None if row is None else self._proposal(row)
+
+    async def list_proposals(
+        self, tenant: str, *, states: Collection[ProposalState] | None = None, limit: int = 100
+    ) -> list[Proposal]:
+        """The tenant's proposals, newest first.
+
+        Raises:
+            StoreError: the database failed, or a stored proposal cannot be read.
+        """
+        query = sa.select(_proposals).where(_proposals.c.tenant == tenant)
+        if states is not None:
+            query = query.where(_proposals.c.state.in_([state.value for state in states]))
+        query = query.order_by(_proposals.c.seq.desc()).limit(max(limit, 0))
+        async with self._transaction("listing proposals") as connection:
+            rows = (await connection.execute(query)).all()
+        return [self._proposal(row) for row in rows]
+
+    async def replace_proposal(self, tenant: str, proposal: Proposal) -> bool:
+        """Store ``proposal`` if the stored one is still at ``proposal.version - 1``.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        update = (
+            _proposals.update()
+            .where(
+                _proposals.c.tenant == tenant,
+                _proposals.c.id == proposal.id,
+                _proposals.c.version == proposal.version - 1,
+            )
+            .values(
+                state=proposal.state.value,
+                version=proposal.version,
+                record=proposal.model_dump_json(),
+            )
+        )
+        async with self._transaction("updating a proposal") as connection:
+            updated = await connection.execute(update)
+        return bool(updated.rowcount == 1)
+
+    async def expired_proposals(self, now: datetime) -> list[tuple[str, Proposal]]:
+        """Pending proposals whose approval window closed before ``now``.
+
+        Raises:
+            StoreError: the database failed, or a stored proposal cannot be read.
+        """
+        query = (
+            sa.select(_proposals)
+            .where(
+                _proposals.c.state == ProposalState.PENDING.value,
+                _proposals.c.expires_at < now,
+            )
+            .order_by(_proposals.c.seq)
+        )
+        async with self._transaction("finding expired proposals") as connection:
+            rows = (await connection.execute(query)).all()
+        return [(row.tenant, self._proposal(row)) for row in rows]
+
     async def aclose(self) -> None:
         """Close every connection."""
         await self._engine.dispose()
@@ -545,6 +655,14 @@ class SqlStore:
                 f"{self._name}: execution {row.id!r} of {row.tenant!r} cannot be read: {exc}"
             ) from exc
         return ExecutionRecord(row.tenant, row.id, request, result, row.created_at, row.updated_at)
+
+    def _proposal(self, row: sa.Row[Any]) -> Proposal:
+        try:
+            return Proposal.model_validate_json(row.record)
+        except ValueError as exc:
+            raise StoreError(
+                f"{self._name}: proposal {row.id!r} of {row.tenant!r} cannot be read: {exc}"
+            ) from exc
 
     def _sandbox(self, row: sa.Row[Any]) -> Sandbox:
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from ringfence.audit.chain import GENESIS, SEAL_ACTION, SYSTEM, AuditEvent
 from ringfence.audit.signing import SealKey
@@ -23,6 +23,7 @@ from ringfence.models import (
     SandboxState,
     Status,
 )
+from ringfence.proposals import Proposal, ProposalState, Risk, request_digest
 from ringfence.store import ApiKey, AuditQuery, Role, Store
 
 __all__ = ["STORE_CHECKS", "StoreCheck", "check_store"]
@@ -271,6 +272,53 @@ async def audit_queries_filter(store: Store) -> None:
     assert await seqs(until=middle) == [1, 2]
 
 
+def _proposal(proposal_id: str, expires_in: float = 3600) -> Proposal:
+    now = datetime.now(UTC)
+    request = _request(f"fix-{proposal_id}")
+    return Proposal(
+        id=proposal_id,
+        state=ProposalState.PENDING,
+        request=request,
+        digest=request_digest(request),
+        rationale="the disk is full",
+        risk=Risk.HIGH,
+        proposed_by="agentkey",
+        created_at=now,
+        expires_at=now + timedelta(seconds=expires_in),
+        required_approvals=2,
+    )
+
+
+async def proposals_change_only_from_the_version_they_saw(store: Store) -> None:
+    proposal = _proposal("cp1")
+    await store.add_proposal("acme", proposal)
+    assert await store.get_proposal("acme", "cp1") == proposal
+    assert await store.get_proposal("globex", "cp1") is None
+    approved = proposal.model_copy(update={"state": ProposalState.APPROVED, "version": 1})
+    rejected = proposal.model_copy(update={"state": ProposalState.REJECTED, "version": 1})
+    assert await store.replace_proposal("acme", approved)
+    assert not await store.replace_proposal("acme", rejected), "two changes from one version"
+    assert not await store.replace_proposal("globex", approved.model_copy(update={"version": 2}))
+    stored = await store.get_proposal("acme", "cp1")
+    assert stored is not None and stored.state is ProposalState.APPROVED and stored.version == 1
+
+
+async def proposals_list_and_expire(store: Store) -> None:
+    await store.add_proposal("acme", _proposal("old", expires_in=-1))
+    await store.add_proposal("acme", _proposal("new"))
+    await store.add_proposal("globex", _proposal("theirs", expires_in=-1))
+    assert [p.id for p in await store.list_proposals("acme")] == ["new", "old"]
+    assert [p.id for p in await store.list_proposals("acme", limit=1)] == ["new"]
+    pending = await store.list_proposals("acme", states=[ProposalState.PENDING])
+    assert len(pending) == 2
+    assert await store.list_proposals("acme", states=[ProposalState.EXPIRED]) == []
+    expired = await store.expired_proposals(datetime.now(UTC))
+    assert sorted((tenant, p.id) for tenant, p in expired) == [
+        ("acme", "old"),
+        ("globex", "theirs"),
+    ]
+
+
 STORE_CHECKS: tuple[StoreCheck, ...] = (
     keys_round_trip,
     a_duplicate_key_id_is_refused,
@@ -286,6 +334,8 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     running_sandboxes_fail_after_a_restart,
     audit_appends_form_one_verified_chain,
     audit_queries_filter,
+    proposals_change_only_from_the_version_they_saw,
+    proposals_list_and_expire,
 )
 
 
