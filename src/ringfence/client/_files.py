@@ -204,7 +204,8 @@ class AsyncFiles:
 
 class AsyncWatchHandle:
     """Changes under a watched directory: ``async for event in handle`` (until ``stop()``),
-    or ``get_new_events()`` for what arrived since the last call."""
+    or ``get_new_events()`` for what arrived since the last call. Both raise
+    ``SandboxError`` once the sandbox has broken the watch off (for instance by ending)."""
 
     def __init__(self, stream: RpcStream) -> None:
         self._stream = stream
@@ -246,6 +247,7 @@ class AsyncWatchHandle:
             self._events.put_nowait(None)  # every later read ends too
             raise StopAsyncIteration
         if isinstance(item, BaseException):
+            self._events.put_nowait(item)  # every later read raises too
             raise item
         return item
 
@@ -258,6 +260,7 @@ class AsyncWatchHandle:
                 self._events.put_nowait(None)
                 break
             if isinstance(item, BaseException):
+                self._events.put_nowait(item)
                 raise item
             events.append(item)
         return events

@@ -226,8 +226,12 @@ class RpcStream:
     async def next(self) -> dict[str, Any] | None:
         """The next message, or None once the stream has ended cleanly.
 
+        Clean means with Connect's end-stream frame: the server passes a sandbox's answer
+        through and, when the sandbox dies mid-answer, cuts it short.
+
         Raises:
-            The mapped error of an end-stream frame that carries one; ServerUnreachable.
+            The mapped error of an end-stream frame that carries one; SandboxError: the body
+            ended before that frame; ServerUnreachable.
         """
         while not self._pending:
             if self._error is not None:
@@ -237,7 +241,8 @@ class RpcStream:
             try:
                 chunk = await self._chunks.__anext__()
             except StopAsyncIteration:
-                return None
+                self._error = SandboxError("the sandbox ended the stream without finishing it")
+                continue
             except httpx.HTTPError as exc:
                 raise _base.translate(exc, self._url) from exc
             try:
