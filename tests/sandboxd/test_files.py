@@ -71,7 +71,9 @@ def test_list_dir_of_a_file_is_invalid_argument(daemon: Daemon) -> None:
 def test_binary_round_trip(daemon: Daemon) -> None:
     data = bytes(range(256)) * 1000
     response = daemon.client.post(
-        "/files", params={"path": "bin/data.bin"}, content=data,
+        "/files",
+        params={"path": "bin/data.bin"},
+        content=data,
         headers={"content-type": "application/octet-stream"},
     )
     assert response.status_code == 200
@@ -87,7 +89,9 @@ def test_binary_round_trip(daemon: Daemon) -> None:
 
 def test_gzip_upload(daemon: Daemon) -> None:
     response = daemon.client.put(
-        "/files", params={"path": "z.txt"}, content=gzip.compress(b"unzipped " * 1000),
+        "/files",
+        params={"path": "z.txt"},
+        content=gzip.compress(b"unzipped " * 1000),
         headers={"content-type": "application/octet-stream", "content-encoding": "gzip"},
     )
     assert response.status_code == 200
@@ -110,7 +114,9 @@ def test_aborted_upload_keeps_the_previous_content(daemon: Daemon) -> None:
     )
     sock.close()
     bad_gzip = daemon.client.post(
-        "/files", params={"path": "keep.txt"}, content=b"not gzip at all",
+        "/files",
+        params={"path": "keep.txt"},
+        content=b"not gzip at all",
         headers={"content-encoding": "gzip"},
     )
     assert bad_gzip.status_code == 400
@@ -127,7 +133,9 @@ def test_100_mb_upload_and_download_stay_streamed(daemon: Daemon) -> None:
             yield block
 
     response = daemon.client.post(
-        "/files", params={"path": "big.bin"}, content=body(),
+        "/files",
+        params={"path": "big.bin"},
+        content=body(),
         headers={"content-type": "application/octet-stream"},
     )
     assert response.status_code == 200

@@ -47,13 +47,15 @@ def test_bad_json_and_bad_base64_are_invalid_argument(daemon: Daemon) -> None:
 def test_truncated_envelope(daemon: Daemon) -> None:
     frame = struct.pack(">BI", 0, 100) + b'{"process"'
     response = daemon.client.post(
-        "/process.Process/Start", content=iter([frame]),
+        "/process.Process/Start",
+        content=iter([frame]),
         headers={"content-type": "application/connect+json"},
     )
     assert b"invalid_argument" in response.content
     huge = struct.pack(">BI", 0, 2**31)
     response = daemon.client.post(
-        "/process.Process/Start", content=huge,
+        "/process.Process/Start",
+        content=huge,
         headers={"content-type": "application/connect+json"},
     )
     assert b"invalid_argument" in response.content
@@ -63,7 +65,8 @@ def test_truncated_envelope(daemon: Daemon) -> None:
 def test_a_server_stream_request_carries_one_message(daemon: Daemon) -> None:
     frame = struct.pack(">BI", 0, 2) + b"{}"
     response = daemon.client.post(
-        "/filesystem.Filesystem/WatchDir", content=iter([frame, frame]),
+        "/filesystem.Filesystem/WatchDir",
+        content=iter([frame, frame]),
         headers={"content-type": "application/connect+json"},
     )
     assert response.content[0] == 2 and b"invalid_argument" in response.content
@@ -115,6 +118,19 @@ def test_idle_daemon_imports_no_heavy_module() -> None:
         "print(' '.join(sorted(sys.modules)))"
     )
     loaded = set(subprocess.check_output([PYTHON, "-I", "-S", "-B", "-c", code]).split())
-    heavy = {b"asyncio", b"threading", b"json", b"re", b"socket", b"typing", b"subprocess",
-             b"email", b"http", b"logging", b"ctypes", b"collections", b"enum"}
+    heavy = {
+        b"asyncio",
+        b"threading",
+        b"json",
+        b"re",
+        b"socket",
+        b"typing",
+        b"subprocess",
+        b"email",
+        b"http",
+        b"logging",
+        b"ctypes",
+        b"collections",
+        b"enum",
+    }
     assert not loaded & heavy

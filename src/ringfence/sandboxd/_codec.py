@@ -25,8 +25,20 @@ if TYPE_CHECKING:
 
     Msg = dict[str, Any]
 
-__all__ = ["b64decode", "b64encode", "dumps", "loads", "msg_bool", "msg_bytes", "msg_dict",
-           "msg_enum", "msg_int", "msg_str", "msg_str_list", "msg_str_map"]
+__all__ = [
+    "b64decode",
+    "b64encode",
+    "dumps",
+    "loads",
+    "msg_bool",
+    "msg_bytes",
+    "msg_dict",
+    "msg_enum",
+    "msg_int",
+    "msg_str",
+    "msg_str_list",
+    "msg_str_map",
+]
 
 
 def _reject_constant(name: str) -> None:

@@ -16,7 +16,10 @@ import time
 __all__ = ["DIRECTORY", "FILE", "SYMLINK", "entry_info", "file_type", "rfc3339"]
 
 FILE, DIRECTORY, SYMLINK, UNSPECIFIED = (
-    "FILE_TYPE_FILE", "FILE_TYPE_DIRECTORY", "FILE_TYPE_SYMLINK", "FILE_TYPE_UNSPECIFIED",
+    "FILE_TYPE_FILE",
+    "FILE_TYPE_DIRECTORY",
+    "FILE_TYPE_SYMLINK",
+    "FILE_TYPE_UNSPECIFIED",
 )
 
 _names: dict[tuple[str, int], str] = {}

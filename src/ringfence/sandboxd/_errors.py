@@ -38,8 +38,6 @@ def http_status(code: str) -> int:
     return _STATUS.get(code, 500)
 
 
-
-
 def invalid(message: str) -> RpcError:
     return RpcError("invalid_argument", message)
 

@@ -28,8 +28,12 @@ if TYPE_CHECKING:
 
 _CHUNK = 256 * 1024
 _STATUS = {
-    "not_found": 404, "already_exists": 409, "invalid_argument": 400,
-    "permission_denied": 403, "resource_exhausted": 507, "unauthenticated": 401,
+    "not_found": 404,
+    "already_exists": 409,
+    "invalid_argument": 400,
+    "permission_denied": 403,
+    "resource_exhausted": 507,
+    "unauthenticated": 401,
 }
 
 
@@ -97,8 +101,12 @@ def _send_file(conn: Conn, fd: int, size: int) -> None:
 def _upload(request: Request, conn: Conn) -> None:
     ctype = request.headers.get("content-type", "").lower()
     if ctype.startswith("multipart/"):
-        _error(conn, 415, "multipart uploads are converted by the host; the sandbox daemon "
-               "takes one application/octet-stream body per file")
+        _error(
+            conn,
+            415,
+            "multipart uploads are converted by the host; the sandbox daemon "
+            "takes one application/octet-stream body per file",
+        )
         return
     encoding = request.headers.get("content-encoding", "identity").lower()
     if encoding not in ("identity", "gzip"):

@@ -19,12 +19,26 @@ DRAIN_LIMIT = 1024 * 1024  # an unread body up to this size is skipped to keep t
 _RECV = 64 * 1024
 
 REASONS = {
-    100: "Continue", 200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized",
-    403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
-    411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
-    429: "Too Many Requests", 431: "Request Header Fields Too Large",
-    499: "Client Closed Request", 500: "Internal Server Error", 501: "Not Implemented",
-    503: "Service Unavailable", 504: "Gateway Timeout", 505: "HTTP Version Not Supported",
+    100: "Continue",
+    200: "OK",
+    204: "No Content",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    411: "Length Required",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    499: "Client Closed Request",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+    505: "HTTP Version Not Supported",
     507: "Insufficient Storage",
 }
 

@@ -33,10 +33,21 @@ QUEUE_LIMIT = 512 * 1024
 _POLLIN, _POLLHUP, _POLLERR = 0x1, 0x10, 0x8
 _SIGKILL = 9
 _SIGNAL_NAMES = {
-    1: "hangup", 2: "interrupt", 3: "quit", 4: "illegal instruction", 5: "trace/breakpoint trap",
-    6: "aborted", 7: "bus error", 8: "floating point exception", 9: "killed",
-    10: "user defined signal 1", 11: "segmentation fault", 12: "user defined signal 2",
-    13: "broken pipe", 14: "alarm clock", 15: "terminated",
+    1: "hangup",
+    2: "interrupt",
+    3: "quit",
+    4: "illegal instruction",
+    5: "trace/breakpoint trap",
+    6: "aborted",
+    7: "bus error",
+    8: "floating point exception",
+    9: "killed",
+    10: "user defined signal 1",
+    11: "segmentation fault",
+    12: "user defined signal 2",
+    13: "broken pipe",
+    14: "alarm clock",
+    15: "terminated",
 }
 
 _table_lock = _thread.allocate_lock()
@@ -222,7 +233,8 @@ def _start(
     """
     if cwd == _CWD:
         actions = [
-            (os.POSIX_SPAWN_DUP2, stdin, 0) if stdin >= 0
+            (os.POSIX_SPAWN_DUP2, stdin, 0)
+            if stdin >= 0
             else (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
             (os.POSIX_SPAWN_DUP2, out, 1),
             (os.POSIX_SPAWN_DUP2, err, 2),

@@ -38,8 +38,14 @@ from ._paths import home, resolve
 from ._sync import Queue
 
 __all__ = [
-    "close_stdin", "connect", "list_processes", "send_input", "send_signal", "start",
-    "stream_input", "update",
+    "close_stdin",
+    "connect",
+    "list_processes",
+    "send_input",
+    "send_signal",
+    "start",
+    "stream_input",
+    "update",
 ]
 
 TYPE_CHECKING = False
@@ -75,7 +81,13 @@ def start(call: Call) -> None:
     if cwd_given:
         config["cwd"] = cwd_given
     proc, queue = _process.spawn(
-        cmd, args, env, cwd, stdin=bool(msg_bool(msg, "stdin")), tag=tag, config=config,
+        cmd,
+        args,
+        env,
+        cwd,
+        stdin=bool(msg_bool(msg, "stdin")),
+        tag=tag,
+        config=config,
         timeout=timeout,
     )
     _follow(call, proc, queue, None)
