@@ -7,6 +7,7 @@ import logging
 import click
 
 from ringfence import __version__
+from ringfence.cli.audit import audit
 from ringfence.cli.doctor import doctor
 from ringfence.cli.exec_cmd import exec_command
 from ringfence.cli.files import files
@@ -30,3 +31,4 @@ main.add_command(serve)
 main.add_command(keys)
 main.add_command(sandbox)
 main.add_command(files)
+main.add_command(audit)
