@@ -92,6 +92,12 @@ class Config(BaseSettings):
     max_request_bytes: int = Field(
         4 << 20, ge=1024, description="The largest HTTP request body the server reads."
     )
+    approval_ttl: float = Field(
+        3600.0, gt=0, description="Seconds a proposal may wait for its approvals; then expired."
+    )
+    high_risk_approvals: int = Field(
+        2, ge=1, le=10, description="Distinct approvers a high-risk proposal needs."
+    )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
         description="Where the server keeps its database (SQLite) and its first admin key.",

@@ -10,6 +10,7 @@ apart without matching message text.
     │   ├── ExecutionNotFound   no execution with that id
     │   └── SandboxNotFound     no sandbox with that id
     ├── DuplicateExecution      an execution with that id already exists  (duplicate_id)
+    ├── Conflict                the object's state does not allow it now  (conflict)
     ├── UnknownBackend          SANDBOX_BACKEND names no backend          (unknown_backend)
     ├── BackendUnavailable      the host lacks what the backend needs     (backend_unavailable)
     ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
@@ -32,6 +33,7 @@ from __future__ import annotations
 __all__ = [
     "HTTP_STATUS",
     "BackendUnavailable",
+    "Conflict",
     "DuplicateExecution",
     "ExecutionNotFound",
     "Forbidden",
@@ -84,6 +86,12 @@ class DuplicateExecution(RingfenceError):
     """An execution with this id is running, or its result is still retained."""
 
     code = "duplicate_id"
+
+
+class Conflict(RingfenceError):
+    """The object is not in a state that allows this (a decided proposal, say)."""
+
+    code = "conflict"
 
 
 class UnknownBackend(RingfenceError):
@@ -155,6 +163,7 @@ HTTP_STATUS: dict[str, int] = {
     InvalidRequest.code: 400,
     NotFound.code: 404,
     DuplicateExecution.code: 409,
+    Conflict.code: 409,
     UnknownBackend.code: 400,
     BackendUnavailable.code: 503,
     SandboxError.code: 500,
@@ -166,7 +175,7 @@ HTTP_STATUS: dict[str, int] = {
 }
 
 _ALL: tuple[type[RingfenceError], ...] = (
-    InvalidRequest, NotFound, DuplicateExecution, UnknownBackend, BackendUnavailable,
+    InvalidRequest, NotFound, DuplicateExecution, Conflict, UnknownBackend, BackendUnavailable,
     SandboxError, SandboxNotRunning, TooManyRequests, StoreError, Unauthenticated, Forbidden,
     ServerUnreachable,
 )  # fmt: skip

@@ -14,6 +14,7 @@ from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
 from ringfence.server import create_app
+from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
@@ -79,11 +80,13 @@ async def _serving(local_host: object, store: Store, over_http: bool = False) ->
     executor = LocalExecutor(Config(), host=local_host)
     audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
     sandboxes = SandboxService(store, LocalSandboxRuntime(executor, Config()), Config(), audit)
+    executions = ExecutionService(store, executor, Config(), audit)
     app = create_app(
         store=store,
-        executions=ExecutionService(store, executor, Config(), audit),
+        executions=executions,
         sandboxes=sandboxes,
         audit=audit,
+        approvals=ApprovalService(store, executions, audit, Config()),
     )
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)

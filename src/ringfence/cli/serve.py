@@ -54,6 +54,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
     from ringfence.audit.signing import SealKey
     from ringfence.backends import create_executor, create_sandbox_runtime
     from ringfence.server import create_app
+    from ringfence.service.approvals import ApprovalService
     from ringfence.service.audit import AuditLog
     from ringfence.service.executions import ExecutionService
     from ringfence.service.keys import FIRST_TENANT, bootstrap_admin_key
@@ -74,8 +75,10 @@ async def _serve(config: Config, host: str, port: int) -> None:
     service = ExecutionService(store, executor, config, audit)
     runtime = create_sandbox_runtime(executor, config)
     sandboxes = SandboxService(store, runtime, config, audit)
+    approvals = ApprovalService(store, service, audit, config)
     app = create_app(
-        store=store, executions=service, sandboxes=sandboxes, audit=audit, owns_store=True,
+        store=store, executions=service, sandboxes=sandboxes, audit=audit,
+        approvals=approvals, owns_store=True,
         max_request_bytes=config.max_request_bytes,
     )  # fmt: skip
     config_ = uvicorn.Config(

@@ -14,7 +14,9 @@ from ringfence.server.limits import BodyLimit
 from ringfence.server.routes import audit as audit_routes
 from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import meta
+from ringfence.server.routes import proposals as proposal_routes
 from ringfence.server.routes import sandboxes as sandbox_routes
+from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import KeyCache
@@ -38,6 +40,7 @@ def create_app(
     executions: ExecutionService,
     sandboxes: SandboxService,
     audit: AuditLog,
+    approvals: ApprovalService,
     owns_store: bool = False,
     max_request_bytes: int = 4 << 20,
 ) -> FastAPI:
@@ -55,9 +58,11 @@ def create_app(
         audit.record("", SYSTEM, "server.start", "server", details={"version": __version__})
         await service.reconcile()
         await sandboxes.reconcile()
+        approvals.start()
         try:
             yield
         finally:
+            await approvals.aclose()
             await sandboxes.aclose()
             await service.aclose()
             audit.record("", SYSTEM, "server.stop", "server")
@@ -73,6 +78,7 @@ def create_app(
     app.state.executions = service
     app.state.sandboxes = sandboxes
     app.state.audit = audit
+    app.state.approvals = approvals
     install_error_handlers(app)
     app.add_middleware(
         BodyLimit, max_bytes=max_request_bytes, streamed=sandbox_routes.STREAMED_PATHS
@@ -80,5 +86,6 @@ def create_app(
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
     app.include_router(sandbox_routes.router)
+    app.include_router(proposal_routes.router)
     app.include_router(audit_routes.router)
     return app

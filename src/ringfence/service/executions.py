@@ -23,6 +23,7 @@ from ringfence.config import Config
 from ringfence.errors import (
     DuplicateExecution,
     ExecutionNotFound,
+    Forbidden,
     InvalidRequest,
     RingfenceError,
 )
@@ -35,6 +36,8 @@ __all__ = ["RESTART_ERROR", "ExecutionService"]
 
 log = logging.getLogger(__name__)
 
+# What only the approval handler may set: an approval, or a remediation's reach.
+_APPROVAL_FIELDS = ("checkpoint_id", "approved_by", "remediation_action", "target_namespace")
 RESTART_ERROR = "the server stopped while this execution ran; it did not finish"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -76,13 +79,22 @@ class ExecutionService:
             log.warning("execution %s/%s was cut off by a restart", record.tenant, record.id)
         return len(failed)
 
-    def check_policy(self, request: ExecutionRequest) -> None:
+    def check_policy(self, request: ExecutionRequest, *, approved: bool = False) -> None:
         """What a tenant may ask for; checked before anything touches the host.
 
         Raises:
+            Forbidden: the request claims an approval (``checkpoint_id``, ``approved_by``) or
+                is a remediation (``remediation_action``, ``target_namespace``), and it does
+                not come from the approval handler (``approved``).
             InvalidRequest: host mounts or an image the operator did not allow, or limits
                 above the operator's ceilings.
         """
+        claimed = [name for name in _APPROVAL_FIELDS if getattr(request, name) is not None]
+        if claimed and not approved:
+            raise Forbidden(
+                f"{', '.join(claimed)}: remediations run only once approved; propose them "
+                "(POST /v1/proposals)"
+            )
         config = self._config
         if request.mounts and not config.allow_tenant_mounts:
             raise InvalidRequest(
@@ -98,7 +110,13 @@ class ExecutionService:
         check_timeout(request.timeout, config)
 
     async def submit(
-        self, tenant: str, request: ExecutionRequest, *, wait: bool, actor: str = SYSTEM
+        self,
+        tenant: str,
+        request: ExecutionRequest,
+        *,
+        wait: bool,
+        actor: str = SYSTEM,
+        approved: bool = False,
     ) -> ExecutionResult:
         """Record and start ``request``; with ``wait``, return only once it is terminal.
 
@@ -108,7 +126,7 @@ class ExecutionService:
             DuplicateExecution: the tenant already has an execution with this id.
             InvalidRequest: the request is not allowed, or the backend cannot honour it.
         """
-        self.check_policy(request)
+        self.check_policy(request, approved=approved)
         internal = request.model_copy(update={"id": uuid.uuid4().hex})
         self._executor.check(internal)
         key = (tenant, request.id)

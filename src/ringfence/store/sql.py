@@ -587,6 +587,7 @@ class SqlStore:
             .values(
                 state=proposal.state.value,
                 version=proposal.version,
+                expires_at=proposal.expires_at,
                 record=proposal.model_dump_json(),
             )
         )

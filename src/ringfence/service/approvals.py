@@ -1,0 +1,343 @@
+"""Proposals and the approval handler: the only path that runs a remediation.
+
+The rules, each enforced here and each tested as an attempted bypass:
+- an approval names the digest of the request it approves; the stored request must still
+  hash to it, so any change needs a new proposal;
+- agent keys propose and read, never approve or reject; nobody approves their own proposal,
+  nor approves twice;
+- approvals are accepted only within the approval window (``approval_ttl``), and a sweep
+  marks pending proposals ``expired`` once it closes;
+- high-risk proposals need ``high_risk_approvals`` distinct approvers;
+- every change is a compare-and-set on the proposal's version, so of two racing decisions
+  one wins, and the move to ``executing`` happens once: an approval executes at most once;
+- once the approvals are in, the handler runs exactly the approved request at once, with
+  ``checkpoint_id`` and ``approved_by`` filled in, through the execution service.
+Every decision is on the audit record before anything acts on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable, Collection
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from ringfence.audit.chain import SYSTEM
+from ringfence.config import Config
+from ringfence.errors import Conflict, Forbidden, InvalidRequest, NotFound, RingfenceError
+from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.proposals import (
+    Decision,
+    Proposal,
+    ProposalSpec,
+    ProposalState,
+    Risk,
+    request_digest,
+)
+from ringfence.service.audit import AuditLog
+from ringfence.service.executions import ExecutionService
+from ringfence.service.keys import Principal
+from ringfence.store import Role, Store
+
+__all__ = ["ApprovalService", "Notifier", "ProposalNotFound"]
+
+log = logging.getLogger(__name__)
+
+_SWEEP_SECONDS = 5.0
+_DECIDERS = (Role.APPROVER, Role.ADMIN)
+
+
+class ProposalNotFound(NotFound):
+    """No proposal with this id in the caller's tenant."""
+
+
+class Notifier(Protocol):
+    """Told of new proposals and of decisions (webhooks). Must not block or raise."""
+
+    def notify(self, event: str, tenant: str, proposal: Proposal) -> None: ...
+
+
+class ApprovalService:
+    def __init__(
+        self,
+        store: Store,
+        executions: ExecutionService,
+        audit: AuditLog,
+        config: Config,
+        notifier: Notifier | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._store = store
+        self._executions = executions
+        self._audit = audit
+        self._config = config
+        self._notifier = notifier
+        self._clock = clock
+        self._runs: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the sweep that expires pending proposals."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def propose(self, caller: Principal, spec: ProposalSpec) -> Proposal:
+        """Record a proposal (any key may propose).
+
+        Raises:
+            InvalidRequest: the request sets what only the handler sets, or is not allowed.
+            Forbidden: the request asks for something no tenant may.
+        """
+        request = spec.request
+        if request.checkpoint_id is not None or request.approved_by is not None:
+            raise InvalidRequest(
+                "request: checkpoint_id and approved_by are filled in by the approval "
+                "handler, not by the proposer"
+            )
+        self._executions.check_policy(request, approved=True)
+        now = self._clock()
+        proposal = Proposal(
+            id="cp" + secrets.token_hex(10),
+            state=ProposalState.PENDING,
+            request=request,
+            digest=request_digest(request),
+            rationale=spec.rationale,
+            risk=spec.risk,
+            session_id=spec.session_id,
+            task_id=spec.task_id,
+            proposed_by=caller.key_id,
+            created_at=now,
+            expires_at=now + timedelta(seconds=self._config.approval_ttl),
+            required_approvals=(self._config.high_risk_approvals if spec.risk is Risk.HIGH else 1),
+        )
+        await self._store.add_proposal(caller.tenant, proposal)
+        await self._audit.record_now(
+            caller.tenant,
+            caller.key_id,
+            "proposal.create",
+            _target(proposal),
+            details={
+                "digest": proposal.digest,
+                "risk": proposal.risk.value,
+                "command": request.argv,
+                "target_namespace": request.target_namespace,
+                "rationale": proposal.rationale,
+                "session_id": proposal.session_id,
+                "task_id": proposal.task_id,
+            },
+        )
+        self._notify("proposal.created", caller.tenant, proposal)
+        return proposal
+
+    async def get(self, tenant: str, proposal_id: str) -> Proposal:
+        """Raises ``ProposalNotFound`` (also for another tenant's)."""
+        proposal = await self._store.get_proposal(tenant, proposal_id)
+        if proposal is None:
+            raise ProposalNotFound(f"no proposal with id {proposal_id!r}")
+        return proposal
+
+    async def list(
+        self, tenant: str, *, states: Collection[ProposalState] | None = None, limit: int = 100
+    ) -> list[Proposal]:
+        return await self._store.list_proposals(tenant, states=states, limit=limit)
+
+    async def approve(
+        self, caller: Principal, proposal_id: str, digest: str, reason: str
+    ) -> Proposal:
+        """Add the caller's approval; with enough of them, the action runs at once.
+
+        Raises:
+            ProposalNotFound: no such proposal in the caller's tenant.
+            Forbidden: an agent key, or the proposer approving their own.
+            Conflict: not pending (decided, expired, running, done), already approved by
+                this key, a digest that is not the request's, or a concurrent decision won.
+        """
+        proposal = await self._decidable(caller, proposal_id, "approve")
+        if digest != proposal.digest:
+            await self._denied(caller, proposal, "approve", "the digest differs")
+            raise Conflict(
+                "digest: this approval is for another request than the one proposed; "
+                "read the proposal again (any change needs a new proposal)"
+            )
+        if request_digest(proposal.request) != proposal.digest:
+            await self._denied(caller, proposal, "approve", "the stored request changed")
+            raise Conflict("the stored request no longer matches its digest: refused")
+        if caller.key_id == proposal.proposed_by:
+            await self._denied(caller, proposal, "approve", "own proposal")
+            raise Forbidden("a proposer cannot approve their own proposal")
+        if any(approval.by == caller.key_id for approval in proposal.approvals):
+            await self._denied(caller, proposal, "approve", "approved twice")
+            raise Conflict("you already approved this proposal; another approver must")
+        approvals = [
+            *proposal.approvals,
+            Decision(by=caller.key_id, at=self._clock(), reason=reason),
+        ]
+        ready = len(approvals) >= proposal.required_approvals
+        changed = await self._change(
+            caller.tenant,
+            proposal,
+            approvals=approvals,
+            state=ProposalState.APPROVED if ready else ProposalState.PENDING,
+        )
+        await self._audit.record_now(
+            caller.tenant,
+            caller.key_id,
+            "proposal.approve",
+            _target(changed),
+            details={
+                "digest": digest,
+                "reason": reason,
+                "approvals": len(approvals),
+                "required": proposal.required_approvals,
+            },
+        )
+        self._notify("proposal.approved" if ready else "proposal.approval", caller.tenant, changed)
+        if ready:
+            changed = await self._execute(caller.tenant, changed)
+        return changed
+
+    async def reject(self, caller: Principal, proposal_id: str, reason: str) -> Proposal:
+        """Reject the proposal, with a reason.
+
+        Raises:
+            ProposalNotFound, Forbidden (agent keys), Conflict (not pending any more).
+        """
+        if not reason.strip():
+            raise InvalidRequest("reason: a rejection says why")
+        proposal = await self._decidable(caller, proposal_id, "reject")
+        rejection = Decision(by=caller.key_id, at=self._clock(), reason=reason)
+        changed = await self._change(
+            caller.tenant, proposal, state=ProposalState.REJECTED, rejection=rejection
+        )
+        await self._audit.record_now(
+            caller.tenant,
+            caller.key_id,
+            "proposal.reject",
+            _target(changed),
+            details={"reason": reason},
+        )
+        self._notify("proposal.rejected", caller.tenant, changed)
+        return changed
+
+    async def expire_due(self) -> int:
+        """Mark ``expired`` every pending proposal whose window closed; how many."""
+        expired = 0
+        for tenant, proposal in await self._store.expired_proposals(self._clock()):
+            with contextlib.suppress(Conflict):
+                changed = await self._change(tenant, proposal, state=ProposalState.EXPIRED)
+                self._audit.record(tenant, SYSTEM, "proposal.expire", _target(changed))
+                self._notify("proposal.expired", tenant, changed)
+                expired += 1
+        return expired
+
+    async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        await asyncio.gather(*self._runs, return_exceptions=True)
+
+    async def _decidable(self, caller: Principal, proposal_id: str, verb: str) -> Proposal:
+        """The proposal, if ``caller`` may decide on it now."""
+        proposal = await self.get(caller.tenant, proposal_id)
+        if caller.role not in _DECIDERS:
+            await self._denied(caller, proposal, verb, "agent key")
+            raise Forbidden(f"agent keys cannot {verb} proposals (approver or admin keys can)")
+        if proposal.state is ProposalState.PENDING and self._clock() >= proposal.expires_at:
+            with contextlib.suppress(Conflict):
+                proposal = await self._change(caller.tenant, proposal, state=ProposalState.EXPIRED)
+                self._audit.record(caller.tenant, SYSTEM, "proposal.expire", _target(proposal))
+        if proposal.state is not ProposalState.PENDING:
+            await self._denied(caller, proposal, verb, f"it is {proposal.state.value}")
+            raise Conflict(
+                f"proposal {proposal_id} is {proposal.state.value}: it can no longer be "
+                f"{verb}d"
+                + (
+                    " (its approval window closed)"
+                    if proposal.state is ProposalState.EXPIRED
+                    else ""
+                )
+            )
+        return proposal
+
+    async def _change(self, tenant: str, proposal: Proposal, **update: object) -> Proposal:
+        """Store ``proposal`` with ``update``, if nobody changed it since it was read.
+
+        Raises:
+            Conflict: someone did: this change lost.
+        """
+        changed = proposal.model_copy(update={**update, "version": proposal.version + 1})
+        if not await self._store.replace_proposal(tenant, changed):
+            raise Conflict(f"proposal {proposal.id} was decided by someone else meanwhile")
+        return changed
+
+    async def _execute(self, tenant: str, proposal: Proposal) -> Proposal:
+        """Run the approved request, exactly, once. Returns the proposal as ``executing``."""
+        approvers = ",".join(approval.by for approval in proposal.approvals)
+        request = proposal.request.model_copy(
+            update={"checkpoint_id": proposal.id, "approved_by": approvers}
+        )
+        executing = await self._change(
+            tenant, proposal, state=ProposalState.EXECUTING, execution_id=request.id
+        )  # the one move to executing: a replay or a racing approval cannot pass it
+        run = asyncio.create_task(self._run(tenant, executing, request))
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
+        return executing
+
+    async def _run(self, tenant: str, proposal: Proposal, request: ExecutionRequest) -> None:
+        try:
+            result = await self._executions.submit(
+                tenant, request, wait=True, actor=SYSTEM, approved=True
+            )
+        except RingfenceError as exc:
+            result = ExecutionResult(
+                execution_id=request.id, status=Status.FAILED, error=exc.message
+            )
+        except Exception:  # boundary: the proposal must end whatever happens
+            log.exception("approved proposal %s/%s failed inside Ringfence", tenant, proposal.id)
+            result = ExecutionResult(
+                execution_id=request.id, status=Status.FAILED, error="internal error"
+            )
+        state = (
+            ProposalState.SUCCEEDED if result.status is Status.SUCCEEDED else ProposalState.FAILED
+        )
+        try:
+            done = await self._change(tenant, proposal, state=state, result=result)
+        except (Conflict, RingfenceError):
+            log.exception("could not store the outcome of proposal %s/%s", tenant, proposal.id)
+            return
+        self._audit.record(
+            tenant, SYSTEM, "proposal.executed", _target(done), state.value,
+            {"execution_id": request.id, "exit_code": result.exit_code, "error": result.error},
+        )  # fmt: skip
+        self._notify(f"proposal.{state.value}", tenant, done)
+
+    async def _denied(self, caller: Principal, proposal: Proposal, verb: str, why: str) -> None:
+        await self._audit.record_now(
+            caller.tenant, caller.key_id, f"proposal.{verb}", _target(proposal), "denied",
+            {"why": why},
+        )  # fmt: skip
+
+    def _notify(self, event: str, tenant: str, proposal: Proposal) -> None:
+        if self._notifier is not None:
+            try:
+                self._notifier.notify(event, tenant, proposal)
+            except Exception:  # boundary: a notifier never blocks a decision
+                log.exception("notifying %s failed", event)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_SECONDS)
+            try:
+                await self.expire_due()
+            except RingfenceError as exc:
+                log.warning("expiring proposals failed: %s", exc)
+
+
+def _target(proposal: Proposal) -> str:
+    return f"proposal:{proposal.id}"
