@@ -98,6 +98,13 @@ class Config(BaseSettings):
     high_risk_approvals: int = Field(
         2, ge=1, le=10, description="Distinct approvers a high-risk proposal needs."
     )
+    webhook_urls: list[str] = Field(
+        default_factory=list,
+        description="URLs told of new proposals and decisions (JSON list in the environment).",
+    )
+    webhook_secret: str | None = Field(
+        None, description="HMAC-SHA256 key that signs webhook deliveries (required with URLs)."
+    )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
         description="Where the server keeps its database (SQLite) and its first admin key.",

@@ -12,7 +12,7 @@ import click
 
 from ringfence.cli._common import fail, settings
 from ringfence.config import Config
-from ringfence.errors import BackendUnavailable, RingfenceError, UnknownBackend
+from ringfence.errors import BackendUnavailable, InvalidRequest, RingfenceError, UnknownBackend
 
 __all__ = ["serve"]
 
@@ -59,6 +59,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
     from ringfence.service.executions import ExecutionService
     from ringfence.service.keys import FIRST_TENANT, bootstrap_admin_key
     from ringfence.service.sandboxes import SandboxService
+    from ringfence.service.webhooks import WebhookNotifier
     from ringfence.store.factory import open_store
 
     # The store keeps every result; the executor need only hold runs until they are stored.
@@ -75,7 +76,15 @@ async def _serve(config: Config, host: str, port: int) -> None:
     service = ExecutionService(store, executor, config, audit)
     runtime = create_sandbox_runtime(executor, config)
     sandboxes = SandboxService(store, runtime, config, audit)
-    approvals = ApprovalService(store, service, audit, config)
+    notifier = None
+    if config.webhook_urls:
+        if not config.webhook_secret:
+            raise InvalidRequest(
+                "RINGFENCE_WEBHOOK_URLS is set without RINGFENCE_WEBHOOK_SECRET: webhook "
+                "deliveries are always signed"
+            )
+        notifier = WebhookNotifier(config.webhook_urls, config.webhook_secret)
+    approvals = ApprovalService(store, service, audit, config, notifier)
     app = create_app(
         store=store, executions=service, sandboxes=sandboxes, audit=audit,
         approvals=approvals, owns_store=True,
@@ -89,7 +98,11 @@ async def _serve(config: Config, host: str, port: int) -> None:
         await sandboxes.aclose()
         await service.aclose()
 
-    await _server_class()(config_, on_exit=on_exit).serve()
+    try:
+        await _server_class()(config_, on_exit=on_exit).serve()
+    finally:
+        if notifier is not None:
+            await notifier.aclose()
 
 
 def _server_class() -> type[Any]:

@@ -1,0 +1,143 @@
+"""Webhooks against a real HTTP receiver on loopback: signed, retried, never blocking."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import uvicorn
+
+from ringfence.audit.signing import SealKey
+from ringfence.config import Config
+from ringfence.models import ExecutionRequest
+from ringfence.proposals import ProposalSpec, Risk
+from ringfence.service.approvals import ApprovalService
+from ringfence.service.audit import AuditLog
+from ringfence.service.executions import ExecutionService
+from ringfence.service.keys import Principal
+from ringfence.service.webhooks import WebhookNotifier, signature
+from ringfence.store import MemoryStore, Role
+
+SECRET = "webhook-secret"
+
+
+@dataclass
+class Receiver:
+    url: str = ""
+    received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    fail_first: int = 0  # answer 500 to this many requests first
+    hold: asyncio.Event | None = None  # when set: wait for it before answering
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        self.received.append((headers, body))
+        self.arrived.set()
+        if self.hold is not None:
+            await self.hold.wait()
+        status = 500 if len(self.received) <= self.fail_first else 200
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    app = Receiver()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")  # type: ignore[arg-type]
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    app.url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/hook"
+    yield app
+    if app.hold is not None:
+        app.hold.set()
+    server.should_exit = True
+    await task
+
+
+async def _service(local_executor: object, notifier: WebhookNotifier) -> ApprovalService:
+    store = MemoryStore()
+    audit = AuditLog(store, SealKey.generate())
+    executions = ExecutionService(store, local_executor, Config(), audit)  # type: ignore[arg-type]
+    return ApprovalService(store, executions, audit, Config(), notifier)
+
+
+def _spec(**env: str) -> ProposalSpec:
+    request = ExecutionRequest(command=["true"], env=env)
+    return ProposalSpec(request=request, rationale="disk full", risk=Risk.HIGH)
+
+
+AGENT = Principal("acme", Role.AGENT, "agentkey")
+APPROVER = Principal("acme", Role.APPROVER, "approverkey")
+
+
+async def test_deliveries_are_signed_and_retried(
+    receiver: Receiver, local_executor: object
+) -> None:
+    receiver.fail_first = 2
+    notifier = WebhookNotifier([receiver.url], SECRET, first_backoff=0.05)
+    service = await _service(local_executor, notifier)
+    proposal = await service.propose(AGENT, _spec(TOKEN="s3cret-value"))
+    for _ in range(200):
+        if len(receiver.received) == 3:
+            break
+        await asyncio.sleep(0.05)
+    await notifier.aclose()
+    assert len(receiver.received) == 3, "two failures, then delivered"
+    headers, body = receiver.received[-1]
+    expected = signature(SECRET, headers["ringfence-timestamp"], body)
+    assert hmac.compare_digest(headers["ringfence-signature"], expected)
+    manual = hmac.new(SECRET.encode(), headers["ringfence-timestamp"].encode() + b"." + body,
+                      hashlib.sha256).hexdigest()  # fmt: skip
+    assert headers["ringfence-signature"] == f"sha256={manual}"
+    assert headers["ringfence-event"] == "proposal.created"
+    assert len({h["ringfence-delivery"] for h, _ in receiver.received}) == 1, "one delivery"
+    payload = json.loads(body)
+    assert payload["proposal"]["id"] == proposal.id and payload["tenant"] == "acme"
+    assert payload["proposal"]["request"]["env"] == ["TOKEN"]
+    assert b"s3cret-value" not in body, "environment values never leave"
+
+
+async def test_a_stuck_webhook_never_blocks_a_decision(
+    receiver: Receiver, local_executor: object
+) -> None:
+    receiver.hold = asyncio.Event()  # the receiver answers nothing until the test says so
+    notifier = WebhookNotifier([receiver.url], SECRET, first_backoff=0.05)
+    service = await _service(local_executor, notifier)
+    proposal = await service.propose(AGENT, _spec())
+    await receiver.arrived.wait()
+    # Both decisions complete while the first delivery is still held open.
+    once = await service.approve(APPROVER, proposal.id, proposal.digest, "ok")
+    other = Principal("acme", Role.APPROVER, "secondkey")
+    twice = await service.approve(other, proposal.id, proposal.digest, "ok")
+    assert once.state.value == "pending" and twice.state.value == "executing"
+    receiver.hold.set()
+    await service.aclose()
+    await notifier.aclose()
+
+
+async def test_an_unreachable_webhook_gives_up_quietly(local_executor: object) -> None:
+    notifier = WebhookNotifier(
+        ["http://127.0.0.1:9/nobody"], SECRET, attempts=2, first_backoff=0.01
+    )
+    service = await _service(local_executor, notifier)
+    proposal = await service.propose(AGENT, _spec())
+    rejected = await service.reject(APPROVER, proposal.id, "no")
+    assert rejected.state.value == "rejected"
+    await asyncio.sleep(0.2)
+    await notifier.aclose()
