@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from ringfence import __version__
 from ringfence.audit.chain import SYSTEM
+from ringfence.server.console import router as console_router
 from ringfence.server.errors import install_error_handlers
 from ringfence.server.limits import BodyLimit
 from ringfence.server.routes import audit as audit_routes
@@ -88,4 +89,5 @@ def create_app(
     app.include_router(sandbox_routes.router)
     app.include_router(proposal_routes.router)
     app.include_router(audit_routes.router)
+    app.include_router(console_router)
     return app
