@@ -35,6 +35,7 @@ __all__ = ["audit"]
 
 EXIT_FAILED = 1
 EXIT_UNUSABLE = 2
+EXIT_INTERRUPTED = 130
 _PAGE = 1000
 _FOLLOW_SECONDS = 1.0
 
@@ -98,6 +99,8 @@ def export(out: Path, data_dir: Path | None, database_url: str | None) -> None:
         fail(str(exc), EXIT_UNUSABLE)
     except _LogFailed as exc:
         fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        fail(f"interrupted; {out} was not written", EXIT_INTERRUPTED)
     where = "stdout" if str(out) == "-" else str(out)
     click.echo(
         f"ringfence: exported {summary.records} records ({summary.seals} seals) to {where}; "
@@ -262,6 +265,8 @@ def verify(file: Path, public_key: str | None, min_seq: int | None, as_json: boo
             verdict = _verdict(lines, public_key)
     except OSError as exc:
         fail(f"cannot read {file}: {exc.strerror or exc}", EXIT_UNUSABLE)
+    except KeyboardInterrupt:
+        fail("interrupted; nothing was verified", EXIT_INTERRUPTED)
     problem = verdict.problem
     if problem is not None and problem.line == 1 and problem.seq is None:
         fail(f"{file} is not an audit export: line 1: {problem.reason}", EXIT_UNUSABLE)
