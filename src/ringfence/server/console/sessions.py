@@ -110,11 +110,13 @@ def tokens_match(expected: str, presented: str | None) -> bool:
 
 
 def same_origin(headers: Mapping[str, str], scheme: str) -> bool:
-    """Whether a POST may come from these headers: its ``Origin`` (when sent) is this
-    server's own (the scheme it was reached over and the ``Host`` the browser addressed),
-    and the browser's ``Sec-Fetch-Site`` (when sent) does not say another site sent it.
+    """Whether a POST may come from these headers: the browser's ``Sec-Fetch-Site`` (when
+    sent) says this site sent it, and its ``Origin`` (when sent) is this server's own (the
+    scheme it was reached over and the ``Host`` the browser addressed).
 
-    ``Origin: null`` (sandboxed frames, some redirects) is refused.
+    ``Origin: null`` passes only with ``Sec-Fetch-Site: same-origin``: under the console's
+    ``Referrer-Policy: no-referrer`` a browser sends ``null`` for its own form posts, while
+    a sandboxed frame or another site's page sending ``null`` is marked ``cross-site``.
     """
     fetch_site = headers.get("sec-fetch-site")
     if fetch_site is not None and fetch_site not in ("same-origin", "none"):
@@ -122,8 +124,10 @@ def same_origin(headers: Mapping[str, str], scheme: str) -> bool:
     origin = headers.get("origin")
     if origin is None:
         return True
+    if origin == "null":
+        return fetch_site == "same-origin"
     host = headers.get("host")
-    if not host or origin == "null":
+    if not host:
         return False
     parts = urlsplit(origin)
     return parts.scheme == scheme and parts.netloc.lower() == host.lower() and not parts.path
