@@ -34,6 +34,20 @@ class LiveServer:
     key: str  # tenant default's admin key
     other_key: str  # tenant globex's agent key
     data_dir: Path
+    database_url: str | None = None  # None: the store is SQLite in data_dir
+
+    def store_args(self) -> list[str]:
+        """Where its store is, as ``ringfence keys create`` takes it."""
+        extra = ["--database-url", self.database_url] if self.database_url else []
+        return ["--data-dir", str(self.data_dir), *extra]
+
+    def mint_key(self, role: str, tenant: str = "default") -> str:
+        """A new key of ``role`` (agent, approver, admin) in ``tenant``."""
+        done = subprocess.run(
+            [RINGFENCE, "keys", "create", "--tenant", tenant, "--role", role, *self.store_args()],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return done.stdout.strip()
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
@@ -57,7 +71,9 @@ def _serving(server: Server) -> Iterator[LiveServer]:
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         key = (server.data_dir / "admin-key").read_text().strip()
-        yield LiveServer(server.url, key, other.stdout.strip(), server.data_dir)
+        yield LiveServer(
+            server.url, key, other.stdout.strip(), server.data_dir, server.database_url
+        )
     finally:
         server.stop()
 

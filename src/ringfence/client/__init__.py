@@ -3,7 +3,7 @@
 - ``AsyncSandbox`` (source of truth) and its blocking twin ``Sandbox``: interactive sandboxes
   with ``commands`` and ``files``, shaped like E2B's SDK.
 - ``AsyncRingfence`` (source of truth) and its blocking twin ``Ringfence``: one-shot
-  executions.
+  executions, and proposals (remediations that run once a human approves them).
 
 Importing it loads neither the server, the store nor any backend.
 """
@@ -18,6 +18,7 @@ from ringfence.client._errors import (
     ResourceExhausted,
 )
 from ringfence.client._files import AsyncFiles, AsyncWatchHandle, WriteInfo
+from ringfence.client._proposals import AsyncProposals, ProposalNotFound, Proposals, WaitTimeout
 from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
 from ringfence.client._sync import Ringfence
 from ringfence.client._sync_sandbox import CommandHandle, Commands, Files, Sandbox, WatchHandle
@@ -31,11 +32,13 @@ from ringfence.client._types import (
     ProcessInfo,
 )
 from ringfence.errors import SandboxNotFound, SandboxNotRunning
+from ringfence.proposals import Proposal, ProposalState, Risk
 
 __all__ = [
     "AsyncCommandHandle",
     "AsyncCommands",
     "AsyncFiles",
+    "AsyncProposals",
     "AsyncRingfence",
     "AsyncSandbox",
     "AsyncWatchHandle",
@@ -53,12 +56,18 @@ __all__ = [
     "OutputChunk",
     "ProcessInfo",
     "ProcessNotFound",
+    "Proposal",
+    "ProposalNotFound",
+    "ProposalState",
+    "Proposals",
     "ResourceExhausted",
     "Ringfence",
+    "Risk",
     "Sandbox",
     "SandboxInfo",
     "SandboxNotFound",
     "SandboxNotRunning",
+    "WaitTimeout",
     "WatchHandle",
     "WriteInfo",
 ]

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from ringfence.client import _base
+from ringfence.client._proposals import AsyncProposals
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 
 __all__ = ["AsyncRingfence"]
@@ -39,6 +40,7 @@ class AsyncRingfence:
             timeout=timeout, transport=transport,
         )  # fmt: skip
         self.executions = AsyncExecutions(self)
+        self.proposals = AsyncProposals(self)
 
     async def _send(self, call: _base.Call) -> httpx.Response:
         try:

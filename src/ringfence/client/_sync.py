@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from ringfence.client import _base
+from ringfence.client._proposals import Proposals
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 
 __all__ = ["Ringfence"]
@@ -31,6 +32,7 @@ class Ringfence:
             timeout=timeout, transport=transport,
         )  # fmt: skip
         self.executions = Executions(self)
+        self.proposals = Proposals(self)
 
     def _send(self, call: _base.Call) -> httpx.Response:
         try:
