@@ -12,6 +12,7 @@ from ringfence.cli.doctor import doctor
 from ringfence.cli.exec_cmd import exec_command
 from ringfence.cli.files import files
 from ringfence.cli.keys import keys
+from ringfence.cli.proposals import approve, proposals, propose, reject
 from ringfence.cli.sandbox import sandbox
 from ringfence.cli.serve import serve
 
@@ -32,3 +33,7 @@ main.add_command(keys)
 main.add_command(sandbox)
 main.add_command(files)
 main.add_command(audit)
+main.add_command(propose)
+main.add_command(proposals)
+main.add_command(approve)
+main.add_command(reject)
