@@ -124,6 +124,12 @@ class Server:
 
             _filehttp.serve(self, request, conn)
             return
+        if path in ("/execute", "/contexts") or path.startswith("/contexts/"):
+            from . import _code
+
+            self.check_user(request)
+            _code.serve(request, conn)
+            return
         if path.startswith(("/process.Process/", "/filesystem.Filesystem/")):
             route = _METHODS.get(path[1:])
             if request.method != "POST" or route is None:

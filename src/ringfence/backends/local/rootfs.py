@@ -52,6 +52,7 @@ _HOST_ETC = (
     "login.defs",
     "magic",
     "magic.mime",
+    "matplotlibrc",  # Debian's matplotlib reads its defaults from here
     "mime.types",
     "nsswitch.conf",
     "os-release",

@@ -237,6 +237,98 @@ async def write_file(
     return await _forward(daemon, request, "POST", "/files", {"path": path})
 
 
+@router.post(
+    "/{sandbox_id}/code/execute",
+    responses={
+        **_LIVE_ERRORS,
+        200: {
+            "description": "JSON lines as they come: stdout, stderr, result (a MIME bundle: "
+            "text, html, png, json...), error (name, value, traceback), "
+            "number_of_executions, end_of_execution",
+            "content": {"application/json": {}},
+        },
+    },
+    summary="Run code in a persistent context (Python by default; bash too)",
+    openapi_extra=_body(
+        '{"code": "x + 1", "context_id"?: "...", "language"?: "python"|"bash", '
+        '"env_vars"?: {}, "timeout"?: seconds}: a context keeps its state between calls; '
+        "at the timeout the cell is interrupted (KeyboardInterrupt) and the context kept.",
+        "application/json",
+    ),
+)
+async def execute_code(
+    sandbox_id: SandboxId, caller: Caller, request: Request
+) -> StreamingResponse:
+    sandboxes = _service(request)
+    daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
+    body = await request.body()
+    message = _message(body)
+    details = {
+        "code": _clip(str(message.get("code", ""))),
+        "context_id": message.get("context_id"),
+        "language": message.get("language"),
+    }
+    sandboxes.record(caller.tenant, caller.key_id, "sandbox.run_code", sandbox_id, details=details)
+    return await _forward(daemon, request, "POST", "/execute", content=body)
+
+
+@router.api_route(
+    "/{sandbox_id}/code/contexts",
+    methods=["GET", "POST"],
+    responses=_LIVE_ERRORS,
+    summary="List code contexts (GET) or create one (POST {language?, cwd?})",
+)
+async def code_contexts(
+    sandbox_id: SandboxId, caller: Caller, request: Request
+) -> StreamingResponse:
+    sandboxes = _service(request)
+    daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
+    if request.method == "POST":
+        sandboxes.record(caller.tenant, caller.key_id, "sandbox.create_context", sandbox_id)
+    return await _forward(daemon, request, request.method, "/contexts")
+
+
+@router.api_route(
+    "/{sandbox_id}/code/contexts/{context_id}",
+    methods=["DELETE"],
+    responses=_LIVE_ERRORS,
+    summary="Remove a code context (its interpreter and state)",
+)
+async def remove_context(
+    sandbox_id: SandboxId,
+    context_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")],
+    caller: Caller,
+    request: Request,
+) -> StreamingResponse:
+    sandboxes = _service(request)
+    daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
+    sandboxes.record(
+        caller.tenant, caller.key_id, "sandbox.remove_context", sandbox_id,
+        details={"context_id": context_id},
+    )  # fmt: skip
+    return await _forward(daemon, request, "DELETE", f"/contexts/{context_id}")
+
+
+@router.post(
+    "/{sandbox_id}/code/contexts/{context_id}/restart",
+    responses=_LIVE_ERRORS,
+    summary="Restart a code context: a fresh interpreter, its state dropped",
+)
+async def restart_context(
+    sandbox_id: SandboxId,
+    context_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")],
+    caller: Caller,
+    request: Request,
+) -> StreamingResponse:
+    sandboxes = _service(request)
+    daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
+    sandboxes.record(
+        caller.tenant, caller.key_id, "sandbox.restart_context", sandbox_id,
+        details={"context_id": context_id},
+    )  # fmt: skip
+    return await _forward(daemon, request, "POST", f"/contexts/{context_id}/restart", content=b"")
+
+
 def _pair(item: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep or not key:
@@ -299,7 +391,7 @@ async def _forward(
     """Pass the request's body (or ``content``, when it was read already) to the daemon and
     its answer back, both streamed."""
     body: AsyncIterable[bytes] | bytes | None = content
-    if body is None and method != "GET":
+    if body is None and method not in ("GET", "DELETE"):
         body = request.stream()
     upstream = await daemon.send(method, path, params=params, headers=request.headers, content=body)
     headers = {

@@ -1,0 +1,368 @@
+"""Code contexts: persistent interpreters in the sandbox, over E2B's code-interpreter protocol.
+
+``POST /execute`` ``{"code", "context_id"?, "language"?, "env_vars"?, "timeout"?}`` answers a
+stream of JSON lines (``stdout``, ``stderr``, ``result``, ``error``,
+``number_of_executions``, ``end_of_execution``); ``/contexts`` creates, lists, restarts and
+removes contexts. Each context is its own process (``_kernel`` for Python, a bash for
+bash), started on first use: an idle daemon pays nothing for them. One cell runs at a time
+per context. A cell past its deadline gets SIGINT (the context survives, as in Jupyter); if
+it does not stop within ``_GRACE`` seconds, its context is restarted and says so. Loaded
+on the first code call only.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import os
+import secrets
+import select
+import signal
+import socket
+import time
+from typing import Any
+
+from ._codec import dumps, loads
+from ._errors import RpcError, invalid
+from ._paths import resolve
+
+_LANGUAGES = ("python", "bash")
+_GRACE = 2.0  # seconds an interrupted cell has to stop before its context is restarted
+_READ = 65536
+_MAX_CODE = 1 << 20
+_MAX_CONTEXTS = 32
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BASH_END = "__ringfence_cell_done__"
+
+_lock = _thread.allocate_lock()
+_contexts: dict[str, Context] = {}
+_defaults: dict[str, str] = {}  # language -> id of its default context
+
+
+class Context:
+    def __init__(self, context_id: str, language: str, cwd: str) -> None:
+        self.id = context_id
+        self.language = language
+        self.cwd = cwd
+        self.busy = _thread.allocate_lock()  # one cell at a time
+        self.count = 0
+        self.pid = -1
+        self._start()
+
+    def describe(self) -> dict[str, str]:
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        if self.language == "python":
+            boot = (
+                f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); "
+                "from sandboxd._kernel import main; main(3)"
+            )
+            argv = [_python(), "-u", "-c", boot]
+            stdin: tuple[Any, ...] = (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)
+        else:
+            argv = ["/bin/bash", "--noprofile", "--norc", "-s"]
+            stdin = (os.POSIX_SPAWN_DUP2, theirs.fileno(), 0)  # the cells, on stdin
+        env = dict(os.environ)
+        env.setdefault("MPLBACKEND", "Agg")
+        try:
+            if not os.path.isdir(self.cwd):
+                raise invalid(f"cwd {self.cwd!r} is not a directory")
+            self.pid = _spawn_in(
+                self.cwd,
+                argv,
+                env,
+                [stdin, (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
+                 (os.POSIX_SPAWN_DUP2, theirs.fileno(), 3)],
+            )  # fmt: skip
+        except OSError as exc:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            ours.close()
+            raise RpcError("internal", f"cannot start a {self.language} context: {exc}") from None
+        finally:
+            theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+        self.channel = ours
+        self.out, self.err = out_r, err_r
+        self.buffer = b""
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.waitpid(self.pid, 0)
+        self.channel.close()
+        for fd in (self.out, self.err):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def restart(self) -> None:
+        self.stop()
+        self.count = 0
+        self._start()
+
+    def run(self, code: str, env: dict[str, str], timeout: float | None, emit: Any) -> None:
+        """Run one cell, passing each output line (a dict) to ``emit`` as it comes."""
+        if self.language == "python":
+            self.channel.sendall(dumps({"code": code, "env": env}).encode() + b"\n")
+        else:
+            exports = "".join(f"export {k}={_shell_quote(v)}\n" for k, v in env.items())
+            self.channel.sendall(f"{exports}{code}\nprintf '{_BASH_END} %d\\n' $? >&3\n".encode())
+        deadline = None if not timeout else time.monotonic() + timeout
+        interrupted_at: float | None = None
+        poller = select.poll()
+        names = {self.out: "stdout", self.err: "stderr", self.channel.fileno(): "control"}
+        for fd in names:
+            poller.register(fd, select.POLLIN)
+        while True:
+            wait = -1
+            now = time.monotonic()
+            if interrupted_at is not None:
+                wait = max(0, int((interrupted_at + _GRACE - now) * 1000))
+            elif deadline is not None:
+                wait = max(0, int((deadline - now) * 1000))
+            events = poller.poll(wait)
+            if not events:
+                if interrupted_at is None:
+                    interrupted_at = time.monotonic()
+                    _interrupt(self)
+                    continue
+                self.restart()
+                emit({"type": "error", "name": "TimeoutError",
+                      "value": f"the cell ran past its {timeout:g} s deadline and did not stop "
+                               "when interrupted: its context was restarted (its state is lost)",
+                      "traceback": ""})  # fmt: skip
+                return
+            for fd, _ in events:
+                if names[fd] != "control":
+                    data = os.read(fd, _READ)
+                    if data:
+                        emit({"type": names[fd], "text": data.decode(errors="replace"),
+                              "timestamp": _now()})  # fmt: skip
+                    continue
+                done = self._control(emit)
+                if done is not None:
+                    self._drain(emit)
+                    self.count = done if self.language == "python" else self.count + 1
+                    if interrupted_at is not None and self.language == "bash":
+                        emit({"type": "error", "name": "KeyboardInterrupt",
+                              "value": "interrupted at its deadline", "traceback": ""})  # fmt: skip
+                    return
+
+    def _control(self, emit: Any) -> int | None:
+        """Handle what the context says; the cell's execution count once it is done."""
+        data = self.channel.recv(_READ)
+        if not data:
+            self.restart()
+            emit({"type": "error", "name": "ContextDied",
+                  "value": "the context's process died (out of memory?); it was restarted",
+                  "traceback": ""})  # fmt: skip
+            return 0
+        self.buffer += data
+        done = None
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            if self.language == "bash":
+                if line.startswith(_BASH_END.encode()):
+                    status = int(line.split()[-1] or 0)
+                    if status:
+                        emit({"type": "error", "name": "ExitStatus", "value": str(status),
+                              "traceback": ""})  # fmt: skip
+                    done = self.count + 1
+                continue
+            message = loads(line)
+            if message.get("type") == "done":
+                done = int(message.get("execution_count", self.count + 1))
+            else:
+                emit(message)
+        return done
+
+    def _drain(self, emit: Any) -> None:
+        """Output still in the pipes when the cell ended."""
+        for fd, name in ((self.out, "stdout"), (self.err, "stderr")):
+            while select.select([fd], [], [], 0)[0]:
+                data = os.read(fd, _READ)
+                if not data:
+                    break
+                emit({"type": name, "text": data.decode(errors="replace"), "timestamp": _now()})
+
+
+def create(language: str | None, cwd: str | None) -> Context:
+    language = (language or "python").lower()
+    if language not in _LANGUAGES:
+        raise invalid(f"language {language!r} is not available here (only {', '.join(_LANGUAGES)})")
+    with _lock:
+        if len(_contexts) >= _MAX_CONTEXTS:
+            raise RpcError("resource_exhausted", f"at most {_MAX_CONTEXTS} contexts per sandbox")
+    context = Context(secrets.token_hex(8), language, resolve(cwd or os.environ.get("HOME", "/")))
+    with _lock:
+        _contexts[context.id] = context
+    return context
+
+
+def find(context_id: str) -> Context:
+    with _lock:
+        context = _contexts.get(context_id)
+    if context is None:
+        raise RpcError("not_found", f"no context {context_id!r}")
+    return context
+
+
+def default(language: str | None) -> Context:
+    language = (language or "python").lower()
+    with _lock:
+        context_id = _defaults.get(language)
+    if context_id is not None:
+        try:
+            return find(context_id)
+        except RpcError:
+            pass
+    context = create(language, None)
+    with _lock:
+        _defaults[language] = context.id
+    return context
+
+
+def remove(context_id: str) -> None:
+    context = find(context_id)
+    with _lock:
+        _contexts.pop(context_id, None)
+    with context.busy:
+        context.stop()
+
+
+def listing() -> list[dict[str, str]]:
+    with _lock:
+        return [context.describe() for context in _contexts.values()]
+
+
+# -- HTTP ---------------------------------------------------------------------------------------
+
+_JSON = [("Content-Type", "application/json")]
+
+
+def serve(request: Any, conn: Any) -> None:
+    """Route /execute and /contexts[...]."""
+    path, method = request.path, request.method
+    try:
+        if path == "/execute" and method == "POST":
+            _execute(request, conn)
+        elif path == "/contexts" and method == "POST":
+            body = _json_body(request)
+            context = create(body.get("language"), body.get("cwd"))
+            conn.respond(200, _JSON, dumps(context.describe()).encode())
+        elif path == "/contexts" and method == "GET":
+            conn.respond(200, _JSON, dumps(listing()).encode())
+        elif path.startswith("/contexts/"):
+            parts = path.split("/")[2:]
+            if len(parts) == 1 and method == "DELETE":
+                remove(parts[0])
+                conn.respond(204, [])
+            elif len(parts) == 2 and parts[1] == "restart" and method == "POST":
+                context = find(parts[0])
+                with context.busy:
+                    context.restart()
+                conn.respond(204, [])
+            else:
+                raise RpcError("not_found", f"no route for {method} {path}")
+        else:
+            raise RpcError("not_found", f"no route for {method} {path}")
+    except RpcError as err:
+        status = {"not_found": 404, "invalid_argument": 400, "resource_exhausted": 429}
+        conn.respond(status.get(err.code, 500), _JSON,
+                     dumps({"code": err.code, "message": err.message}).encode())  # fmt: skip
+
+
+def _execute(request: Any, conn: Any) -> None:
+    body = _json_body(request)
+    code = body.get("code")
+    if not isinstance(code, str):
+        raise invalid("code: a string is required")
+    if body.get("context_id") and body.get("language"):
+        raise invalid("give context_id or language, not both")
+    env = body.get("env_vars") or {}
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise invalid("env_vars: an object of strings is expected")
+    timeout = body.get("timeout")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise invalid("timeout: a positive number of seconds is expected")
+    context = find(body["context_id"]) if body.get("context_id") else default(body.get("language"))
+    conn.start_chunked(200, "application/json")
+
+    def emit(message: dict[str, Any]) -> None:
+        conn.send_chunk(dumps(message).encode() + b"\n")
+
+    with context.busy:
+        context.run(code, {str(k): v for k, v in env.items()}, timeout, emit)
+    emit({"type": "number_of_executions", "execution_count": context.count})
+    emit({"type": "end_of_execution"})
+    conn.end_chunked()
+
+
+def _json_body(request: Any) -> dict[str, Any]:
+    raw = request.body.read_all(_MAX_CODE)
+    if raw is None:
+        raise invalid(f"the request body is larger than {_MAX_CODE} bytes")
+    if not raw.strip():
+        return {}
+    try:
+        body = loads(raw)
+    except ValueError:
+        raise invalid("the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise invalid("the request body must be a JSON object")
+    return body
+
+
+def _interrupt(context: Context) -> None:
+    target = context.pid if context.language == "python" else -context.pid
+    try:
+        if target > 0:
+            os.kill(target, signal.SIGINT)
+        else:
+            os.killpg(-target, signal.SIGINT)
+    except OSError:
+        pass
+
+
+def _spawn_in(cwd: str, argv: list[str], env: dict[str, str], actions: list[Any]) -> int:
+    """posix_spawn in ``cwd`` (a fork when that is not the daemon's own directory)."""
+    if cwd == os.getcwd():
+        return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True,
+                              setsigdef=(signal.SIGPIPE, signal.SIGINT))  # fmt: skip
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            os.chdir(cwd)
+            for action in actions:
+                if action[0] == os.POSIX_SPAWN_OPEN:
+                    fd = os.open(action[2], action[3], action[4])
+                    os.dup2(fd, action[1])
+                else:
+                    os.dup2(action[1], action[2])
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    return pid
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable or "/usr/bin/python3"
+
+
+def _shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
