@@ -15,6 +15,7 @@ from ringfence.cli.keys import keys
 from ringfence.cli.proposals import approve, proposals, propose, reject
 from ringfence.cli.sandbox import sandbox
 from ringfence.cli.serve import serve
+from ringfence.cli.template import template
 
 __all__ = ["main"]
 
@@ -33,6 +34,7 @@ main.add_command(keys)
 main.add_command(sandbox)
 main.add_command(files)
 main.add_command(audit)
+main.add_command(template)
 main.add_command(propose)
 main.add_command(proposals)
 main.add_command(approve)
