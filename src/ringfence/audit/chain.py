@@ -35,6 +35,7 @@ __all__ = [
 GENESIS = "0" * 64
 SEAL_ACTION = "audit.seal"
 SYSTEM = "ringfence"  # the actor of what the server does by itself
+SEAL_TENANT, SEAL_TARGET, SEAL_OUTCOME = "", "audit", "ok"  # every seal's, fixed
 _FIELDS = ("seq", "at", "tenant", "actor", "action", "target", "outcome", "details", "prev_hash")
 
 
@@ -146,5 +147,13 @@ def chain(
 
 
 def seal_message(seq: int, at: str, prev_hash: str) -> bytes:
-    """What a seal's signature signs: its own position and time, and the hash it follows."""
-    return f"ringfence-audit-seal:v1\n{seq}\n{at}\n{prev_hash}".encode()
+    """What a seal's signature signs: its whole place in the chain and what it is, i.e.
+    every field of the seal record but its details (which hold the signature).
+
+    A seal's tenant, actor, action, target and outcome are fixed: only a record with exactly
+    these is a seal, so signing its position, time and predecessor covers all of it.
+    """
+    return (
+        f"ringfence-audit-seal:v1\n{seq}\n{at}\n{prev_hash}\n"
+        f"{SEAL_TENANT}\n{SYSTEM}\n{SEAL_ACTION}\n{SEAL_TARGET}\n{SEAL_OUTCOME}"
+    ).encode()

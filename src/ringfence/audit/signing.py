@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from ringfence.audit.chain import seal_message
 from ringfence.errors import InvalidRequest
 
-__all__ = ["KEY_FILE", "SealKey", "check_seal"]
+__all__ = ["KEY_FILE", "SealKey", "check_seal", "parse_public_key"]
 
 KEY_FILE = "audit-seal-key"
 
@@ -72,16 +72,21 @@ class SealKey:
         return {"public_key": self.public_key, "signature": base64.b64encode(signature).decode()}
 
 
+def parse_public_key(public_key: str) -> Ed25519PublicKey:
+    """Raises ``InvalidRequest`` when ``public_key`` is not a base64 Ed25519 public key."""
+    try:
+        return Ed25519PublicKey.from_public_bytes(base64.b64decode(public_key, validate=True))
+    except ValueError as exc:
+        raise InvalidRequest(f"not an Ed25519 public key (base64 of 32 bytes): {exc}") from exc
+
+
 def check_seal(seq: int, at: str, prev_hash: str, details: dict[str, Any], public_key: str) -> bool:
     """Whether ``details`` hold a valid signature by ``public_key`` (base64) for that place.
 
     Raises:
         InvalidRequest: ``public_key`` is not a base64 Ed25519 public key.
     """
-    try:
-        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(public_key, validate=True))
-    except ValueError as exc:
-        raise InvalidRequest(f"not an Ed25519 public key (base64 of 32 bytes): {exc}") from exc
+    key = parse_public_key(public_key)
     try:
         signature = base64.b64decode(str(details.get("signature", "")), validate=True)
         key.verify(signature, seal_message(seq, at, prev_hash))

@@ -12,8 +12,18 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ringfence.audit.chain import GENESIS, SEAL_ACTION, AuditRecord, record_hash
-from ringfence.audit.signing import check_seal
+from ringfence.audit.chain import (
+    GENESIS,
+    SEAL_ACTION,
+    SEAL_OUTCOME,
+    SEAL_TARGET,
+    SEAL_TENANT,
+    SYSTEM,
+    AuditRecord,
+    record_hash,
+)
+from ringfence.audit.signing import check_seal, parse_public_key
+from ringfence.errors import InvalidRequest
 
 __all__ = ["Problem", "Verdict", "verify_export"]
 
@@ -46,6 +56,8 @@ def verify_export(lines: Iterable[str], public_key: str | None = None) -> Verdic
     Raises:
         InvalidRequest: ``public_key`` is not a base64 Ed25519 public key.
     """
+    if public_key is not None:
+        parse_public_key(public_key)  # a bad pinned key is the caller's error, said at once
     key, pinned = public_key, public_key is not None
     previous: AuditRecord | None = None
     count = seals = 0
@@ -68,7 +80,8 @@ def verify_export(lines: Iterable[str], public_key: str | None = None) -> Verdic
             return verdict(Problem(line_no, None, "an empty line"))
         try:
             record = AuditRecord.from_json(json.loads(text))
-        except (ValueError, TypeError) as exc:
+            computed = record_hash(record.to_json())
+        except (ValueError, TypeError, RecursionError) as exc:
             return verdict(Problem(line_no, None, f"not an audit record: {exc}"))
         expected_seq = previous.seq + 1 if previous else 1
         if record.seq != expected_seq:
@@ -90,15 +103,26 @@ def verify_export(lines: Iterable[str], public_key: str | None = None) -> Verdic
                     "a record was changed, deleted, inserted or moved",
                 )
             )
-        if record_hash(record.to_json()) != record.hash:
+        if computed != record.hash:
             return verdict(Problem(line_no, record.seq, "its content does not match its hash"))
         if record.action == SEAL_ACTION:
+            if (record.tenant, record.actor, record.target, record.outcome) != (
+                SEAL_TENANT,
+                SYSTEM,
+                SEAL_TARGET,
+                SEAL_OUTCOME,
+            ) or set(record.details) != {"public_key", "signature"}:
+                return verdict(Problem(line_no, record.seq, "a seal with altered fields"))
             embedded = record.details.get("public_key")
             if key is None and isinstance(embedded, str):
                 key = embedded
-            if key is None or not check_seal(
-                record.seq, record.at, record.prev_hash, record.details, key
-            ):
+            try:
+                valid = key is not None and check_seal(
+                    record.seq, record.at, record.prev_hash, record.details, key
+                )
+            except InvalidRequest:  # the file's own key is not a key: pinned ones are checked
+                valid = False
+            if not valid:
                 return verdict(
                     Problem(line_no, record.seq, "a seal whose signature does not verify")
                 )
