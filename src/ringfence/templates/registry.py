@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ringfence.backends.local.rootfs import GENERATED_ETC
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, NotFound, RingfenceError, SandboxError
 
@@ -182,6 +183,7 @@ class Registry:
         """
         rootfs = staging / ROOTFS
         rootfs.chmod(0o755)
+        _placeholders(rootfs)
         metadata = {
             "name": name,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -243,6 +245,21 @@ class Registry:
     def _not_found(self, name: str) -> str:
         known = ", ".join(t.name for t in self.list()) or "none"
         return f"no template {name!r} in {self.root} (known: {known})"
+
+
+def _placeholders(rootfs: Path) -> None:
+    """Empty ``etc/passwd``, ``group``, ``hosts``, ``hostname`` where the image lacks them:
+    the local backend binds its generated files only over files that exist (it cannot
+    create one in a read-only ``/etc``), and without them the sandbox user has no name."""
+    etc = rootfs / "etc"
+    if etc.is_symlink():
+        return
+    etc.mkdir(mode=0o755, exist_ok=True)
+    for name in GENERATED_ETC:
+        path = etc / name
+        if not os.path.lexists(path):
+            path.touch(mode=0o644)
+            path.chmod(0o644)
 
 
 def tree_size(root: Path) -> int:

@@ -1,0 +1,68 @@
+"""Pure helpers of template builds: the progress condenser and the host's mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ringfence.errors import InvalidRequest
+from ringfence.templates.build import Progress, host_mirror
+from ringfence.templates.layers import entry_parts
+
+
+def test_progress_shows_each_stage_once_and_keeps_the_tail() -> None:
+    shown: list[str] = []
+    progress = Progress(shown.append, "debootstrap")
+    lines = [
+        "I: Retrieving InRelease ",
+        "I: Retrieving adduser 3.134",
+        "I: Validating adduser 3.134",
+        "I: Retrieving apt 2.6.1",
+        "I: Validating apt 2.6.1",
+        "I: Extracting zlib1g...",
+        "W: Failure trying to run: chroot",
+        "Get:1 http://deb.debian.org/debian bookworm/main amd64 python3 amd64 3.11.2 [26 kB]",
+        "Setting up python3 (3.11.2-1+b1) ...",
+        "noise",
+    ]
+    for line in lines:
+        progress.feed(line + "\n")
+    assert shown == [
+        "debootstrap: Retrieving InRelease",
+        "debootstrap: retrieving packages",
+        "debootstrap: validating packages",
+        "debootstrap: extracting packages",
+        "debootstrap: W: Failure trying to run: chroot",
+        "debootstrap: downloading packages",
+        "debootstrap: configuring packages",
+    ]
+    assert list(progress.tail)[-1] == "noise"
+
+
+def test_the_mirror_comes_from_this_hosts_apt_sources(tmp_path: Path) -> None:
+    deb822 = tmp_path / "debian.sources"
+    deb822.write_text(
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb\n# a comment\nURIs: http://mirror.example/debian/\nSuites: bookworm\n"
+    )
+    legacy = tmp_path / "sources.list"
+    legacy.write_text("# deb http://commented.example/debian bookworm main\n"
+                      "deb [arch=amd64] https://other.example/debian bookworm main\n")  # fmt: skip
+    assert host_mirror([tmp_path / "missing", deb822]) == "http://mirror.example/debian"
+    assert host_mirror([legacy]) == "https://other.example/debian"
+    assert host_mirror([tmp_path / "missing"]) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "parts"),
+    [("./a/b", ["a", "b"]), ("a//b/", ["a", "b"]), ("./", []), ("a/./b", ["a", "b"])],
+)
+def test_entry_names_are_normalised(name: str, parts: list[str]) -> None:
+    assert entry_parts(name) == parts
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../x", "a/../../x", "a/.."])
+def test_entry_names_that_leave_the_root_are_refused(name: str) -> None:
+    with pytest.raises(InvalidRequest):
+        entry_parts(name)
