@@ -8,7 +8,8 @@ apart without matching message text.
     ├── InvalidRequest          bad input: the caller can fix it          (invalid_request)
     ├── NotFound                no such object in your tenant             (not_found)
     │   ├── ExecutionNotFound   no execution with that id
-    │   └── SandboxNotFound     no sandbox with that id
+    │   ├── SandboxNotFound     no sandbox with that id
+    │   └── ProposalNotFound    no proposal with that id
     ├── DuplicateExecution      an execution with that id already exists  (duplicate_id)
     ├── Conflict                the object's state does not allow it now  (conflict)
     ├── UnknownBackend          SANDBOX_BACKEND names no backend          (unknown_backend)
@@ -39,6 +40,7 @@ __all__ = [
     "Forbidden",
     "InvalidRequest",
     "NotFound",
+    "ProposalNotFound",
     "RingfenceError",
     "SandboxError",
     "SandboxNotFound",
@@ -80,6 +82,10 @@ class ExecutionNotFound(NotFound):
 
 class SandboxNotFound(NotFound):
     """No sandbox with this id exists in the caller's tenant."""
+
+
+class ProposalNotFound(NotFound):
+    """No proposal with this id exists in the caller's tenant."""
 
 
 class DuplicateExecution(RingfenceError):

@@ -218,8 +218,8 @@ async def test_agent_written_text_never_becomes_html(console: Console) -> None:
         assert "\\u202e" in text and "\\u200b" in text, name
     assert "no: &lt;script&gt;" in pages["history"].text
     assert 'value="&#34;&gt;&lt;img' in pages["audit-filter"].text  # the filter echoed back
-    assert "SCRIPT_NAME" in pages["proposal"].text  # env names only: never their values
-    assert "value-not-shown-42" not in pages["proposal"].text
+    # The approver sees every variable with its value: BASH_ENV=... would run code too.
+    assert "SCRIPT_NAME=value-not-shown-42" in pages["proposal"].text
 
 
 async def test_every_console_answer_carries_the_security_headers(console: Console) -> None:

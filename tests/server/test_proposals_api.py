@@ -248,3 +248,34 @@ async def test_another_tenant_sees_no_proposal(
         assert response.status_code == 404
     assert (await api.client.get("/v1/proposals", headers=headers)).json() == []
     assert ProposalState(proposal["state"]) is ProposalState.PENDING
+
+
+async def test_a_proposal_cut_off_by_a_restart_is_marked_failed(api: Api) -> None:
+    proposal = await _propose(api)
+    stored = await api.store.get_proposal("acme", proposal["id"])
+    assert stored is not None
+    running = stored.model_copy(
+        update={"state": ProposalState.EXECUTING, "version": stored.version + 1}
+    )
+    assert await api.store.replace_proposal("acme", running)
+    approvals = api.transport.app.state.approvals  # type: ignore[attr-defined]
+    assert await approvals.reconcile() == 1
+    failed = (await api.client.get(f"/v1/proposals/{proposal['id']}", headers=api.acme)).json()
+    assert failed["state"] == "failed" and "server stopped" in failed["result"]["error"]
+    assert await approvals.reconcile() == 0
+
+
+async def test_a_proposer_is_refused_as_such_whatever_the_digest(
+    api: Api, approvers: tuple[dict[str, str], dict[str, str]]
+) -> None:
+    own = await api.client.post(
+        "/v1/proposals", headers=approvers[0], json={"request": FIX, "rationale": "mine"}
+    )
+    status, body = await _approve(api, approvers[0], own.json(), digest="0" * 64)
+    assert status == 403 and _code(body) == "forbidden"
+    long = await api.client.post(
+        f"/v1/proposals/{own.json()['id']}/reject",
+        headers=approvers[1],
+        json={"reason": "x" * 10_001},
+    )
+    assert long.status_code == 400

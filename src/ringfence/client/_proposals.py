@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ringfence.client._base import Call, _segment, build_request, checked
-from ringfence.errors import InvalidRequest, NotFound, RingfenceError
+from ringfence.errors import InvalidRequest, ProposalNotFound, RingfenceError
 from ringfence.models import ExecutionRequest
 from ringfence.proposals import Proposal, ProposalSpec, ProposalState, Risk
 
@@ -29,10 +29,6 @@ __all__ = ["AsyncProposals", "ProposalNotFound", "Proposals", "WaitTimeout"]
 _FIRST_DELAY = 0.1
 _MAX_DELAY = 2.0
 _GROWTH = 1.5
-
-
-class ProposalNotFound(NotFound):
-    """No proposal with this id in your tenant (another tenant's looks the same)."""
 
 
 class WaitTimeout(RingfenceError):

@@ -59,6 +59,7 @@ def create_app(
         audit.record("", SYSTEM, "server.start", "server", details={"version": __version__})
         await service.reconcile()
         await sandboxes.reconcile()
+        await approvals.reconcile()
         approvals.start()
         try:
             yield

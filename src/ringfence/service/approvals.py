@@ -27,7 +27,7 @@ from typing import Protocol
 
 from ringfence.audit.chain import SYSTEM
 from ringfence.config import Config
-from ringfence.errors import Conflict, Forbidden, InvalidRequest, NotFound, RingfenceError
+from ringfence.errors import Conflict, Forbidden, InvalidRequest, ProposalNotFound, RingfenceError
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 from ringfence.proposals import (
     Decision,
@@ -38,7 +38,7 @@ from ringfence.proposals import (
     request_digest,
 )
 from ringfence.service.audit import AuditLog
-from ringfence.service.executions import ExecutionService
+from ringfence.service.executions import RESTART_ERROR, ExecutionService
 from ringfence.service.keys import Principal
 from ringfence.store import Role, Store
 
@@ -48,10 +48,6 @@ log = logging.getLogger(__name__)
 
 _SWEEP_SECONDS = 5.0
 _DECIDERS = (Role.APPROVER, Role.ADMIN)
-
-
-class ProposalNotFound(NotFound):
-    """No proposal with this id in the caller's tenant."""
 
 
 class Notifier(Protocol):
@@ -78,6 +74,27 @@ class ApprovalService:
         self._clock = clock
         self._runs: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
+
+    async def reconcile(self) -> int:
+        """After a restart: proposals approved or running here can never finish (their
+        executions were marked failed); mark them failed too. Returns how many."""
+        ended = 0
+        for tenant, proposal in await self._store.unfinished_proposals():
+            result = ExecutionResult(
+                execution_id=proposal.execution_id or proposal.request.id,
+                status=Status.FAILED,
+                error=RESTART_ERROR,
+            )
+            with contextlib.suppress(Conflict):
+                failed = await self._change(
+                    tenant, proposal, state=ProposalState.FAILED, result=result
+                )
+                self._audit.record(
+                    tenant, SYSTEM, "proposal.executed", _target(failed), "failed",
+                    {"error": RESTART_ERROR},
+                )  # fmt: skip
+                ended += 1
+        return ended
 
     def start(self) -> None:
         """Start the sweep that expires pending proposals."""
@@ -155,7 +172,11 @@ class ApprovalService:
             Conflict: not pending (decided, expired, running, done), already approved by
                 this key, a digest that is not the request's, or a concurrent decision won.
         """
+        _check_reason(reason, required=False)
         proposal = await self._decidable(caller, proposal_id, "approve")
+        if caller.key_id == proposal.proposed_by:
+            await self._denied(caller, proposal, "approve", "own proposal")
+            raise Forbidden("a proposer cannot approve their own proposal")
         if digest != proposal.digest:
             await self._denied(caller, proposal, "approve", "the digest differs")
             raise Conflict(
@@ -165,9 +186,6 @@ class ApprovalService:
         if request_digest(proposal.request) != proposal.digest:
             await self._denied(caller, proposal, "approve", "the stored request changed")
             raise Conflict("the stored request no longer matches its digest: refused")
-        if caller.key_id == proposal.proposed_by:
-            await self._denied(caller, proposal, "approve", "own proposal")
-            raise Forbidden("a proposer cannot approve their own proposal")
         if any(approval.by == caller.key_id for approval in proposal.approvals):
             await self._denied(caller, proposal, "approve", "approved twice")
             raise Conflict("you already approved this proposal; another approver must")
@@ -205,8 +223,7 @@ class ApprovalService:
         Raises:
             ProposalNotFound, Forbidden (agent keys), Conflict (not pending any more).
         """
-        if not reason.strip():
-            raise InvalidRequest("reason: a rejection says why")
+        _check_reason(reason, required=True)
         proposal = await self._decidable(caller, proposal_id, "reject")
         rejection = Decision(by=caller.key_id, at=self._clock(), reason=reason)
         changed = await self._change(
@@ -337,6 +354,16 @@ class ApprovalService:
                 await self.expire_due()
             except RingfenceError as exc:
                 log.warning("expiring proposals failed: %s", exc)
+
+
+_MAX_REASON = 10_000
+
+
+def _check_reason(reason: str, *, required: bool) -> None:
+    if required and not reason.strip():
+        raise InvalidRequest("reason: a rejection says why")
+    if len(reason) > _MAX_REASON:
+        raise InvalidRequest(f"reason: at most {_MAX_REASON} characters")
 
 
 def _target(proposal: Proposal) -> str:

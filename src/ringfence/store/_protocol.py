@@ -210,4 +210,9 @@ class Store(Protocol):
         ``(tenant, proposal)``."""
         ...
 
+    async def unfinished_proposals(self) -> list[tuple[str, Proposal]]:
+        """Every proposal ``approved`` or ``executing`` (after a restart: never to finish),
+        as ``(tenant, proposal)``."""
+        ...
+
     async def aclose(self) -> None: ...

@@ -169,5 +169,9 @@ class MemoryStore:
             if p.state is ProposalState.PENDING and p.expires_at < now
         ]
 
+    async def unfinished_proposals(self) -> list[tuple[str, Proposal]]:
+        running = (ProposalState.APPROVED, ProposalState.EXECUTING)
+        return [(tenant, p) for tenant, p in self._proposals.values() if p.state in running]
+
     async def aclose(self) -> None:
         pass

@@ -613,6 +613,18 @@ class SqlStore:
             rows = (await connection.execute(query)).all()
         return [(row.tenant, self._proposal(row)) for row in rows]
 
+    async def unfinished_proposals(self) -> list[tuple[str, Proposal]]:
+        """Proposals ``approved`` or ``executing``.
+
+        Raises:
+            StoreError: the database failed, or a stored proposal cannot be read.
+        """
+        running = [ProposalState.APPROVED.value, ProposalState.EXECUTING.value]
+        query = sa.select(_proposals).where(_proposals.c.state.in_(running))
+        async with self._transaction("finding unfinished proposals") as connection:
+            rows = (await connection.execute(query.order_by(_proposals.c.seq))).all()
+        return [(row.tenant, self._proposal(row)) for row in rows]
+
     async def aclose(self) -> None:
         """Close every connection."""
         await self._engine.dispose()

@@ -312,6 +312,9 @@ async def proposals_list_and_expire(store: Store) -> None:
     pending = await store.list_proposals("acme", states=[ProposalState.PENDING])
     assert len(pending) == 2
     assert await store.list_proposals("acme", states=[ProposalState.EXPIRED]) == []
+    running = _proposal("running").model_copy(update={"state": ProposalState.EXECUTING})
+    await store.add_proposal("globex", running)
+    assert [(t, p.id) for t, p in await store.unfinished_proposals()] == [("globex", "running")]
     expired = await store.expired_proposals(datetime.now(UTC))
     assert sorted((tenant, p.id) for tenant, p in expired) == [
         ("acme", "old"),
