@@ -176,9 +176,7 @@ class SandboxService:
         self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", described)
         return sandbox
 
-    async def _abandoned(
-        self, tenant: str, sandbox: Sandbox, recorded: asyncio.Task[None]
-    ) -> None:
+    async def _abandoned(self, tenant: str, sandbox: Sandbox, recorded: asyncio.Task[None]) -> None:
         """Store the end of a sandbox whose creation was given up before it ran."""
         await asyncio.gather(recorded, return_exceptions=True)
         if not recorded.cancelled() and recorded.exception() is None:
