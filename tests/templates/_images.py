@@ -58,18 +58,21 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def docker_archive(path: Path, layers: list[bytes], tag: str = "test/image:latest") -> Path:
-    """The legacy ``docker save`` layout: manifest.json naming ``<id>/layer.tar``."""
+def docker_archive(
+    path: Path, layers: list[bytes], tag: str = "test/image:latest", prefix: str = ""
+) -> Path:
+    """The legacy ``docker save`` layout: manifest.json naming ``<id>/layer.tar``; members
+    named ``prefix + name`` (``./`` as ``tar -C dir -cf x.tar .`` writes them)."""
     with tarfile.open(path, "w") as tar:
         names = []
         for data in layers:
             name = f"{hashlib.sha256(data).hexdigest()}/layer.tar"
-            _add(tar, name, data)
+            _add(tar, prefix + name, data)
             names.append(name)
         config = json.dumps({"architecture": "amd64", "os": "linux"}).encode()
-        _add(tar, "config.json", config)
+        _add(tar, prefix + "config.json", config)
         manifest = [{"Config": "config.json", "RepoTags": [tag], "Layers": names}]
-        _add(tar, "manifest.json", json.dumps(manifest).encode())
+        _add(tar, prefix + "manifest.json", json.dumps(manifest).encode())
     return path
 
 

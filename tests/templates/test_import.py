@@ -20,11 +20,11 @@ def config(open_tmp: Path) -> Config:
     return Config(data_dir=open_tmp / "data")
 
 
-@pytest.mark.parametrize("layout", ["docker", "oci", "oci-flat"])
+@pytest.mark.parametrize("layout", ["docker", "docker-dot", "oci", "oci-flat"])
 def test_layers_apply_in_order_with_whiteouts(config: Config, open_tmp: Path, layout: str) -> None:
     archive = open_tmp / "image.tar"
-    if layout == "docker":
-        docker_archive(archive, busybox_layers())
+    if layout.startswith("docker"):
+        docker_archive(archive, busybox_layers(), prefix="./" if layout == "docker-dot" else "")
     else:
         oci_archive(archive, busybox_layers(), nested=layout == "oci")
     template = import_template(config, "bb", archive)
@@ -33,7 +33,7 @@ def test_layers_apply_in_order_with_whiteouts(config: Config, open_tmp: Path, la
     assert not (root / "etc" / "gone.txt").exists()
     assert sorted(os.listdir(root / "opaque")) == ["new.txt"]
     assert not list(root.rglob(".wh.*"))
-    assert template.metadata["layout"] == layout.removesuffix("-flat")
+    assert template.metadata["layout"] == layout.split("-")[0]
     assert resolve("bb", config) == str(root)
 
 

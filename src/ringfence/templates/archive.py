@@ -89,7 +89,7 @@ def read_image(outer: tarfile.TarFile) -> ImageArchive:
     Raises:
         InvalidRequest: neither layout is there, or it does not hold exactly one image.
     """
-    names = set(outer.getnames())
+    names = {name.removeprefix("./") for name in outer.getnames()}
     if "manifest.json" in names:
         manifest = _json(outer, "manifest.json")
         if not isinstance(manifest, list) or len(manifest) != 1:
@@ -187,10 +187,13 @@ def _json(outer: tarfile.TarFile, name: str) -> Any:
 
 
 def _member(outer: tarfile.TarFile, name: str) -> IO[bytes]:
-    try:
-        f = outer.extractfile(name)  # follows links between members, never outside
-    except KeyError:
-        f = None
+    f = None
+    for candidate in (name, "./" + name):  # `tar -C dir -cf image.tar .` writes ./names
+        try:
+            f = outer.extractfile(candidate)  # follows links between members, never outside
+        except KeyError:
+            continue
+        break
     if f is None:
         raise InvalidRequest(f"the archive lacks {name}, which its manifest names")
     return f
