@@ -98,6 +98,16 @@ class Config(BaseSettings):
     high_risk_approvals: int = Field(
         2, ge=1, le=10, description="Distinct approvers a high-risk proposal needs."
     )
+    templates_dir: Path | None = Field(
+        None,
+        description="Where templates live (readable by the sandbox uid); default: "
+        "ringfence-templates beside the data directory.",
+    )
+    pool_sizes: dict[str, int] = Field(
+        default_factory=lambda: {"base": 2},
+        description="Sandboxes kept ready per template, for creates with default limits "
+        '(JSON, e.g. {"base": 4}; 0 disables).',
+    )
     webhook_urls: list[str] = Field(
         default_factory=list,
         description="URLs told of new proposals and decisions (JSON list in the environment).",

@@ -284,3 +284,10 @@ def _assert_nothing_remains(*sandbox_ids: object) -> None:
     assert not sockets.exists() or list(sockets.iterdir()) == []
     cgroups = list(Path("/sys/fs/cgroup").glob(f"*/**/ringfence/i{os.getpid()}/rf-*"))
     assert cgroups == []
+
+
+async def test_metrics_count_live_sandboxes(live: Api) -> None:
+    await _create(live)
+    text = (await live.client.get("/v1/metrics")).text
+    assert "# TYPE ringfence_sandboxes_running gauge" in text
+    assert "ringfence_sandboxes_running 1\n" in text

@@ -32,6 +32,11 @@ class LiveSandbox(Protocol):
         """Where the control plane reaches the daemon (HTTP over a unix socket)."""
         ...
 
+    @property
+    def running(self) -> bool:
+        """False once it has ended."""
+        ...
+
     async def set_timeout(self, seconds: float) -> None:
         """Kill the sandbox ``seconds`` from now instead of at its earlier deadline."""
         ...

@@ -58,7 +58,8 @@ async def _serve(config: Config, host: str, port: int) -> None:
     from ringfence.service.audit import AuditLog
     from ringfence.service.executions import ExecutionService
     from ringfence.service.keys import FIRST_TENANT, bootstrap_admin_key
-    from ringfence.service.sandboxes import SandboxService
+    from ringfence.service.pool import WarmPool
+    from ringfence.service.sandboxes import SandboxService, template_image
     from ringfence.service.webhooks import WebhookNotifier
     from ringfence.store.factory import open_store
 
@@ -75,7 +76,12 @@ async def _serve(config: Config, host: str, port: int) -> None:
     audit = AuditLog(store, SealKey.load_or_create(config.data_dir))
     service = ExecutionService(store, executor, config, audit)
     runtime = create_sandbox_runtime(executor, config)
-    sandboxes = SandboxService(store, runtime, config, audit)
+    pool = None
+    if runtime is not None and any(config.pool_sizes.values()):
+        pool = WarmPool(
+            runtime, config, config.pool_sizes, lambda name: template_image(name, config)
+        )
+    sandboxes = SandboxService(store, runtime, config, audit, pool)
     notifier = None
     if config.webhook_urls:
         if not config.webhook_secret:

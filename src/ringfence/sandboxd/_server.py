@@ -5,7 +5,9 @@ Services are imported on their first call, so an idle daemon holds only the HTTP
 
 from __future__ import annotations
 
-from ._codec import b64decode, dumps
+import os
+
+from ._codec import b64decode, dumps, loads
 from ._connect import error_body
 from ._errors import RpcError, http_status
 from ._http import Closed, Conn, HttpError, read_request
@@ -114,6 +116,29 @@ class Server:
                 f"unprivileged user {self.user!r}",
             )
 
+    def _init(self, request: Request, conn: Conn) -> None:
+        """``POST /init {"envVars": {...}}``: the environment every later process starts
+        with (the host binds a pooled sandbox to its claimer this way, as E2B's orchestrator
+        does with envd's /init)."""
+        raw = request.body.read_all(1 << 20)
+        try:
+            body = loads(raw or b"{}")
+            env = body.get("envVars") or {}
+            if not isinstance(env, dict) or not all(
+                isinstance(k, str)
+                and isinstance(v, str)
+                and k
+                and "=" not in k
+                and "\0" not in k + v
+                for k, v in env.items()
+            ):
+                raise ValueError("envVars must map names to strings")
+        except (ValueError, AttributeError) as exc:
+            conn.respond(400, _JSON, dumps({"code": 400, "message": str(exc)}).encode())
+            return
+        os.environ.update(env)
+        conn.respond(204, [])
+
     def _dispatch(self, request: Request, conn: Conn) -> None:
         path = request.path
         if path == "/health" and request.method in ("GET", "HEAD"):
@@ -123,6 +148,9 @@ class Server:
             from . import _filehttp
 
             _filehttp.serve(self, request, conn)
+            return
+        if path == "/init" and request.method == "POST":
+            self._init(request, conn)
             return
         if path in ("/execute", "/contexts") or path.startswith("/contexts/"):
             from . import _code

@@ -61,6 +61,7 @@ def create_app(
         await sandboxes.reconcile()
         await approvals.reconcile()
         approvals.start()
+        sandboxes.start()
         try:
             yield
         finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlencode
@@ -150,6 +151,22 @@ class DaemonClient:
             raise SandboxNotRunning(
                 f"sandbox {self.sandbox_id}: its daemon answered /health with "
                 f"HTTP {response.status_code}"
+            )
+
+    async def init(self, env: Mapping[str, str]) -> None:
+        """Set the environment every later process of the sandbox starts with.
+
+        Raises:
+            SandboxNotRunning: the daemon cannot be reached or refused.
+        """
+        body = json.dumps({"envVars": dict(env)}).encode()
+        response = await self.send(
+            "POST", "/init", headers={"content-type": "application/json"}, content=body
+        )
+        await response.aread()
+        if response.status_code != 204:
+            raise SandboxNotRunning(
+                f"sandbox {self.sandbox_id}: its daemon refused /init (HTTP {response.status_code})"
             )
 
     async def send(

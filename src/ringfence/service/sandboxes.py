@@ -30,6 +30,7 @@ from ringfence.errors import (
 )
 from ringfence.models import (
     ExecutionResult,
+    ResourceLimits,
     Sandbox,
     SandboxSpec,
     SandboxState,
@@ -38,18 +39,20 @@ from ringfence.models import (
 from ringfence.service.audit import AuditLog
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.policy import check_limits, check_timeout
+from ringfence.service.pool import PoolStats, Warm, WarmPool
 from ringfence.store import Store
+from ringfence.templates import TemplateNotFound
+from ringfence.templates import resolve as resolve_template
 
-__all__ = ["RESTART_ERROR", "SANDBOX_ID_VARIABLE", "SandboxService"]
+__all__ = ["RESTART_ERROR", "SANDBOX_ID_VARIABLE", "SandboxService", "template_image"]
 
 log = logging.getLogger(__name__)
 
 # Set in every sandbox: commands may want to know where they run.
 SANDBOX_ID_VARIABLE = "RINGFENCE_SANDBOX_ID"
 RESTART_ERROR = "the server stopped while this sandbox ran; the sandbox was killed with it"
-# Templates this server knows, and the root filesystem each one is. (Built templates come
-# with the templates issue; until then "base" is the host's system directories.)
-_TEMPLATES = {"base": None}  # None: the configured default image
+# Without a built template of that name, "base" is the host's system directories.
+_BUILTIN_TEMPLATE = "base"
 _DAEMON_START_SECONDS = 10.0
 
 
@@ -73,15 +76,28 @@ class SandboxService:
         runtime: SandboxRuntime | None,
         config: Config,
         audit: AuditLog | None = None,
+        pool: WarmPool | None = None,
     ) -> None:
         """``runtime`` None: this server's backend cannot run interactive sandboxes.
-        ``audit`` None: nothing is recorded."""
+        ``audit`` None: nothing is recorded. ``pool``: ready sandboxes to claim."""
         self._store = store
         self._runtime = runtime
         self._config = config
         self._audit = audit
+        self._pool = pool
         self._live: dict[str, _Live] = {}
         self._watchers: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        """Start filling the warm pool (in the event loop that serves)."""
+        if self._pool is not None:
+            self._pool.start()
+
+    def pool_stats(self) -> dict[str, PoolStats]:
+        return self._pool.stats() if self._pool is not None else {}
+
+    def running_count(self) -> int:
+        return len(self._live)
 
     async def reconcile(self) -> int:
         """After a restart: sandboxes recorded as running died with the server that ran
@@ -92,13 +108,21 @@ class SandboxService:
             log.warning("sandbox %s/%s was cut off by a restart", tenant, sandbox.id)
         return len(ended)
 
-    def check_policy(self, spec: SandboxSpec) -> None:
-        """Raises ``InvalidRequest`` for an unknown template or limits above the ceilings."""
-        if spec.template not in _TEMPLATES:
-            known = ", ".join(sorted(_TEMPLATES))
-            raise InvalidRequest(f"template: no template {spec.template!r} (known: {known})")
+    def check_policy(self, spec: SandboxSpec) -> str:
+        """The root filesystem of the spec's template, if the spec is allowed here.
+
+        Raises:
+            TemplateNotFound: no such template.
+            InvalidRequest: limits or timeout above the operator's ceilings.
+        """
+        image = self.image_for(spec.template)
         check_limits(spec.limits, self._config)
         check_timeout(spec.timeout, self._config)
+        return image
+
+    def image_for(self, template: str) -> str:
+        """Raises ``TemplateNotFound`` or ``TemplateUnusable`` (see ``template_image``)."""
+        return template_image(template, self._config)
 
     async def create(self, tenant: str, spec: SandboxSpec, *, actor: str = SYSTEM) -> Sandbox:
         """Start a sandbox and return it once its daemon answers.
@@ -107,7 +131,7 @@ class SandboxService:
             InvalidRequest: the spec is not allowed here.
             SandboxError: the sandbox could not start (recorded as failed, with why).
         """
-        self.check_policy(spec)
+        image = self.check_policy(spec)
         if self._runtime is None:
             raise InvalidRequest(
                 f"the {self._config.backend} backend cannot run interactive sandboxes "
@@ -126,8 +150,15 @@ class SandboxService:
             created_at=now,
             expires_at=now + timedelta(seconds=timeout),
         )
+        if self._pool is not None:
+            if spec.limits == ResourceLimits():  # what the pool's sandboxes have
+                warm = self._pool.claim(spec.template)
+                if warm is not None:
+                    return await self._bind(warm, tenant, sandbox, spec, timeout, actor)
+            else:
+                self._pool.pass_over(spec.template)
         launch = LaunchSpec(
-            image=_TEMPLATES[spec.template] or self._config.default_image,
+            image=image,
             env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
             limits=sandbox.limits,
             timeout=timeout,
@@ -174,6 +205,35 @@ class SandboxService:
             await asyncio.shield(live.kill())
             raise
         self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", described)
+        return sandbox
+
+    async def _bind(
+        self,
+        warm: Warm,
+        tenant: str,
+        sandbox: Sandbox,
+        spec: SandboxSpec,
+        timeout: float,
+        actor: str,
+    ) -> Sandbox:
+        """Make a pooled sandbox the claimer's: its id, environment and timeout."""
+        warm.daemon.sandbox_id = sandbox.id
+        entry = _Live(tenant, warm.live, warm.daemon, asyncio.get_running_loop().create_future())
+        self._live[sandbox.id] = entry
+        watcher = asyncio.create_task(self._watch(sandbox, entry))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+        try:
+            await self._store.add_sandbox(tenant, sandbox)
+            await warm.live.set_timeout(timeout)
+            await warm.daemon.init({**spec.env, SANDBOX_ID_VARIABLE: sandbox.id})
+        except BaseException as exc:
+            entry.failure = f"its claim from the pool failed: {exc}"
+            await asyncio.shield(warm.live.kill())
+            raise
+        details = {"template": spec.template, "timeout": timeout, "pooled": True,
+                   "env": sorted(spec.env), "metadata": spec.metadata}  # fmt: skip
+        self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", details)
         return sandbox
 
     async def _abandoned(self, tenant: str, sandbox: Sandbox, recorded: asyncio.Task[None]) -> None:
@@ -269,7 +329,9 @@ class SandboxService:
             self._audit.record(tenant, actor, action, f"sandbox:{sandbox_id}", outcome, details)
 
     async def aclose(self) -> None:
-        """Kill every sandbox and wait until each end is stored."""
+        """Kill every sandbox (and the pool's) and wait until each end is stored."""
+        if self._pool is not None:
+            await self._pool.aclose()
         entries = list(self._live.values())
         await asyncio.gather(*(e.sandbox.kill() for e in entries), return_exceptions=True)
         await asyncio.gather(*self._watchers, return_exceptions=True)
@@ -305,6 +367,21 @@ class SandboxService:
             del self._live[sandbox.id]
             await entry.daemon.aclose()
             entry.ended.set_result(ended)
+
+
+def template_image(template: str, config: Config) -> str:
+    """The root filesystem of ``template`` (``base``: the host's, unless one is built).
+
+    Raises:
+        TemplateNotFound: no such template.
+        TemplateUnusable: it exists but the sandbox user cannot use it safely.
+    """
+    try:
+        return resolve_template(template, config)
+    except TemplateNotFound:
+        if template == _BUILTIN_TEMPLATE:
+            return config.default_image
+        raise
 
 
 def _ending(result: ExecutionResult) -> tuple[SandboxState, str | None]:

@@ -64,9 +64,8 @@ class Template:
 
 def templates_dir(config: Config) -> Path:
     """The directory that holds every template for ``config``."""
-    configured = getattr(config, "templates_dir", None)  # a setting, once Config has it
-    if isinstance(configured, Path | str):
-        return Path(configured)
+    if config.templates_dir is not None:
+        return config.templates_dir
     return config.data_dir.parent / "ringfence-templates"
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
 from ringfence import __version__
@@ -33,3 +34,33 @@ async def health() -> Health:
 @router.get("/whoami", response_model=Identity, summary="The tenant and role of your key")
 async def whoami(caller: Caller) -> Identity:
     return Identity(tenant=caller.tenant, role=caller.role, key_id=caller.key_id)
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    summary="Prometheus metrics: the warm pool and live sandboxes (no key needed)",
+)
+async def metrics(request: Request) -> str:
+    """Counts only (no tenant's data): sandboxes alive on this server, and per template the
+    pool's ready sandboxes, its target, and claims served from it (hits) or not (misses)."""
+    sandboxes = request.app.state.sandboxes
+    lines = [
+        "# HELP ringfence_sandboxes_running Interactive sandboxes alive on this server.",
+        "# TYPE ringfence_sandboxes_running gauge",
+        f"ringfence_sandboxes_running {sandboxes.running_count()}",
+    ]
+    stats = sandboxes.pool_stats()
+    for name, kind, help_text in (
+        ("pool_ready", "gauge", "Sandboxes ready in the warm pool."),
+        ("pool_target", "gauge", "Sandboxes the warm pool keeps ready."),
+        ("pool_hits_total", "counter", "Creates served from the warm pool."),
+        ("pool_misses_total", "counter", "Creates the warm pool could not serve."),
+    ):
+        lines += [f"# HELP ringfence_{name} {help_text}", f"# TYPE ringfence_{name} {kind}"]
+        field = {"pool_ready": "size", "pool_target": "target"}.get(name, name.split("_")[1])
+        lines += [
+            f'ringfence_{name}{{template="{template}"}} {getattr(stat, field)}'
+            for template, stat in sorted(stats.items())
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,170 @@
+"""The warm pool: per template, sandboxes started ahead of time, handed out in milliseconds.
+
+A pooled sandbox is started with the default limits, no environment of anyone's and a long
+idle deadline, and its daemon is checked healthy before it joins the pool. A create that
+asks for nothing the pool cannot give (default limits) claims one: it is then bound to its
+claimer (the environment and sandbox id through the daemon's ``/init``, the timeout moved
+to the claimer's) and never goes back; the pool refills in the background. No sandbox ever
+serves two claims, so nothing of one claim can be seen by the next. A pooled sandbox that
+idles past ``_IDLE_SECONDS`` expires and is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
+from ringfence.config import Config
+from ringfence.errors import RingfenceError
+from ringfence.service.daemon_client import DaemonClient
+
+__all__ = ["PoolStats", "Warm", "WarmPool"]
+
+log = logging.getLogger(__name__)
+
+_IDLE_SECONDS = 3600.0
+_HEALTH_SECONDS = 10.0
+_RETRY_SECONDS = 5.0  # after a failed start, before the next attempt
+
+
+@dataclass
+class Warm:
+    """A ready sandbox, as claimed."""
+
+    live: LiveSandbox
+    daemon: DaemonClient
+
+
+@dataclass
+class PoolStats:
+    size: int = 0  # ready now
+    target: int = 0
+    hits: int = 0
+    misses: int = 0
+
+
+@dataclass
+class _Template:
+    image: str
+    target: int
+    ready: collections.deque[Warm] = field(default_factory=collections.deque)
+    stats: PoolStats = field(default_factory=PoolStats)
+    wanted: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class WarmPool:
+    def __init__(
+        self,
+        runtime: SandboxRuntime,
+        config: Config,
+        sizes: Mapping[str, int],
+        image_for: Callable[[str], str],
+    ) -> None:
+        """``sizes``: template -> how many to keep ready (0 disables); ``image_for``: the
+        root filesystem of a template."""
+        self._runtime = runtime
+        self._config = config
+        self._templates = {
+            name: _Template(image_for(name), size) for name, size in sizes.items() if size > 0
+        }
+        self._fillers: list[asyncio.Task[None]] = []
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        if not self._fillers:
+            self._fillers = [
+                asyncio.create_task(self._fill(name, template))
+                for name, template in self._templates.items()
+            ]
+
+    def claim(self, template: str) -> Warm | None:
+        """A ready sandbox of ``template``, now (counted as a hit), or None (a miss)."""
+        pool = self._templates.get(template)
+        if pool is None:
+            return None
+        while pool.ready:
+            warm = pool.ready.popleft()
+            pool.wanted.set()
+            if warm.live.running:
+                pool.stats.hits += 1
+                return warm
+        pool.stats.misses += 1
+        pool.wanted.set()
+        return None
+
+    def pass_over(self, template: str) -> None:
+        """A create of ``template`` that the pool cannot serve (it asked for other limits):
+        counted as a miss."""
+        pool = self._templates.get(template)
+        if pool is not None:
+            pool.stats.misses += 1
+
+    def stats(self) -> dict[str, PoolStats]:
+        for pool in self._templates.values():
+            pool.stats.size, pool.stats.target = len(pool.ready), pool.target
+        return {name: pool.stats for name, pool in self._templates.items()}
+
+    async def aclose(self) -> None:
+        for filler in self._fillers:
+            filler.cancel()
+        for filler in self._fillers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await filler
+        self._fillers = []
+        for watcher in self._watchers:
+            watcher.cancel()
+        idle = [warm for pool in self._templates.values() for warm in pool.ready]
+        for pool in self._templates.values():
+            pool.ready.clear()
+        await asyncio.gather(*(_discard(warm) for warm in idle), return_exceptions=True)
+
+    async def _fill(self, name: str, pool: _Template) -> None:
+        while True:
+            if len(pool.ready) >= pool.target:
+                pool.wanted.clear()
+                await pool.wanted.wait()
+                continue
+            try:
+                warm = await self._start(pool.image)
+            except RingfenceError as exc:
+                log.warning("could not start a pooled %s sandbox: %s", name, exc.message)
+                await asyncio.sleep(_RETRY_SECONDS)
+                continue
+            pool.ready.append(warm)
+            watcher = asyncio.create_task(self._forget_when_ended(pool, warm))
+            self._watchers.add(watcher)
+            watcher.add_done_callback(self._watchers.discard)
+
+    async def _start(self, image: str) -> Warm:
+        spec = LaunchSpec(
+            image=image, env={}, limits=self._config.default_limits, timeout=_IDLE_SECONDS
+        )
+        live = await self._runtime.start(spec)
+        daemon = DaemonClient("pooled", live.socket_path)
+        try:
+            await daemon.health(_HEALTH_SECONDS)
+        except BaseException:
+            await _discard(Warm(live, daemon))
+            raise
+        return Warm(live, daemon)
+
+    @staticmethod
+    async def _forget_when_ended(pool: _Template, warm: Warm) -> None:
+        """An idle pooled sandbox that ends (its idle deadline) leaves the pool."""
+        await warm.live.ended()
+        try:
+            pool.ready.remove(warm)
+        except ValueError:
+            return  # it was claimed: its new owner ends it
+        pool.wanted.set()
+        await warm.daemon.aclose()
+
+
+async def _discard(warm: Warm) -> None:
+    await warm.live.kill()
+    await warm.daemon.aclose()
