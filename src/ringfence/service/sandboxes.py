@@ -223,10 +223,12 @@ class SandboxService:
         watcher = asyncio.create_task(self._watch(sandbox, entry))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
-        try:
-            await self._store.add_sandbox(tenant, sandbox)
-            await warm.live.set_timeout(timeout)
-            await warm.daemon.init({**spec.env, SANDBOX_ID_VARIABLE: sandbox.id})
+        try:  # the three at once: a claim is meant to take milliseconds
+            await asyncio.gather(
+                self._store.add_sandbox(tenant, sandbox),
+                warm.live.set_timeout(timeout),
+                warm.daemon.init({**spec.env, SANDBOX_ID_VARIABLE: sandbox.id}),
+            )
         except BaseException as exc:
             entry.failure = f"its claim from the pool failed: {exc}"
             await asyncio.shield(warm.live.kill())
