@@ -253,3 +253,18 @@ def test_a_killed_server_leaves_no_sandbox_and_marks_its_sandboxes_failed(
         f"{server.url}/v1/sandboxes/{ids[0]}/rpc/process.Process/List", headers=admin, json={}
     )
     assert gone.status_code == 409 and gone.json()["error"]["code"] == "sandbox_not_running"
+
+
+def test_a_server_refuses_another_seal_key_than_its_logs(server: Server) -> None:
+    server.start()
+    server.stop()  # sealed at shutdown, by the data directory's key
+    key_file = server.data_dir / "audit-seal-key"
+    key_file.unlink()  # lost, and about to be made anew
+    refused = subprocess.run(
+        [RINGFENCE, "serve", "--port", str(server.port), *server.args()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 125, refused.stderr
+    assert "sealed by the key" in refused.stderr and "Traceback" not in refused.stderr

@@ -74,6 +74,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
             err=True,
         )
     audit = AuditLog(store, SealKey.load_or_create(config.data_dir))
+    await audit.check_key()  # fails closed: a log no export of which could verify
     service = ExecutionService(store, executor, config, audit)
     runtime = create_sandbox_runtime(executor, config)
     pool = None

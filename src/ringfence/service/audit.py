@@ -19,7 +19,7 @@ from typing import Any
 
 from ringfence.audit.chain import SEAL_ACTION, SYSTEM, AuditEvent, AuditRecord
 from ringfence.audit.signing import SealKey
-from ringfence.errors import RingfenceError
+from ringfence.errors import RingfenceError, StoreError
 from ringfence.store import AuditQuery, Store
 
 __all__ = ["AuditLog"]
@@ -45,6 +45,22 @@ class AuditLog:
     def public_key(self) -> str:
         """The base64 Ed25519 key that checks this log's seals."""
         return self._key.public_key
+
+    async def check_key(self) -> None:
+        """Refuse a seal key other than the one that sealed this log first: one seal by
+        another key would make every later export fail verification.
+
+        Raises:
+            StoreError: the log was sealed by another key (the message says which).
+        """
+        first = await self._store.list_audit(AuditQuery(action=SEAL_ACTION, limit=1))
+        sealed_by = first[0].details.get("public_key") if first else None
+        if sealed_by is not None and sealed_by != self._key.public_key:
+            raise StoreError(
+                f"this audit log was sealed by the key {sealed_by}, but the data directory "
+                f"holds {self._key.public_key}: restore its audit-seal-key (every replica "
+                "needs the same one)"
+            )
 
     def start(self) -> None:
         """Start the writer (inside the event loop that will call ``record``)."""
