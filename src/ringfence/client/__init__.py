@@ -1,7 +1,7 @@
 """The Python SDK.
 
 - ``AsyncSandbox`` (source of truth) and its blocking twin ``Sandbox``: interactive sandboxes
-  with ``commands`` and ``files``, shaped like E2B's SDK.
+  with ``commands``, ``files`` and code contexts (``run_code``), shaped like E2B's SDK.
 - ``AsyncRingfence`` (source of truth) and its blocking twin ``Ringfence``: one-shot
   executions, and proposals (remediations that run once a human approves them).
 
@@ -9,6 +9,15 @@ Importing it loads neither the server, the store nor any backend.
 """
 
 from ringfence.client._async import AsyncRingfence
+from ringfence.client._code import (
+    Context,
+    ContextNotFound,
+    Execution,
+    ExecutionError,
+    Logs,
+    OutputMessage,
+    Result,
+)
 from ringfence.client._commands import AsyncCommandHandle, AsyncCommands
 from ringfence.client._errors import (
     CommandExitError,
@@ -47,13 +56,19 @@ __all__ = [
     "CommandResult",
     "CommandTimeout",
     "Commands",
+    "Context",
+    "ContextNotFound",
     "EntryInfo",
     "EventType",
+    "Execution",
+    "ExecutionError",
     "FileNotFound",
     "FileType",
     "Files",
     "FilesystemEvent",
+    "Logs",
     "OutputChunk",
+    "OutputMessage",
     "ProcessInfo",
     "ProcessNotFound",
     "Proposal",
@@ -61,6 +76,7 @@ __all__ = [
     "ProposalState",
     "Proposals",
     "ResourceExhausted",
+    "Result",
     "Ringfence",
     "Risk",
     "Sandbox",

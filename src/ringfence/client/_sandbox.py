@@ -10,6 +10,7 @@ Configured by arguments, else ``RINGFENCE_URL`` and ``RINGFENCE_API_KEY``.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
@@ -17,6 +18,14 @@ from typing import Any
 import httpx
 
 from ringfence.client import _base
+from ringfence.client._code import (
+    AsyncCode,
+    Context,
+    ErrorCallback,
+    Execution,
+    OutputCallback,
+    ResultCallback,
+)
 from ringfence.client._commands import AsyncCommands
 from ringfence.client._files import AsyncFiles
 from ringfence.client._link import Link, http_client
@@ -79,6 +88,7 @@ class AsyncSandbox:
         self._info = info
         self.commands = AsyncCommands(link)
         self.files = AsyncFiles(link)
+        self._code = AsyncCode(link)
 
     @property
     def id(self) -> str:
@@ -196,6 +206,75 @@ class AsyncSandbox:
         error; the answer is its final record. Raises ``SandboxNotFound``."""
         self._info = SandboxInfo.model_validate(await self._link.rest("DELETE"))
         return self._info
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        context: Context | str | None = None,
+        language: str | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        on_result: ResultCallback | None = None,
+        on_error: ErrorCallback | None = None,
+        envs: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Execution:
+        """Run a cell of code in a persistent context and wait for it to finish.
+
+        Without ``context``, the cell runs in the sandbox's default context of ``language``
+        (``"python"`` unless given; ``"bash"`` too). Variables, imports and the working
+        directory stay for the next cell of that context. An exception in the cell is not
+        raised: it is ``Execution.error``. The callbacks (plain or async functions) get each
+        ``OutputMessage``, ``Result`` and ``ExecutionError`` as it arrives. ``envs`` hold for
+        this cell only. At ``timeout`` seconds (none by default) the cell is interrupted
+        (``KeyboardInterrupt``) and the context kept. Cancelling the call stops reading; the
+        cell runs on.
+
+        Raises:
+            InvalidRequest: both ``context`` and ``language``, an unknown language.
+            ContextNotFound: no such context (removed?).
+            SandboxNotRunning: the sandbox has ended (also while the cell ran).
+            SandboxError: the answer broke off, or was over its size caps.
+            SandboxNotFound, ServerUnreachable.
+        """
+        return await self._code.run(
+            code, context=context, language=language, on_stdout=on_stdout,
+            on_stderr=on_stderr, on_result=on_result, on_error=on_error, envs=envs,
+            timeout=timeout,
+        )  # fmt: skip
+
+    async def create_code_context(
+        self, language: str | None = None, cwd: str | None = None
+    ) -> Context:
+        """A new context (its own interpreter) of ``language`` (default Python), started in
+        ``cwd`` (default /home/user).
+
+        Raises:
+            InvalidRequest: an unknown language, a ``cwd`` that is not a directory.
+            ResourceExhausted: the sandbox has as many contexts as it may.
+        """
+        return await self._code.create_context(language, cwd)
+
+    async def list_code_contexts(self) -> builtins.list[Context]:
+        """The sandbox's code contexts (the default ones, once used, among them)."""
+        return await self._code.list_contexts()
+
+    async def restart_code_context(self, context: Context | str) -> None:
+        """A fresh interpreter for the context: its state is dropped, its id kept.
+
+        Raises:
+            ContextNotFound.
+        """
+        await self._code.restart_context(context)
+
+    async def remove_code_context(self, context: Context | str) -> None:
+        """Stop the context's interpreter and forget it.
+
+        Raises:
+            ContextNotFound.
+        """
+        await self._code.remove_context(context)
 
     async def aclose(self) -> None:
         """Release this object's connections; the sandbox keeps running."""

@@ -7,12 +7,15 @@ Output callbacks run in that thread.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, overload
 
 from ringfence.client import _portal
+from ringfence.client._code import Context, ErrorCallback, Execution, ResultCallback
+from ringfence.client._code import OutputCallback as CodeOutputCallback
 from ringfence.client._commands import AsyncCommandHandle, AsyncCommands, OutputCallback
 from ringfence.client._files import AsyncFiles, AsyncWatchHandle, WriteData, WriteInfo
 from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
@@ -101,6 +104,40 @@ class Sandbox:
 
     def kill(self) -> SandboxInfo:
         return run(self._inner.kill())
+
+    def run_code(
+        self,
+        code: str,
+        *,
+        context: Context | str | None = None,
+        language: str | None = None,
+        on_stdout: CodeOutputCallback | None = None,
+        on_stderr: CodeOutputCallback | None = None,
+        on_result: ResultCallback | None = None,
+        on_error: ErrorCallback | None = None,
+        envs: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Execution:
+        """See ``AsyncSandbox.run_code``."""
+        return run(
+            self._inner.run_code(
+                code, context=context, language=language, on_stdout=on_stdout,
+                on_stderr=on_stderr, on_result=on_result, on_error=on_error, envs=envs,
+                timeout=timeout,
+            )
+        )  # fmt: skip
+
+    def create_code_context(self, language: str | None = None, cwd: str | None = None) -> Context:
+        return run(self._inner.create_code_context(language, cwd))
+
+    def list_code_contexts(self) -> builtins.list[Context]:
+        return run(self._inner.list_code_contexts())
+
+    def restart_code_context(self, context: Context | str) -> None:
+        run(self._inner.restart_code_context(context))
+
+    def remove_code_context(self, context: Context | str) -> None:
+        run(self._inner.remove_code_context(context))
 
     def close(self) -> None:
         """Release this object's connections; the sandbox keeps running."""
