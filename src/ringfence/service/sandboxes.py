@@ -112,10 +112,12 @@ class SandboxService:
         """The root filesystem of the spec's template, if the spec is allowed here.
 
         Raises:
-            TemplateNotFound: no such template.
-            InvalidRequest: limits or timeout above the operator's ceilings.
+            InvalidRequest: no such template, or limits or timeout above the ceilings.
         """
-        image = self.image_for(spec.template)
+        try:
+            image = self.image_for(spec.template)
+        except TemplateNotFound as exc:  # in a create, a bad field: 400, not 404
+            raise InvalidRequest(f"template: {exc.message}") from exc
         check_limits(spec.limits, self._config)
         check_timeout(spec.timeout, self._config)
         return image
