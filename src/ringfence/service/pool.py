@@ -157,6 +157,15 @@ class WarmPool:
         daemon = DaemonClient("pooled", live.socket_path)
         try:
             await daemon.health(_HEALTH_SECONDS)
+            # The daemon loads its process service on first use: load it now, while idle,
+            # rather than in the claimer's first command.
+            listed = await daemon.send(
+                "POST",
+                "/process.Process/List",
+                headers={"content-type": "application/json"},
+                content=b"{}",
+            )
+            await listed.aread()
         except BaseException:
             await _discard(Warm(live, daemon))
             raise
