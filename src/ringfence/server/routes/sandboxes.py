@@ -272,20 +272,30 @@ async def execute_code(
     return await _forward(daemon, request, "POST", "/execute", content=body)
 
 
-@router.api_route(
+@router.get(
     "/{sandbox_id}/code/contexts",
-    methods=["GET", "POST"],
     responses=_LIVE_ERRORS,
-    summary="List code contexts (GET) or create one (POST {language?, cwd?})",
+    summary="List code contexts: [{id, language, cwd}]",
 )
-async def code_contexts(
+async def list_contexts(
+    sandbox_id: SandboxId, caller: Caller, request: Request
+) -> StreamingResponse:
+    daemon = await _service(request).daemon(caller.tenant, sandbox_id)
+    return await _forward(daemon, request, "GET", "/contexts")
+
+
+@router.post(
+    "/{sandbox_id}/code/contexts",
+    responses=_LIVE_ERRORS,
+    summary="Create a code context: {language?: python|bash, cwd?} -> {id, language, cwd}",
+)
+async def create_context(
     sandbox_id: SandboxId, caller: Caller, request: Request
 ) -> StreamingResponse:
     sandboxes = _service(request)
     daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
-    if request.method == "POST":
-        sandboxes.record(caller.tenant, caller.key_id, "sandbox.create_context", sandbox_id)
-    return await _forward(daemon, request, request.method, "/contexts")
+    sandboxes.record(caller.tenant, caller.key_id, "sandbox.create_context", sandbox_id)
+    return await _forward(daemon, request, "POST", "/contexts")
 
 
 @router.api_route(
