@@ -101,8 +101,12 @@ class Server:
         """Start it and wait until it answers. Raises ``RuntimeError`` with its log if not."""
         ringfence = Path(sys.executable).parent / "ringfence"
         argv = [str(ringfence), "serve", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        # No warm pool unless the caller set one (pool_and_code.py does): these lines
+        # measure sandboxes started on demand, and idle pooled ones would skew memory.
+        env = {**os.environ}
+        env.setdefault("RINGFENCE_POOL_SIZES", "{}")
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + SERVER_START_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -77,6 +77,7 @@ async def test_an_approved_proposal_runs_once_exactly_as_approved(
     approver_id = done["approvals"][0]["by"]
     runs = (await api.client.get("/v1/executions", headers=api.acme)).json()
     assert [r["execution_id"] for r in runs] == [proposal["request"]["id"]]
+    await api.transport.app.state.audit.flush()  # type: ignore[attr-defined]
     records = await api.store.list_audit(AuditQuery(tenant="acme", limit=1000))
     trail = [(r.action, r.outcome) for r in records if r.target in (
         f"proposal:{proposal['id']}", f"execution:{proposal['request']['id']}")]  # fmt: skip

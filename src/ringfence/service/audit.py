@@ -27,6 +27,9 @@ __all__ = ["AuditLog"]
 log = logging.getLogger(__name__)
 
 _BATCH = 500
+# How long queued records wait for more before one write: a burst of commands costs one
+# transaction instead of one each (a write took as long as a command's round trip).
+_GATHER_SECONDS = 0.05
 _RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -35,9 +38,10 @@ class AuditLog:
         self._store = store
         self._key = key
         self._seal_interval = seal_interval
-        self._queue: asyncio.Queue[tuple[AuditEvent, asyncio.Future[AuditRecord] | None]] = (
-            asyncio.Queue()
-        )
+        # (event, waiter); a flush is (None, waiter): answered once all before it is written.
+        self._queue: asyncio.Queue[
+            tuple[AuditEvent | None, asyncio.Future[AuditRecord | None] | None]
+        ] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._unsealed = False
 
@@ -96,10 +100,19 @@ class AuditLog:
             StoreError: the store failed (after retries).
         """
         event = AuditEvent(tenant, actor, action, target, outcome, details or {})
-        done: asyncio.Future[AuditRecord] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[AuditRecord | None] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((event, done))
         self.start()
-        return await asyncio.shield(done)
+        record = await asyncio.shield(done)
+        assert record is not None
+        return record
+
+    async def flush(self) -> None:
+        """Return once everything queued before this call is stored."""
+        done: asyncio.Future[AuditRecord | None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((None, done))
+        self.start()
+        await asyncio.shield(done)
 
     async def seal(self) -> AuditRecord:
         """Sign the chain's head now (after everything queued)."""
@@ -128,15 +141,18 @@ class AuditLog:
                 if self._unsealed:
                     self._queue.put_nowait((AuditEvent("", SYSTEM, SEAL_ACTION, "audit"), None))
                 continue
+            if first[1] is None:  # nobody waits: gather what comes meanwhile, write once
+                await asyncio.sleep(_GATHER_SECONDS)
             batch = [first]
             while len(batch) < _BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             await self._append(batch)
 
     async def _append(
-        self, batch: list[tuple[AuditEvent, asyncio.Future[AuditRecord] | None]]
+        self,
+        batch: list[tuple[AuditEvent | None, asyncio.Future[AuditRecord | None] | None]],
     ) -> None:
-        events = [event for event, _ in batch]
+        events = [event for event, _ in batch if event is not None]
         failures = 0
         while True:
             try:
@@ -152,7 +168,10 @@ class AuditLog:
                         if done is not None and not done.done():
                             done.set_exception(exc)
                 await asyncio.sleep(_RETRY_SECONDS[min(failures, len(_RETRY_SECONDS)) - 1])
-        self._unsealed = records[-1].action != SEAL_ACTION
-        for (_, done), record in zip(batch, records, strict=True):
+        if records:
+            self._unsealed = records[-1].action != SEAL_ACTION
+        placed = iter(records)
+        for event, done in batch:
+            record = next(placed) if event is not None else None
             if done is not None and not done.done():
                 done.set_result(record)
