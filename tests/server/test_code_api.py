@@ -111,3 +111,18 @@ async def test_bad_code_calls_are_4xx_and_tenants_are_apart(live: Api) -> None:
         assert response.status_code == 400, (body, response.text)
     theirs = await live.client.post(url, headers=live.globex, json={"code": "1"})
     assert theirs.status_code == 404
+
+
+async def test_javascript_when_the_template_has_node(live: Api) -> None:
+    sandbox_id = await _sandbox(live)
+    await _run(live, sandbox_id, "let total = 40", language="javascript")
+    lines = await _run(live, sandbox_id, "console.log('hi'); total + 2", language="js")
+    assert _stdout(lines) == "hi\n" and _main(lines)["text"] == "42"
+    error = [line for line in await _run(live, sandbox_id, "null.x", language="js")
+             if line["type"] == "error"]  # fmt: skip
+    assert error[0]["name"] == "TypeError"
+    awaited = await _run(live, sandbox_id, "Promise.resolve(7)", language="javascript")
+    assert _main(awaited)["text"] == "7"
+    stopped = await _run(live, sandbox_id, "while (true) {}", language="js", timeout=0.5)
+    assert any(line["type"] == "error" for line in stopped)
+    assert _main(await _run(live, sandbox_id, "total", language="js"))["text"] == "40"

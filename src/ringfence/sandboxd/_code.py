@@ -26,7 +26,8 @@ from ._codec import dumps, loads
 from ._errors import RpcError, invalid
 from ._paths import resolve
 
-_LANGUAGES = ("python", "bash")
+_LANGUAGES = ("python", "bash", "javascript")  # javascript: when the template has node
+_ALIASES = {"js": "javascript", "py": "python", "sh": "bash"}
 _GRACE = 2.0  # seconds an interrupted cell has to stop before its context is restarted
 _READ = 65536
 _MAX_CODE = 1 << 20
@@ -56,13 +57,19 @@ class Context:
         ours, theirs = socket.socketpair()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        if self.language == "python":
+        if self.language == "javascript":
+            node = _which("node")
+            if node is None:
+                raise invalid("javascript needs node, which this sandbox's template lacks")
+            argv = [node, os.path.join(_PACKAGE_PARENT, "sandboxd", "_kernel.js")]
+            stdin: tuple[Any, ...] = (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)
+        elif self.language == "python":
             boot = (
                 f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); "
                 "from sandboxd._kernel import main; main(3)"
             )
             argv = [_python(), "-u", "-c", boot]
-            stdin: tuple[Any, ...] = (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)
+            stdin = (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)
         else:
             argv = ["/bin/bash", "--noprofile", "--norc", "-s"]
             stdin = (os.POSIX_SPAWN_DUP2, theirs.fileno(), 0)  # the cells, on stdin
@@ -108,7 +115,7 @@ class Context:
 
     def run(self, code: str, env: dict[str, str], timeout: float | None, emit: Any) -> None:
         """Run one cell, passing each output line (a dict) to ``emit`` as it comes."""
-        if self.language == "python":
+        if self.language != "bash":
             self.channel.sendall(dumps({"code": code, "env": env}).encode() + b"\n")
         else:
             exports = "".join(f"export {k}={_shell_quote(v)}\n" for k, v in env.items())
@@ -148,7 +155,7 @@ class Context:
                 done = self._control(emit)
                 if done is not None:
                     self._drain(emit)
-                    self.count = done if self.language == "python" else self.count + 1
+                    self.count = done if self.language != "bash" else self.count + 1
                     if interrupted_at is not None and self.language == "bash":
                         emit({"type": "error", "name": "KeyboardInterrupt",
                               "value": "interrupted at its deadline", "traceback": ""})  # fmt: skip
@@ -194,6 +201,7 @@ class Context:
 
 def create(language: str | None, cwd: str | None) -> Context:
     language = (language or "python").lower()
+    language = _ALIASES.get(language, language)
     if language not in _LANGUAGES:
         raise invalid(f"language {language!r} is not available here (only {', '.join(_LANGUAGES)})")
     with _lock:
@@ -215,6 +223,7 @@ def find(context_id: str) -> Context:
 
 def default(language: str | None) -> Context:
     language = (language or "python").lower()
+    language = _ALIASES.get(language, language)
     with _lock:
         context_id = _defaults.get(language)
     if context_id is not None:
@@ -320,7 +329,7 @@ def _json_body(request: Any) -> dict[str, Any]:
 
 
 def _interrupt(context: Context) -> None:
-    target = context.pid if context.language == "python" else -context.pid
+    target = context.pid if context.language != "bash" else -context.pid
     try:
         if target > 0:
             os.kill(target, signal.SIGINT)
@@ -352,6 +361,14 @@ def _spawn_in(cwd: str, argv: list[str], env: dict[str, str], actions: list[Any]
         finally:
             os._exit(127)
     return pid
+
+
+def _which(program: str) -> str | None:
+    for directory in os.environ.get("PATH", "/usr/bin:/bin").split(":"):
+        candidate = os.path.join(directory, program)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
 def _python() -> str:

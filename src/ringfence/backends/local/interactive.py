@@ -148,7 +148,7 @@ def prepare_daemon(runtime_dir: Path) -> Path:
         OSError: the runtime directory cannot be written.
     """
     package = Path(ringfence.sandboxd.__file__).parent
-    sources = sorted(package.glob("*.py"))
+    sources = sorted([*package.glob("*.py"), *package.glob("*.js")])
     digest = hashlib.sha256()
     for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
@@ -159,6 +159,8 @@ def prepare_daemon(runtime_dir: Path) -> Path:
         for source in sources:
             shutil.copy2(source, target / source.name)
             (target / source.name).chmod(0o644)
+            if source.suffix != ".py":
+                continue
             # Bytecode for the host's python3 (the "base" template's): the sandbox reads it
             # but cannot write it, and compiling at every start would cost milliseconds.
             # Unchecked: the copy never changes (its directory is named by its digest).
