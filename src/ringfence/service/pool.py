@@ -53,7 +53,6 @@ class PoolStats:
 
 @dataclass
 class _Template:
-    image: str
     target: int
     ready: collections.deque[Warm] = field(default_factory=collections.deque)
     stats: PoolStats = field(default_factory=PoolStats)
@@ -72,9 +71,8 @@ class WarmPool:
         root filesystem of a template."""
         self._runtime = runtime
         self._config = config
-        self._templates = {
-            name: _Template(image_for(name), size) for name, size in sizes.items() if size > 0
-        }
+        self._image_for = image_for
+        self._templates = {name: _Template(size) for name, size in sizes.items() if size > 0}
         self._fillers: list[asyncio.Task[None]] = []
         self._watchers: set[asyncio.Task[None]] = set()
 
@@ -138,8 +136,8 @@ class WarmPool:
                 pool.wanted.clear()
                 await pool.wanted.wait()
                 continue
-            try:
-                warm = await self._start(pool.image)
+            try:  # resolved at every start: a template built or rebuilt meanwhile is used
+                warm = await self._start(self._image_for(name))
             except RingfenceError as exc:
                 log.warning("could not start a pooled %s sandbox: %s", name, exc.message)
                 await asyncio.sleep(_RETRY_SECONDS)
