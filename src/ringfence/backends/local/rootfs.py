@@ -77,9 +77,6 @@ GENERATED_ETC = {
     "group": "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n",
     "hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
     "hostname": "sandbox\n",
-    # Names resolve through Ringfence only: its resolver listens on the sandbox's own
-    # loopback when a network policy allows anything (docs/network.md), else nothing does.
-    "resolv.conf": "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n",
 }
 
 
@@ -102,7 +99,7 @@ class Entry:
 class RuntimeFiles:
     """Files the backend prepared for sandboxes to bind read-only."""
 
-    generated_etc: Path  # passwd, group, hosts, hostname, resolv.conf
+    generated_etc: Path  # passwd, group, hosts, hostname
     host_etc: Path  # the allowlisted host /etc entries plus the generated files
 
 
