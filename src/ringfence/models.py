@@ -6,6 +6,7 @@ validated, frozen and JSON-serialisable. Their ``Field(description=...)`` is the
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 import uuid
@@ -19,9 +20,13 @@ from pydantic_core import PydanticSerializationError
 from ringfence._units import parse_size
 
 __all__ = [
+    "EgressAction",
+    "EgressRule",
     "ExecutionRequest",
     "ExecutionResult",
     "Mount",
+    "NetworkMode",
+    "NetworkPolicy",
     "ResourceLimits",
     "Sandbox",
     "SandboxSpec",
@@ -162,6 +167,152 @@ class Mount(BaseModel):
         return cls(source=parts[0], target=parts[1], writable=mode == "rw")
 
 
+# -- network egress policy (docs/network.md) ---------------------------------------------------
+
+_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+# Headers the proxy owns: a rule may not set them.
+_RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "proxy-authorization",
+     "proxy-connection", "keep-alive", "te", "trailer", "upgrade"}
+)  # fmt: skip
+_MIN_PREFIX = {4: 8, 6: 32}  # broader CIDRs are refused as too broad
+REDACTED = "<redacted>"
+
+
+class EgressAction(StrEnum):
+    """What a matching rule decides. The strings are API."""
+
+    ALLOW = "allow"
+    DENY = "deny"  # wins over every other rule that matches
+    ASK = "ask"  # a human decides at the first connection; remembered for the sandbox's life
+
+
+class EgressRule(BaseModel):
+    """One rule of an egress policy: which destinations it matches, and what it decides."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: EgressAction = Field(EgressAction.ALLOW, description="allow, deny or ask.")
+    domain: str | None = Field(
+        None,
+        description="A host name ('pypi.org', matching only itself) or '*.suffix' (matching "
+        "every name below the suffix, not the suffix itself). '*' and '*.tld' are refused.",
+    )
+    cidr: str | None = Field(
+        None,
+        description="Addresses the destination must resolve into (with a domain), or IP "
+        "literals the rule matches (alone). Needed to reach loopback or private addresses. "
+        "At most /8 (IPv4) or /32 (IPv6) broad.",
+    )
+    ports: list[int] = Field(
+        default_factory=lambda: [80, 443],
+        min_length=1,
+        max_length=64,
+        description="Destination ports the rule matches.",
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="allow rules only: headers the proxy adds to plain-HTTP requests it lets "
+        "through (a credential the sandbox never sees). Never returned by the API.",
+    )
+
+    @field_validator("domain")
+    @classmethod
+    def _valid_domain(cls, domain: str | None) -> str | None:
+        if domain is None:
+            return None
+        name = domain.strip().lower().removesuffix(".")
+        wildcard = name.startswith("*.")
+        labels = (name[2:] if wildcard else name).split(".")
+        if name == "*" or (wildcard and len(labels) < 2):
+            raise ValueError(f"domain {domain!r} is too broad (name at least 'example.com')")
+        if len(name) > 253 or not all(_LABEL.match(label) for label in labels):
+            raise ValueError(f"invalid domain {domain!r} (ASCII names; '*.' only as a prefix)")
+        return name
+
+    @field_validator("cidr")
+    @classmethod
+    def _valid_cidr(cls, cidr: str | None) -> str | None:
+        if cidr is None:
+            return None
+        try:
+            network = ipaddress.ip_network(cidr.strip(), strict=False)
+        except ValueError:
+            raise ValueError(f"invalid cidr {cidr!r}") from None
+        if network.prefixlen < _MIN_PREFIX[network.version]:
+            raise ValueError(f"cidr {cidr!r} is too broad")
+        return str(network)
+
+    @field_validator("ports")
+    @classmethod
+    def _valid_ports(cls, ports: list[int]) -> list[int]:
+        if not all(1 <= port <= 65535 for port in ports):
+            raise ValueError("ports are 1-65535")
+        return sorted(set(ports))
+
+    @field_validator("headers")
+    @classmethod
+    def _valid_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        if len(headers) > 16:
+            raise ValueError("at most 16 headers per rule")
+        for name, value in headers.items():
+            if not _HEADER_NAME.match(name) or name.lower() in _RESERVED_HEADERS:
+                raise ValueError(f"header {name!r} cannot be set by a rule")
+            if any(c in value for c in "\r\n\0") or len(value) > 8192:
+                raise ValueError(f"header {name}: no CR, LF or NUL, at most 8192 characters")
+        return headers
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EgressRule:
+        if self.domain is None and self.cidr is None:
+            raise ValueError("a rule needs a domain, a cidr, or both")
+        if self.headers and self.action is not EgressAction.ALLOW:
+            raise ValueError("only allow rules can add headers")
+        return self
+
+
+class NetworkMode(StrEnum):
+    NONE = "none"  # loopback only: no proxy, no resolver (the default)
+    RULES = "rules"  # the proxy and the resolver, deciding by ``rules``
+
+
+class NetworkPolicy(BaseModel):
+    """Where a sandbox may connect. Deny wins; an empty rule list allows nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: NetworkMode = Field(
+        NetworkMode.NONE,
+        description="none: loopback only. rules: through Ringfence's proxy, by the rules "
+        "(given rules imply it).",
+    )
+    rules: list[EgressRule] = Field(
+        default_factory=list, max_length=256, description="Checked all together; deny wins."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rules_imply_mode(cls, data: object) -> object:
+        if isinstance(data, dict) and "mode" not in data and data.get("rules"):
+            return {**data, "mode": NetworkMode.RULES}
+        return data
+
+    @model_validator(mode="after")
+    def _no_rules_without_mode(self) -> NetworkPolicy:
+        if self.mode is NetworkMode.NONE and self.rules:
+            raise ValueError("mode none takes no rules")
+        return self
+
+    def redacted(self) -> NetworkPolicy:
+        """This policy with every header value hidden (what the API shows and stores)."""
+        rules = [
+            rule.model_copy(update={"headers": dict.fromkeys(rule.headers, REDACTED)})
+            for rule in self.rules
+        ]
+        return self.model_copy(update={"rules": rules})
+
+
 class ExecutionRequest(BaseModel):
     """One command to run once in a fresh sandbox (the founding design's request)."""
 
@@ -213,6 +364,9 @@ class ExecutionRequest(BaseModel):
     )
     mounts: list[Mount] = Field(
         default_factory=list, max_length=64, description="Host paths granted to the sandbox."
+    )
+    network: NetworkPolicy | None = Field(
+        None, description="Egress policy; default the tenant's default, else none."
     )
 
     @field_validator("command", "args")
@@ -340,6 +494,11 @@ class SandboxSpec(BaseModel):
         default_factory=ResourceLimits,
         description="Limits on the whole sandbox (every command together); unset fields default.",
     )
+    network: NetworkPolicy | None = Field(
+        None,
+        description="Egress policy; default the tenant's default, else none (loopback only). "
+        "Changed later only through the API.",
+    )
 
     @field_validator("env")
     @classmethod
@@ -370,6 +529,10 @@ class Sandbox(BaseModel):
     state: SandboxState
     metadata: dict[str, str] = Field(default_factory=dict)
     limits: ResourceLimits = Field(description="The limits in force (defaults filled in).")
+    network: NetworkPolicy = Field(
+        default_factory=NetworkPolicy,
+        description="The egress policy in force (header values hidden).",
+    )
     created_at: datetime
     expires_at: datetime | None = Field(
         description="When it will be killed unless set_timeout moves it; None once ended."
