@@ -37,7 +37,8 @@ class Config(BaseSettings):
     backend: str = Field(
         "local",
         validation_alias=AliasChoices("SANDBOX_BACKEND", "RINGFENCE_BACKEND", "backend"),
-        description="Backend name: local (isolated, the default) or process (NO isolation).",
+        description="Backend name: local (isolated, the default), job (Kubernetes Jobs and Pods) "
+        "or process (NO isolation).",
     )
     namespace: str = Field("ringfence-sandboxes", description="Sandbox namespace (Kubernetes).")
     service_account: str = Field("ringfence-sandbox", description="Sandbox service account.")
@@ -118,6 +119,30 @@ class Config(BaseSettings):
     data_dir: Path = Field(
         default_factory=_default_data_dir,
         description="Where the server keeps its database (SQLite) and its first admin key.",
+    )
+    kubernetes_image: str = Field(
+        "python:3.12-slim",
+        description="Container image of Jobs and sandbox Pods when a request names none "
+        "(the job backend; interactive sandboxes need python3 in it).",
+    )
+    kubernetes_daemon_image: str = Field(
+        "ghcr.io/ringfence/ringfence:0.1.0",
+        description="Ringfence's own image: the control plane's, and the init container that "
+        "copies the sandbox daemon into each sandbox Pod.",
+    )
+    kubernetes_daemon_port: int = Field(
+        49983, ge=1024, le=65535, description="Port the daemon of a sandbox Pod listens on."
+    )
+    kubernetes_run_as_user: int = Field(
+        65532, ge=1, description="Non-root uid (and gid) of every container in a sandbox Pod."
+    )
+    kubernetes_control_plane_namespace: str = Field(
+        "ringfence-system", description="Namespace of the control plane's own Deployment."
+    )
+    kubernetes_api_server_cidrs: list[str] = Field(
+        default_factory=lambda: ["10.96.0.1/32"],
+        description="Addresses of the API server's endpoints (kubectl get endpoints "
+        "kubernetes): the only destination, besides DNS, the sandbox NetworkPolicy allows.",
     )
     database_url: str | None = Field(
         None,

@@ -11,6 +11,7 @@ from ringfence.cli.audit import audit
 from ringfence.cli.doctor import doctor
 from ringfence.cli.exec_cmd import exec_command
 from ringfence.cli.files import files
+from ringfence.cli.k8s import k8s
 from ringfence.cli.keys import keys
 from ringfence.cli.proposals import approve, proposals, propose, reject
 from ringfence.cli.sandbox import sandbox
@@ -39,3 +40,4 @@ main.add_command(propose)
 main.add_command(proposals)
 main.add_command(approve)
 main.add_command(reject)
+main.add_command(k8s)

@@ -1,0 +1,347 @@
+"""What an operator applies once: the sandbox namespace and its guards, and the control
+plane's own Deployment (``ringfence k8s render``). Pure: settings in, manifests out.
+
+Privileges, each the least its holder needs:
+- the control plane's service account may, in the sandbox namespace only, create, watch
+  and delete Jobs and Pods and read Pod logs: nothing else, nowhere else;
+- the sandbox service account (whose token is not even mounted unless configured) may, in
+  the target namespace only, what remediations do: read Pods and Deployments, delete Pods
+  (a restart), patch Deployments and their scale (a rollout, a scale-down).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ringfence.backends.kubernetes.manifests import MANAGED_BY, Manifest
+from ringfence.config import Config
+
+__all__ = ["CONTROL_PLANE", "ClusterSettings", "cluster_manifests"]
+
+CONTROL_PLANE = "ringfence-control-plane"
+_PORT = 8080
+_DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+_API_PORTS = [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What ``render`` varies; the rest comes from ``Config``."""
+
+    config: Config
+    runtime_class: str | None = None  # "gvisor" → handler runsc; "kata" → handler kata
+    target_namespace: str = "default"
+    database_url: str = "postgresql+psycopg://ringfence:CHANGE-ME@postgres:5432/ringfence"
+    replicas: int = 2
+    pods: int = 50  # sandbox Pods and Job Pods alive at once, in all
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def cluster_manifests(settings: ClusterSettings) -> list[Manifest]:
+    """Every object, in the order ``kubectl apply`` needs them."""
+    config = settings.config
+    sandboxes, system = config.namespace, config.kubernetes_control_plane_namespace
+    objects = [
+        _namespace(sandboxes, restricted=True),
+        _namespace(system, restricted=True),
+        _service_account(sandboxes, config.service_account, automount=False),
+        _service_account(system, CONTROL_PLANE, automount=True),
+        *_control_plane_rbac(sandboxes, system),
+        *_remediation_rbac(settings.target_namespace, sandboxes, config.service_account),
+        _network_policy(sandboxes, system, config),
+        _quota(sandboxes, settings, config),
+        _limit_range(sandboxes, config),
+    ]
+    if settings.runtime_class:
+        objects.append(_runtime_class(settings.runtime_class))
+    objects += [
+        _config_map(system, settings),
+        _secret(system, settings.database_url),
+        _deployment(system, settings),
+        _service(system),
+    ]
+    return objects
+
+
+def _meta(name: str, namespace: str | None = None, **labels: str) -> Manifest:
+    meta: Manifest = {"name": name, "labels": {**MANAGED_BY, **labels}}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return meta
+
+
+def _namespace(name: str, *, restricted: bool) -> Manifest:
+    level = "restricted" if restricted else "baseline"
+    labels = {f"pod-security.kubernetes.io/{mode}": level for mode in ("enforce", "warn", "audit")}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(name, **labels)}
+
+
+def _service_account(namespace: str, name: str, *, automount: bool) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(name, namespace),
+        "automountServiceAccountToken": automount,
+    }
+
+
+def _role(namespace: str, name: str, rules: list[Manifest]) -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(name, namespace),
+        "rules": rules,
+    }
+
+
+def _binding(namespace: str, name: str, account: str, account_namespace: str) -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(name, namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}],
+    }
+
+
+def _control_plane_rbac(sandboxes: str, system: str) -> list[Manifest]:
+    rules = [
+        {
+            "apiGroups": ["batch"],
+            "resources": ["jobs"],
+            "verbs": ["create", "get", "list", "watch", "delete"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "verbs": ["create", "get", "list", "watch", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ]
+    return [
+        _role(sandboxes, CONTROL_PLANE, rules),
+        _binding(sandboxes, CONTROL_PLANE, CONTROL_PLANE, system),
+    ]
+
+
+def _remediation_rbac(target: str, sandboxes: str, account: str) -> list[Manifest]:
+    name = "ringfence-remediation"
+    rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]},
+    ]
+    return [_role(target, name, rules), _binding(target, name, account, sandboxes)]
+
+
+def _network_policy(sandboxes: str, system: str, config: Config) -> Manifest:
+    """Egress: DNS and the API server only. Ingress: the control plane, to the daemon port."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("ringfence-sandbox-isolation", sandboxes),
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": system}
+                            },
+                            "podSelector": {
+                                "matchLabels": {"app.kubernetes.io/name": CONTROL_PLANE}
+                            },
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": config.kubernetes_daemon_port}],
+                }
+            ],
+            "egress": [
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                            },
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": _DNS_PORTS,
+                },
+                {
+                    "to": [
+                        {"ipBlock": {"cidr": cidr}} for cidr in config.kubernetes_api_server_cidrs
+                    ],
+                    "ports": _API_PORTS,
+                },
+            ],
+        },
+    }
+
+
+def _quota(sandboxes: str, settings: ClusterSettings, config: Config) -> Manifest:
+    limits = config.default_limits
+    pods = settings.pods
+    hard = {"pods": str(pods)}
+    if limits.memory is not None:
+        hard["requests.memory"] = hard["limits.memory"] = str(pods * limits.memory)
+    if limits.cpus is not None:
+        hard["requests.cpu"] = hard["limits.cpu"] = f"{round(pods * limits.cpus * 1000)}m"
+    if limits.disk is not None:
+        hard["requests.ephemeral-storage"] = str(pods * 2 * limits.disk)
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _meta("ringfence-sandboxes", sandboxes),
+        "spec": {"hard": hard},
+    }
+
+
+def _limit_range(sandboxes: str, config: Config) -> Manifest:
+    """Defaults for any container created without limits, and the ceiling of any."""
+    default, ceiling = config.default_limits, config.max_limits
+
+    def amounts(limits: Any) -> dict[str, str]:
+        out = {}
+        if limits.memory is not None:
+            out["memory"] = str(limits.memory)
+        if limits.cpus is not None:
+            out["cpu"] = f"{round(limits.cpus * 1000)}m"
+        return out
+
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": _meta("ringfence-sandboxes", sandboxes),
+        "spec": {
+            "limits": [
+                {
+                    "type": "Container",
+                    "default": amounts(default),
+                    "defaultRequest": amounts(default),
+                    "max": amounts(ceiling),
+                }
+            ]
+        },
+    }
+
+
+def _runtime_class(name: str) -> Manifest:
+    handler = {"gvisor": "runsc", "kata": "kata"}.get(name, name)
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": _meta(name),
+        "handler": handler,
+    }
+
+
+def _config_env(settings: ClusterSettings) -> dict[str, str]:
+    config = settings.config
+    env = {
+        "SANDBOX_BACKEND": "job",
+        "RINGFENCE_NAMESPACE": config.namespace,
+        "RINGFENCE_SERVICE_ACCOUNT": config.service_account,
+        "RINGFENCE_KUBERNETES_IMAGE": config.kubernetes_image,
+        "RINGFENCE_KUBERNETES_DAEMON_IMAGE": config.kubernetes_daemon_image,
+        "RINGFENCE_DATA_DIR": "/var/lib/ringfence",
+    }
+    if settings.runtime_class:
+        env["RINGFENCE_RUNTIME_CLASS_NAME"] = settings.runtime_class
+    return env | settings.extra_env
+
+
+def _config_map(system: str, settings: ClusterSettings) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(CONTROL_PLANE, system),
+        "data": _config_env(settings),
+    }
+
+
+def _secret(system: str, database_url: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(CONTROL_PLANE, system),
+        "type": "Opaque",
+        "stringData": {"RINGFENCE_DATABASE_URL": database_url},
+    }
+
+
+def _deployment(system: str, settings: ClusterSettings) -> Manifest:
+    selector = {"app.kubernetes.io/name": CONTROL_PLANE}
+    container = {
+        "name": "ringfence",
+        "image": settings.config.kubernetes_daemon_image,
+        "command": ["ringfence", "serve", "--host", "0.0.0.0", "--port", str(_PORT)],
+        "ports": [{"name": "http", "containerPort": _PORT, "protocol": "TCP"}],
+        "envFrom": [
+            {"configMapRef": {"name": CONTROL_PLANE}},
+            {"secretRef": {"name": CONTROL_PLANE}},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}},
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "256Mi"},
+            "limits": {"cpu": "1", "memory": "512Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/var/lib/ringfence"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(CONTROL_PLANE, system, **selector),
+        "spec": {
+            "replicas": settings.replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**MANAGED_BY, **selector}},
+                "spec": {
+                    "serviceAccountName": CONTROL_PLANE,
+                    "automountServiceAccountToken": True,  # it drives the API
+                    "enableServiceLinks": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 10001,
+                        "runAsGroup": 10001,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "data", "emptyDir": {"sizeLimit": "64Mi"}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _service(system: str) -> Manifest:
+    selector = {"app.kubernetes.io/name": CONTROL_PLANE}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(CONTROL_PLANE, system),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
