@@ -1,0 +1,27 @@
+"""What the E2B routes work with: the service layer, the key store and the access tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from ringfence.server.e2b.tokens import Grants
+from ringfence.service.keys import KeyCache
+from ringfence.service.sandboxes import SandboxService
+from ringfence.store import Store
+
+__all__ = ["E2bContext", "context_of"]
+
+
+@dataclass(frozen=True)
+class E2bContext:
+    store: Store
+    keys: KeyCache
+    sandboxes: SandboxService
+    grants: Grants
+
+
+def context_of(request: Request) -> E2bContext:
+    context: E2bContext = request.app.state.e2b
+    return context

@@ -1,0 +1,275 @@
+"""E2B's control plane (``X-API-KEY``): create, connect, list, get, set_timeout, kill.
+
+Each route calls the same service methods as the native API, so tenancy, policy ceilings
+and the audit record are the native ones. E2B sees only running sandboxes: an ended one is
+"not found" here (404), which the SDK turns into ``SandboxNotFoundException`` (or ``False``
+from ``kill``). Create and connect hand the calling key this sandbox's access tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+from urllib.parse import parse_qsl, unquote
+
+from fastapi import APIRouter, Header, Path, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
+from ringfence.models import Sandbox, SandboxSpec, SandboxState
+from ringfence.server.e2b.context import E2bContext, context_of
+from ringfence.server.e2b.models import (
+    ConnectRequest,
+    E2bSandbox,
+    ListedSandbox,
+    NewSandbox,
+    SandboxDetail,
+    TimeoutRequest,
+    listed,
+)
+from ringfence.server.e2b.tokens import Grant, Purpose
+from ringfence.service.keys import Principal, authenticate
+from ringfence.templates import TemplateNotFound
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+SandboxId = Annotated[str, Path(max_length=64)]
+ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
+
+# E2B's template names → Ringfence's. The alias is used when that template is built here;
+# otherwise "base" (the host's system directories, which the code interpreter runs on).
+_ALIASES = {"code-interpreter-v1": "code-interpreter"}
+_FALLBACK = "base"
+_LIST_CEILING = 10_000  # sandboxes of one tenant considered by one list request
+
+
+async def _caller(request: Request, key: str | None) -> tuple[E2bContext, Principal]:
+    context = context_of(request)
+    return context, await authenticate(context.store, key, context.keys)
+
+
+def _answer(context: E2bContext, caller: Principal, sandbox: Sandbox) -> E2bSandbox:
+    grant = Grant(caller.tenant, caller.key_id, sandbox.id)
+    return E2bSandbox(
+        templateID=sandbox.template,
+        sandboxID=sandbox.id,
+        envdAccessToken=context.grants.token(grant, Purpose.ENVD),
+        trafficAccessToken=context.grants.token(grant, Purpose.TRAFFIC),
+    )
+
+
+def _template(context: E2bContext, name: str) -> str:
+    alias = _ALIASES.get(name)
+    if alias is None:
+        return name
+    try:
+        context.sandboxes.image_for(alias)
+    except TemplateNotFound:
+        return _FALLBACK
+    return alias
+
+
+def _refuse_unsupported(body: NewSandbox) -> None:
+    """What E2B offers and Ringfence cannot honour yet is refused, never dropped."""
+    if body.allow_internet_access:
+        raise InvalidRequest(
+            "allow_internet_access: Ringfence sandboxes have no network access (an egress "
+            "allowlist is on the roadmap); leave it unset or false"
+        )
+    if body.autoPause:
+        raise InvalidRequest("autoPause: pausing sandboxes is not supported yet")
+    if body.mcp:
+        raise InvalidRequest("mcp: the MCP gateway template is not supported")
+    if body.volumeMounts:
+        raise InvalidRequest("volumeMounts: volumes are not supported")
+
+
+@router.post("/v2/sandboxes", status_code=201)
+@router.post("/sandboxes", status_code=201)
+async def create(body: NewSandbox, request: Request, x_api_key: ApiKey = None) -> E2bSandbox:
+    context, caller = await _caller(request, x_api_key)
+    _refuse_unsupported(body)
+    try:
+        spec = SandboxSpec(
+            template=_template(context, body.templateID),
+            timeout=body.timeout,
+            env=body.envVars or {},
+            metadata=body.metadata or {},
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidRequest(problems) from None
+    sandbox = await context.sandboxes.create(caller.tenant, spec, actor=caller.key_id)
+    return _answer(context, caller, sandbox)
+
+
+@router.post("/v2/sandboxes/{sandbox_id}/connect")
+@router.post("/sandboxes/{sandbox_id}/connect")
+@router.post("/sandboxes/{sandbox_id}/resume", status_code=201)
+async def connect(
+    sandbox_id: SandboxId, body: ConnectRequest, request: Request, x_api_key: ApiKey = None
+) -> E2bSandbox:
+    """A running sandbox, with tokens for the calling key. A timeout only ever extends it
+    (as E2B's connect does)."""
+    context, caller = await _caller(request, x_api_key)
+    sandbox = await _running(context, caller, sandbox_id)
+    if body.timeout is not None:
+        wanted = datetime.now(UTC) + timedelta(seconds=body.timeout)
+        if sandbox.expires_at is None or wanted > sandbox.expires_at:
+            sandbox = await _live(
+                context.sandboxes.set_timeout(
+                    caller.tenant, sandbox_id, body.timeout, actor=caller.key_id
+                ),
+                sandbox_id,
+            )
+    context.sandboxes.record(caller.tenant, caller.key_id, "sandbox.connect", sandbox_id)
+    return _answer(context, caller, sandbox)
+
+
+@router.get("/sandboxes/{sandbox_id}")
+async def get_info(
+    sandbox_id: SandboxId, request: Request, x_api_key: ApiKey = None
+) -> JSONResponse:
+    context, caller = await _caller(request, x_api_key)
+    sandbox = await _running(context, caller, sandbox_id)
+    grant = Grant(caller.tenant, caller.key_id, sandbox.id)
+    detail = SandboxDetail(
+        **listed(sandbox), envdAccessToken=context.grants.token(grant, Purpose.ENVD)
+    )
+    return JSONResponse(detail.model_dump(mode="json"))
+
+
+@router.post("/sandboxes/{sandbox_id}/timeout", status_code=204)
+async def set_timeout(
+    sandbox_id: SandboxId, body: TimeoutRequest, request: Request, x_api_key: ApiKey = None
+) -> Response:
+    context, caller = await _caller(request, x_api_key)
+    await _live(
+        context.sandboxes.set_timeout(caller.tenant, sandbox_id, body.timeout, actor=caller.key_id),
+        sandbox_id,
+    )
+    return Response(status_code=204)
+
+
+@router.delete("/sandboxes/{sandbox_id}", status_code=204)
+async def kill(sandbox_id: SandboxId, request: Request, x_api_key: ApiKey = None) -> Response:
+    """204 once nothing of it remains; 404 for an ended or unknown one (``kill`` → False)."""
+    context, caller = await _caller(request, x_api_key)
+    await _running(context, caller, sandbox_id)
+    killed = await context.sandboxes.kill(caller.tenant, sandbox_id, actor=caller.key_id)
+    context.grants.forget(sandbox_id)
+    if killed.state is not SandboxState.KILLED:
+        raise _gone(sandbox_id)  # it ended by itself meanwhile
+    return Response(status_code=204)
+
+
+@router.get("/v2/sandboxes")
+@router.get("/sandboxes")
+async def list_sandboxes(request: Request, x_api_key: ApiKey = None) -> JSONResponse:
+    """Running sandboxes (``paused`` matches none: pausing is not supported), filtered by
+    ``metadata`` (E2B encodes it twice), ``template`` and ``startedAfter``, ordered by
+    ``order`` (desc by default), a page of ``limit`` at a time (``x-next-token``)."""
+    context, caller = await _caller(request, x_api_key)
+    query = request.query_params
+    states = {s for item in query.getlist("state") for s in item.split(",") if s}
+    if states and "running" not in states:
+        return JSONResponse([])
+    found = await context.sandboxes.list(
+        caller.tenant,
+        states=[SandboxState.RUNNING],
+        metadata=_metadata_filter(query.get("metadata")),
+        limit=_LIST_CEILING,
+    )
+    template = query.get("template")
+    if template:
+        found = [s for s in found if s.template == _template(context, template)]
+    started_after = _time(query.get("startedAfter"), "startedAfter")
+    if started_after is not None:
+        found = [s for s in found if s.created_at > started_after]
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest(f"order must be asc or desc, got {order!r}")
+    found.sort(key=lambda s: (s.created_at, s.id), reverse=order == "desc")
+    start = _offset(query.get("nextToken"))
+    limit = _limit(query.get("limit"))
+    page = found[start : start + limit]
+    items = [ListedSandbox(**listed(s)).model_dump(mode="json") for s in page]
+    response = JSONResponse(items)
+    if start + limit < len(found):
+        response.headers["x-next-token"] = str(start + limit)
+    return response
+
+
+@router.api_route(
+    "/sandboxes/{sandbox_id}/{feature}", methods=["GET", "POST", "PUT"], status_code=400
+)
+async def unsupported(
+    sandbox_id: SandboxId, feature: str, request: Request, x_api_key: ApiKey = None
+) -> JSONResponse:
+    """pause, metrics, fork, snapshots, network: not (yet) in Ringfence."""
+    await _caller(request, x_api_key)
+    raise InvalidRequest(f"{feature}: not supported by Ringfence's E2B compatibility yet")
+
+
+async def _running(context: E2bContext, caller: Principal, sandbox_id: str) -> Sandbox:
+    sandbox = await context.sandboxes.get(caller.tenant, sandbox_id)
+    if sandbox.state is not SandboxState.RUNNING:
+        raise _gone(sandbox_id)
+    return sandbox
+
+
+async def _live(pending: Awaitable[Sandbox], sandbox_id: str) -> Sandbox:
+    """Await a service call on a running sandbox; its end becomes "not found"."""
+    try:
+        return await pending
+    except SandboxNotRunning:
+        raise _gone(sandbox_id) from None
+
+
+def _gone(sandbox_id: str) -> SandboxNotFound:
+    return SandboxNotFound(f"sandbox {sandbox_id} was not found (it has ended)")
+
+
+def _metadata_filter(raw: str | None) -> dict[str, str]:
+    """``k=v&k2=v2`` with each key and value URL-encoded once more (E2B's double encoding)."""
+    if not raw:
+        return {}
+    try:
+        pairs = parse_qsl(raw, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise InvalidRequest(
+            f"metadata must be key=value pairs joined by '&', got {raw!r}"
+        ) from None
+    return {unquote(key): unquote(value) for key, value in pairs}
+
+
+def _time(raw: str | None, name: str) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an ISO 8601 time, got {raw!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _offset(raw: str | None) -> int:
+    if not raw:
+        return 0
+    if not raw.isdigit():
+        raise InvalidRequest(f"nextToken {raw!r} is not one this server handed out")
+    return int(raw)
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return 100
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise InvalidRequest(f"limit must be 1-1000, got {raw!r}")
+    return int(raw)

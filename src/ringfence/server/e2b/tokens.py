@@ -1,0 +1,115 @@
+"""Per-sandbox access tokens for E2B's sandbox traffic (envd and the code interpreter).
+
+E2B's SDKs never send the API key to a sandbox: they send the ``envdAccessToken`` the
+control plane handed out (``X-Access-Token``) and, to the code interpreter, the
+``trafficAccessToken`` (``E2B-Traffic-Access-Token``). Knowing a sandbox id is therefore not
+enough to drive it.
+
+A token is derived, not stored: ``<tenant>.<key id>.<mac>`` where the mac is an HMAC-SHA256
+of (purpose, tenant, key id, sandbox id) under a secret this server process draws at start.
+Verifying one needs no store and tells who acts (the tenant, and the key the token was
+handed to, for the audit record). The secret need not outlive the process: sandboxes die
+with the server that runs them, and so may their tokens. Each key that creates or connects
+gets its own token; a pooled sandbox gets a fresh id at its claim, hence a fresh token.
+
+Signed file URLs (``download_url``/``upload_url``) carry no sandbox id when every sandbox
+shares one ``E2B_SANDBOX_URL``; the sandbox is found by recomputing each issued token's
+signature (``Grants`` remembers which tokens were handed out).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["Grant", "Grants", "Purpose", "expired", "file_signature"]
+
+_MAX_REMEMBERED = 100_000  # handed-out grants kept for signed URLs (oldest forgotten first)
+
+
+class Purpose(StrEnum):
+    ENVD = "envd"  # X-Access-Token: envd, and the code interpreter
+    TRAFFIC = "traffic"  # E2B-Traffic-Access-Token: the code interpreter only
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Who a valid token speaks for, about which sandbox."""
+
+    tenant: str
+    key_id: str
+    sandbox_id: str
+
+
+class Grants:
+    """Mint and check access tokens; remember the grants handed out (for signed URLs)."""
+
+    def __init__(self, secret: bytes | None = None) -> None:
+        self._secret = secret or secrets.token_bytes(32)
+        self._issued: dict[Grant, None] = {}  # insertion-ordered: the oldest first
+
+    def token(self, grant: Grant, purpose: Purpose) -> str:
+        """The token for ``grant``; remembered, so that its signed URLs resolve."""
+        self._issued.pop(grant, None)
+        self._issued[grant] = None
+        while len(self._issued) > _MAX_REMEMBERED:
+            del self._issued[next(iter(self._issued))]
+        return self._token(grant, purpose)
+
+    def check(self, token: str | None, sandbox_id: str, purpose: Purpose) -> Grant | None:
+        """The grant behind ``token`` if it was minted for ``sandbox_id`` and ``purpose``."""
+        if not token:
+            return None
+        tenant, _, rest = token.partition(".")
+        key_id, _, _ = rest.partition(".")
+        grant = Grant(tenant, key_id, sandbox_id)
+        if hmac.compare_digest(self._token(grant, purpose).encode(), token.encode()):
+            return grant
+        return None
+
+    def by_signature(
+        self, path: str, operation: str, user: str, signature: str, expiration: str | None
+    ) -> Grant | None:
+        """The handed-out grant whose envd token signed this file URL, if any (expiry is
+        the caller's to check)."""
+        for grant in list(self._issued):
+            token = self._token(grant, Purpose.ENVD)
+            expected = file_signature(path, operation, user, token, expiration)
+            if hmac.compare_digest(expected.encode(), signature.encode()):
+                return grant
+        return None
+
+    def forget(self, sandbox_id: str) -> None:
+        """Drop the grants of an ended sandbox (its tokens stay invalid for its id: the
+        sandbox is gone, and ids are never reused)."""
+        for grant in [g for g in self._issued if g.sandbox_id == sandbox_id]:
+            del self._issued[grant]
+
+    def _token(self, grant: Grant, purpose: Purpose) -> str:
+        message = "\0".join((purpose.value, grant.tenant, grant.key_id, grant.sandbox_id))
+        mac = hmac.new(self._secret, message.encode(), hashlib.sha256).digest()
+        encoded = base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+        return f"{grant.tenant}.{grant.key_id}.{encoded}"
+
+
+def file_signature(path: str, operation: str, user: str, token: str, expiration: str | None) -> str:
+    """E2B's v1 file URL signature: ``v1_`` + base64(sha256(path:op:user:token[:exp]))."""
+    raw = f"{path}:{operation}:{user}:{token}" + (f":{expiration}" if expiration else "")
+    digest = hashlib.sha256(raw.encode()).digest()
+    return "v1_" + base64.b64encode(digest).rstrip(b"=").decode()
+
+
+def expired(expiration: str | None) -> bool:
+    """Whether a signed URL's ``signature_expiration`` (Unix seconds) has passed; a malformed
+    one counts as passed."""
+    if expiration is None:
+        return False
+    try:
+        return int(expiration) < time.time()
+    except ValueError:
+        return True

@@ -1,0 +1,185 @@
+"""E2B's multipart file uploads, split into one streamed upload per file for the daemon.
+
+The SDK's ``files.write`` and ``write_files`` post ``multipart/form-data`` with one ``file``
+part per file, the part's filename being the target path (``?path=`` wins when given, for a
+single file, as in envd). The sandbox daemon takes one ``application/octet-stream`` body per
+file, so each part's bytes stream to its own daemon upload as they arrive: nothing is
+buffered whole, and a file is bounded only by the sandbox's disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import Request
+
+from ringfence.errors import InvalidRequest
+from ringfence.service.daemon_client import DaemonClient, DaemonResponse
+
+__all__ = ["Failed", "boundary_of", "upload_parts"]
+
+_QUEUED_CHUNKS = 8  # backpressure: the client's body waits while the daemon is slow
+
+
+class Failed(Exception):
+    """The daemon refused a file: its answer is passed on as it is."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+
+
+def boundary_of(content_type: str) -> bytes | None:
+    """The multipart boundary, when ``content_type`` is ``multipart/form-data``."""
+    kind, options = parse_options_header(content_type)
+    if kind != b"multipart/form-data":
+        return None
+    boundary = options.get(b"boundary")
+    if not boundary:
+        raise InvalidRequest("multipart/form-data without a boundary")
+    return boundary
+
+
+@dataclass
+class _Events:
+    """What the parser's (synchronous) callbacks saw, for the async side to act on."""
+
+    items: list[tuple[str, bytes]] = field(default_factory=list)
+    header_name: bytearray = field(default_factory=bytearray)
+    header_value: bytearray = field(default_factory=bytearray)
+
+    def callbacks(self) -> dict[str, Callable[..., None]]:
+        def data(kind: str) -> Callable[[bytes, int, int], None]:
+            return lambda buf, start, end: self.items.append((kind, bytes(buf[start:end])))
+
+        def mark(kind: str) -> Callable[[], None]:
+            return lambda: self.items.append((kind, b""))
+
+        def header_end() -> None:
+            line = bytes(self.header_name) + b"\0" + bytes(self.header_value)
+            self.items.append(("header", line))
+            self.header_name.clear()
+            self.header_value.clear()
+
+        return {
+            "on_part_begin": mark("begin"),
+            "on_part_data": data("data"),
+            "on_part_end": mark("end"),
+            "on_header_field": lambda b, s, e: self.header_name.extend(b[s:e]),
+            "on_header_value": lambda b, s, e: self.header_value.extend(b[s:e]),
+            "on_header_end": header_end,
+            "on_headers_finished": mark("headers"),
+        }
+
+
+async def upload_parts(
+    daemon: DaemonClient,
+    request: Request,
+    boundary: bytes,
+    path: str | None,
+    on_file: Callable[[str], None],
+) -> list[object]:
+    """Upload each file part; return the daemon's entries (``[{name, type, path}]``).
+
+    ``on_file(path)`` runs before each file is written (the audit record).
+
+    Raises:
+        InvalidRequest: a part names no file, or the body is not valid multipart.
+        Failed: the daemon refused a file.
+    """
+    events = _Events()
+    parser = MultipartParser(boundary, events.callbacks())  # type: ignore[arg-type]
+    written: list[object] = []
+    headers: dict[str, str] = {}
+    queue: asyncio.Queue[bytes | None] | None = None
+    upload: asyncio.Task[DaemonResponse] | None = None
+    try:
+        async for chunk in request.stream():
+            try:
+                parser.write(chunk)
+            except ValueError as exc:  # python-multipart's parse errors derive from it
+                raise InvalidRequest(f"the multipart body is malformed: {exc}") from None
+            items, events.items = events.items, []
+            for kind, value in items:
+                if kind == "begin":
+                    headers = {}
+                elif kind == "header":
+                    name, _, text = value.partition(b"\0")
+                    headers[name.decode("latin-1").lower()] = text.decode("utf-8", "replace")
+                elif kind == "headers":
+                    target = path or _filename(headers.get("content-disposition", ""))
+                    if target is None:  # a plain form field: not a file
+                        continue
+                    on_file(target)
+                    queue = asyncio.Queue(_QUEUED_CHUNKS)
+                    upload = asyncio.create_task(_send(daemon, target, queue))
+                    path = None  # ?path= names the first file only
+                elif kind == "data" and queue is not None and upload is not None:
+                    await _put(queue, value, upload)
+                elif kind == "end" and queue is not None and upload is not None:
+                    await _put(queue, None, upload)
+                    written.extend(await _entries(await upload))
+                    queue, upload = None, None
+        parser.finalize()
+    finally:
+        if upload is not None:
+            upload.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                response = await upload
+                await response.aclose()
+    if upload is not None or not written:
+        raise InvalidRequest("the multipart body holds no complete file part")
+    return written
+
+
+async def _put(
+    queue: asyncio.Queue[bytes | None], item: bytes | None, upload: asyncio.Task[DaemonResponse]
+) -> None:
+    """Queue ``item`` for the daemon, unless its upload ended first (it refused early)."""
+    put = asyncio.ensure_future(queue.put(item))
+    await asyncio.wait({put, upload}, return_when=asyncio.FIRST_COMPLETED)
+    if put.done():
+        return
+    put.cancel()
+    response = upload.result()  # its failure, if it failed
+    await _entries(response)  # a refusal raises Failed
+    raise Failed(502, b'{"code": 502, "message": "the sandbox answered before the file ended"}')
+
+
+async def _send(
+    daemon: DaemonClient, target: str, queue: asyncio.Queue[bytes | None]
+) -> DaemonResponse:
+    async def body() -> AsyncIterator[bytes]:
+        while (chunk := await queue.get()) is not None:
+            yield chunk
+
+    return await daemon.send(
+        "POST",
+        "/files",
+        params={"path": target},
+        headers={"content-type": "application/octet-stream"},
+        content=body(),
+    )
+
+
+async def _entries(response: DaemonResponse) -> list[object]:
+    body = await response.aread()
+    if response.status_code != 200:
+        raise Failed(response.status_code, body)
+    try:
+        entries = json.loads(body)
+    except ValueError:
+        raise Failed(502, b'{"code": 502, "message": "the sandbox answered garbage"}') from None
+    return entries if isinstance(entries, list) else [entries]
+
+
+def _filename(disposition: str) -> str | None:
+    _, options = parse_options_header(disposition)
+    name = options.get(b"filename")
+    return name.decode("utf-8", "replace") if name else None
