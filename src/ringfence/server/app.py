@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from ringfence import __version__
 from ringfence.audit.chain import SYSTEM
 from ringfence.server.console import router as console_router
+from ringfence.server.e2b import E2bLayer
 from ringfence.server.errors import install_error_handlers
 from ringfence.server.limits import BodyLimit
 from ringfence.server.routes import audit as audit_routes
@@ -86,6 +87,10 @@ def create_app(
     app.add_middleware(
         BodyLimit, max_bytes=max_request_bytes, streamed=sandbox_routes.STREAMED_PATHS
     )
+    app.add_middleware(  # outermost: E2B's SDKs' traffic never reaches the native routes
+        E2bLayer, store=store, keys=app.state.keys, sandboxes=sandboxes,
+        max_request_bytes=max_request_bytes,
+    )  # fmt: skip
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
     app.include_router(sandbox_routes.router)
