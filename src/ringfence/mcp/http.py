@@ -1,0 +1,102 @@
+"""MCP over streamable HTTP inside ``ringfence serve``, at ``/mcp``.
+
+Every request must carry a Ringfence API key (``Authorization: Bearer`` or ``X-API-Key``,
+as the HTTP API): it is checked here, before the MCP layer sees the request, and refused
+with the HTTP API's own 401 answer. A tool call then runs the SDK against the same
+application in this process with that request's key (``CallerConnector``), so each caller
+sees and changes only their own tenant's objects, and the audit log names their key: exactly
+as if they had called the HTTP API themselves. No key is ever kept between requests.
+
+The transport is stateless (a fresh MCP transport per request, no session to hijack or to
+lose when several replicas serve behind a load balancer): the tools need no state between
+calls, since every answer carries the ids the next call needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ringfence.errors import HTTP_STATUS, RingfenceError
+from ringfence.mcp._connect import CallerConnector
+from ringfence.mcp.server import build_server
+from ringfence.service.keys import KeyCache, authenticate
+from ringfence.store import Store
+
+__all__ = ["MCP_PATH", "McpEndpoint"]
+
+MCP_PATH = "/mcp"
+
+
+class McpEndpoint:
+    """The ASGI endpoint; ``running()`` must be entered for as long as the app serves.
+
+    ``app`` is the whole application (tool calls go to its HTTP API); ``store`` and
+    ``keys`` are what its own authentication uses.
+    """
+
+    def __init__(self, app: ASGIApp, store: Store, keys: KeyCache) -> None:
+        self._store = store
+        self._keys = keys
+        server = build_server(CallerConnector(app))
+        # Makes the server's session manager (the Starlette app around it is not used).
+        # DNS-rebinding checks guard servers that trust ambient credentials; this endpoint
+        # trusts only a key in a header, which a rebound page cannot send.
+        server.streamable_http_app(
+            stateless_http=True,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        self._manager = server.session_manager
+        self._serve = AuthContextMiddleware(self._manager.handle_request)
+
+    def route(self) -> Route:
+        """Its route, at ``MCP_PATH``, for every method (POST, GET, DELETE)."""
+        return Route(MCP_PATH, self, include_in_schema=False)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with self._manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers = Headers(scope=scope)
+        presented = _bearer(headers.get("authorization")) or headers.get("x-api-key")
+        try:
+            principal = await authenticate(self._store, presented, self._keys)
+        except RingfenceError as exc:
+            await _refuse(exc, send)
+            return
+        assert presented is not None  # authenticate refuses a missing key
+        token = AccessToken(
+            token=presented, client_id=principal.key_id, scopes=[principal.role.value],
+            subject=f"{principal.tenant}/{principal.key_id}",
+        )  # fmt: skip
+        await self._serve({**scope, "user": AuthenticatedUser(token)}, receive, send)
+
+
+def _bearer(value: str | None) -> str | None:
+    if value and value[:7].lower() == "bearer ":
+        return value[7:].strip() or None
+    return None
+
+
+async def _refuse(exc: RingfenceError, send: Send) -> None:
+    """The HTTP API's answer to the same failure: its status and JSON error body."""
+    status = HTTP_STATUS.get(exc.code, 500)
+    body = json.dumps({"error": {"code": exc.code, "message": exc.message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
