@@ -13,6 +13,7 @@ from ringfence.cli.exec_cmd import exec_command
 from ringfence.cli.files import files
 from ringfence.cli.k8s import k8s
 from ringfence.cli.keys import keys
+from ringfence.cli.mcp import mcp
 from ringfence.cli.proposals import approve, proposals, propose, reject
 from ringfence.cli.sandbox import sandbox
 from ringfence.cli.serve import serve
@@ -40,4 +41,5 @@ main.add_command(propose)
 main.add_command(proposals)
 main.add_command(approve)
 main.add_command(reject)
+main.add_command(mcp)
 main.add_command(k8s)
