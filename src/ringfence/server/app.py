@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from ringfence import __version__
 from ringfence.audit.chain import SYSTEM
+from ringfence.mcp.http import McpEndpoint
 from ringfence.server.console import router as console_router
 from ringfence.server.e2b import E2bLayer
 from ringfence.server.errors import install_error_handlers
@@ -64,7 +65,8 @@ def create_app(
         approvals.start()
         sandboxes.start()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await approvals.aclose()
             await sandboxes.aclose()
@@ -97,4 +99,6 @@ def create_app(
     app.include_router(proposal_routes.router)
     app.include_router(audit_routes.router)
     app.include_router(console_router)
+    mcp = McpEndpoint(app, store, app.state.keys)  # MCP over streamable HTTP: docs/mcp.md
+    app.router.routes.append(mcp.route())
     return app
