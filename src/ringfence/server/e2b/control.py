@@ -44,6 +44,8 @@ ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
 # otherwise "base" (the host's system directories, which the code interpreter runs on).
 _ALIASES = {"code-interpreter-v1": "code-interpreter"}
 _FALLBACK = "base"
+# E2B network options that would grant something (denyOut only restates the default).
+_NETWORK_GRANTS = ("allowOut", "rules", "allowPublicTraffic", "egressProxy", "dnsServers")
 _LIST_CEILING = 10_000  # sandboxes of one tenant considered by one list request
 
 
@@ -84,6 +86,15 @@ def _refuse_unsupported(body: NewSandbox) -> None:
         raise InvalidRequest("autoPause: pausing sandboxes is not supported yet")
     if body.mcp:
         raise InvalidRequest("mcp: the MCP gateway template is not supported")
+    network = body.network or {}
+    granted = [name for name in _NETWORK_GRANTS if network.get(name)]
+    if granted:
+        raise InvalidRequest(
+            f"network ({', '.join(granted)}): Ringfence sandboxes have no network access "
+            "and take traffic only with their access token; only denying is possible"
+        )
+    if (body.iam or {}).get("tokens"):
+        raise InvalidRequest("iam: workload identity tokens are not supported")
     if body.volumeMounts:
         raise InvalidRequest("volumeMounts: volumes are not supported")
 

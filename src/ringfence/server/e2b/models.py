@@ -44,6 +44,8 @@ class NewSandbox(BaseModel):
     autoPause: bool | None = None
     allow_internet_access: bool | None = None
     mcp: dict[str, Any] | None = None
+    network: dict[str, Any] | None = None
+    iam: dict[str, Any] | None = None
     volumeMounts: list[dict[str, Any]] | None = None
 
 

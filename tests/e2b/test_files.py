@@ -1,0 +1,139 @@
+"""``sbx.files`` through the unmodified E2B SDK: ``/files`` uploads and downloads (multipart
+split per file by the server, octet-stream streamed), the filesystem service, watches, and
+signed URLs."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+from e2b import (
+    FileNotFoundException,
+    FilesystemEventType,
+    FileType,
+    Sandbox,
+    SandboxException,
+)
+from tests.e2b.conftest import E2bServer, audit_records
+
+
+@pytest.fixture(scope="module")
+def sbx(e2b_server: E2bServer) -> Iterator[Sandbox]:
+    with Sandbox.create(timeout=600) as sandbox:
+        yield sandbox
+
+
+def test_write_then_read_text_and_bytes(sbx: Sandbox) -> None:
+    info = sbx.files.write("/home/user/a.txt", "hello")
+    assert info.path == "/home/user/a.txt" and info.name == "a.txt"
+    assert sbx.files.read("/home/user/a.txt") == "hello"
+    blob = bytes(range(256)) * 4
+    sbx.files.write("rel/blob.bin", blob)  # relative: against /home/user
+    assert sbx.files.read("/home/user/rel/blob.bin", format="bytes") == blob
+    assert b"".join(sbx.files.read("rel/blob.bin", format="stream")) == blob
+
+
+def test_write_files_writes_each(sbx: Sandbox) -> None:
+    written = sbx.files.write_files(
+        [WriteEntry(path="many/one.txt", data="1"), WriteEntry(path="/tmp/two.txt", data=b"2")]
+    )
+    assert [w.path for w in written] == ["/home/user/many/one.txt", "/tmp/two.txt"]
+    assert sbx.files.read("many/one.txt") == "1" and sbx.files.read("/tmp/two.txt") == "2"
+
+
+def test_a_file_larger_than_the_request_limit_streams_through(sbx: Sandbox) -> None:
+    big = os.urandom(6 << 20)  # the server refuses buffered bodies above 4 MiB
+    sbx.files.write("big.bin", big)  # multipart
+    assert sbx.files.read("big.bin", format="bytes") == big
+    sbx.files.write("big2.bin", io.BytesIO(big))  # a file-like: octet-stream
+    assert sbx.commands.run("cmp big.bin big2.bin").exit_code == 0
+
+
+def test_list_exists_info_make_dir_rename_remove(sbx: Sandbox) -> None:
+    assert sbx.files.make_dir("tree/sub") is True
+    assert sbx.files.make_dir("tree/sub") is False, "it exists"
+    sbx.files.write("tree/f.txt", "abc")
+    names = {(e.name, e.type) for e in sbx.files.list("tree")}
+    assert names == {("sub", FileType.DIR), ("f.txt", FileType.FILE)}
+    deep = {e.path for e in sbx.files.list("tree", depth=2)}
+    assert "/home/user/tree/sub" in deep
+    info = sbx.files.get_info("tree/f.txt")
+    assert info.size == 3 and info.type is FileType.FILE and info.path == "/home/user/tree/f.txt"
+    assert sbx.files.exists("tree/f.txt") and not sbx.files.exists("tree/nope")
+    moved = sbx.files.rename("tree/f.txt", "tree/g.txt")
+    assert moved.path == "/home/user/tree/g.txt" and sbx.files.read("tree/g.txt") == "abc"
+    sbx.files.remove("tree")
+    assert not sbx.files.exists("tree")
+
+
+def test_missing_files_raise_file_not_found(sbx: Sandbox) -> None:
+    with pytest.raises(FileNotFoundException):
+        sbx.files.read("/home/user/missing.txt")
+    with pytest.raises(FileNotFoundException):
+        sbx.files.get_info("/home/user/missing.txt")
+    with pytest.raises(FileNotFoundException):
+        sbx.files.list("/home/user/missing-dir")
+
+
+def test_the_read_only_root_refuses_writes(sbx: Sandbox) -> None:
+    with pytest.raises(SandboxException):
+        sbx.files.write("/usr/evil", "x")
+
+
+def test_watch_dir_reports_changes(sbx: Sandbox) -> None:
+    sbx.files.make_dir("watched")
+    handle = sbx.files.watch_dir("watched")
+    try:
+        sbx.files.write("watched/new.txt", "x")
+        deadline = time.monotonic() + 10
+        events = []
+        while time.monotonic() < deadline:
+            events += handle.get_new_events()
+            if any(e.name == "new.txt" for e in events):
+                break
+            time.sleep(0.05)
+        kinds = {e.type for e in events if e.name == "new.txt"}
+        assert kinds & {FilesystemEventType.CREATE, FilesystemEventType.WRITE}
+    finally:
+        handle.stop()
+
+
+def test_signed_urls_download_and_upload_without_any_header(sbx: Sandbox) -> None:
+    sbx.files.write("shared.txt", "for download")
+    url = sbx.download_url("/home/user/shared.txt")
+    assert "signature=v1_" in url
+    assert httpx.get(url).text == "for download"
+    upload = sbx.upload_url("/home/user/uploaded.txt")
+    answer = httpx.post(upload, files={"file": ("ignored-name", b"via url")})
+    assert answer.status_code == 200 and answer.json()[0]["path"] == "/home/user/uploaded.txt"
+    assert sbx.files.read("uploaded.txt") == "via url"
+    expiring = sbx.download_url("/home/user/shared.txt", use_signature_expiration=60)
+    assert httpx.get(expiring).text == "for download"
+
+
+def test_signed_urls_are_bound_to_path_operation_and_time(sbx: Sandbox) -> None:
+    sbx.files.write("secret.txt", "s")
+    url = sbx.download_url("/home/user/shared-x.txt")
+    tampered = url.replace("shared-x.txt", "secret.txt")
+    assert httpx.get(tampered).status_code == 401
+    as_upload = sbx.download_url("/home/user/secret.txt")  # a read signature used to write
+    assert httpx.post(as_upload, files={"file": ("f", b"overwrite")}).status_code == 401
+    expired = sbx.download_url("/home/user/secret.txt", use_signature_expiration=-10)
+    assert httpx.get(expired).status_code == 401
+    forged = url.split("signature=")[0] + "signature=v1_AAAA"
+    assert httpx.get(forged).status_code == 401
+    assert sbx.files.read("secret.txt") == "s"
+
+
+def test_uploads_are_on_the_audit_record(e2b_server: E2bServer, sbx: Sandbox) -> None:
+    sbx.files.write("audited-upload.txt", "x")
+    records = audit_records(
+        e2b_server, f"sandbox:{sbx.sandbox_id}", "sandbox.write_file", "audited-upload"
+    )
+    assert "audited-upload.txt" in str([r["details"] for r in records])
