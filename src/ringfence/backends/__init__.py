@@ -22,6 +22,7 @@ __all__ = [
 
 # name -> "module:Class", imported only when chosen.
 BACKENDS: dict[str, str] = {
+    "job": "ringfence.backends.kubernetes.backend:JobExecutor",
     "local": "ringfence.backends.local:LocalExecutor",
     "process": "ringfence.backends.process:ProcessExecutor",
 }
