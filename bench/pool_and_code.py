@@ -660,6 +660,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        import jupyter_client  # noqa: F401  (the baseline; checked before minutes of work)
+        import ipykernel  # noqa: F401
+    except ImportError as exc:
+        sys.exit(f"pool_and_code: the Jupyter baseline needs the bench extra ({exc.name} is "
+                 "missing): .venv/bin/pip install -e '.[dev,bench]'")
     # The server is a child process: it reads its pool from the environment it inherits.
     os.environ["RINGFENCE_POOL_SIZES"] = json.dumps({TEMPLATE: args.pool})
     with running_server() as server:

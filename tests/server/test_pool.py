@@ -13,21 +13,43 @@ import pytest
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
-from ringfence.models import ResourceLimits, SandboxSpec
+from ringfence.errors import SandboxNotFound, StoreError
+from ringfence.models import ResourceLimits, Sandbox, SandboxSpec, SandboxState
 from ringfence.service.pool import WarmPool
 from ringfence.service.sandboxes import SandboxService, template_image
 from ringfence.store import MemoryStore
 
 
+class GatedStore(MemoryStore):
+    """A store whose sandbox records are written only when the test lets them (or fail)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail = False
+
+    async def add_sandbox(self, tenant: str, sandbox: Sandbox) -> None:
+        await self.gate.wait()
+        if self.fail:
+            raise StoreError("the database is gone")
+        await super().add_sandbox(tenant, sandbox)
+
+
 @pytest.fixture
-async def pooled(local_host: object) -> AsyncIterator[SandboxService]:
+def store() -> GatedStore:
+    return GatedStore()
+
+
+@pytest.fixture
+async def pooled(local_host: object, store: GatedStore) -> AsyncIterator[SandboxService]:
     from ringfence.backends.local.probe import Host
 
     assert isinstance(local_host, Host)
     config = Config()
     runtime = LocalSandboxRuntime(LocalExecutor(config, host=local_host), config)
     pool = WarmPool(runtime, config, {"base": 2}, lambda name: template_image(name, config))
-    service = SandboxService(MemoryStore(), runtime, config, pool=pool)
+    service = SandboxService(store, runtime, config, pool=pool)
     service.start()
     yield service
     await service.aclose()
@@ -100,3 +122,46 @@ async def test_a_claimed_sandbox_keeps_the_claimers_timeout(pooled: SandboxServi
             break
         await asyncio.sleep(0.05)
     assert (await pooled.get("acme", sandbox.id)).state.value == "expired"
+
+
+async def test_a_claim_answers_before_its_record_and_readers_wait_for_it(
+    pooled: SandboxService, store: GatedStore
+) -> None:
+    await _until_ready(pooled, 1)
+    store.gate.clear()  # the record is not written until we say so
+    sandbox = await asyncio.wait_for(pooled.create("acme", SandboxSpec()), 10)
+    assert await _run(pooled, sandbox.id, "echo usable") == "usable\n"
+    got = asyncio.create_task(pooled.get("acme", sandbox.id))
+    listed = asyncio.create_task(pooled.list("acme"))
+    await asyncio.sleep(0.1)
+    assert not got.done() and not listed.done(), "readers wait for the record"
+    store.gate.set()
+    assert (await got).id == sandbox.id
+    assert [s.id for s in await listed] == [sandbox.id]
+    ended = await pooled.kill("acme", sandbox.id)
+    assert ended.state is SandboxState.KILLED
+
+
+async def test_a_claim_whose_record_fails_is_killed(
+    pooled: SandboxService, store: GatedStore
+) -> None:
+    await _until_ready(pooled, 1)
+    store.gate.clear()
+    store.fail = True
+    sandbox = await pooled.create("acme", SandboxSpec())  # answered before the write
+    store.gate.set()
+    await _until_none_run(pooled)  # killed at once; its end cannot be stored either
+    with pytest.raises(SandboxNotFound):  # it never was, as far as the store knows
+        await pooled.daemon("acme", sandbox.id)
+    await _until_ready(pooled, 1)
+    with pytest.raises(StoreError):  # failed before the claim was answered: said so
+        await pooled.create("acme", SandboxSpec())
+    await _until_none_run(pooled)
+
+
+async def _until_none_run(service: SandboxService) -> None:
+    for _ in range(200):
+        if service.running_count() == 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("a sandbox runs unrecorded")

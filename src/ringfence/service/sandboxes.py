@@ -65,6 +65,13 @@ class _Live:
     failure: str | None = None  # why it is being killed, when that is a failure
     ending: bool = False  # the watcher is storing its end
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one store write at a time
+    # A pooled sandbox's record, still being written after its claim was answered.
+    recorded: asyncio.Task[None] | None = None
+
+    async def record_written(self) -> None:
+        """Wait until the sandbox's record is written (or failed to be: the store says)."""
+        if self.recorded is not None:
+            await asyncio.wait({self.recorded})
 
 
 class SandboxService:
@@ -218,27 +225,50 @@ class SandboxService:
         timeout: float,
         actor: str,
     ) -> Sandbox:
-        """Make a pooled sandbox the claimer's: its id, environment and timeout."""
+        """Make a pooled sandbox the claimer's: its id, environment and timeout.
+
+        The claim is answered before the sandbox's record is written (a claim is meant to
+        take milliseconds, and a SQLite write alone takes 2-5 ms here): until it is, this
+        service's own readers (``get``, ``list``, ``set_timeout``, the watcher) wait for it.
+        Should the write fail, the sandbox is killed: none runs unrecorded. A crash before
+        it lands loses a sandbox that died with the server anyway (--die-with-parent).
+        """
         warm.daemon.sandbox_id = sandbox.id
         entry = _Live(tenant, warm.live, warm.daemon, asyncio.get_running_loop().create_future())
+        entry.recorded = asyncio.create_task(self._store.add_sandbox(tenant, sandbox))
+        entry.recorded.add_done_callback(lambda task: self._kill_unrecorded(entry, task))
         self._live[sandbox.id] = entry
         watcher = asyncio.create_task(self._watch(sandbox, entry))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
-        try:  # the three at once: a claim is meant to take milliseconds
+        try:  # both at once
             await asyncio.gather(
-                self._store.add_sandbox(tenant, sandbox),
                 warm.live.set_timeout(timeout),
                 warm.daemon.init({**spec.env, SANDBOX_ID_VARIABLE: sandbox.id}),
             )
         except BaseException as exc:
-            entry.failure = f"its claim from the pool failed: {exc}"
+            entry.failure = entry.failure or f"its claim from the pool failed: {exc}"
             await asyncio.shield(warm.live.kill())
+            unrecorded = _unrecorded(entry)
+            if unrecorded is not None:
+                raise unrecorded from exc
             raise
+        if unrecorded := _unrecorded(entry):  # failed already: it is being killed
+            raise unrecorded
         details = {"template": spec.template, "timeout": timeout, "pooled": True,
                    "env": sorted(spec.env), "metadata": spec.metadata}  # fmt: skip
         self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", details)
         return sandbox
+
+    def _kill_unrecorded(self, entry: _Live, recorded: asyncio.Task[None]) -> None:
+        failure = _unrecorded(entry)
+        if failure is None:
+            return
+        log.error("a pooled sandbox's record was not written; killing it: %s", failure)
+        entry.failure = f"its record could not be stored: {failure}"
+        killing = asyncio.create_task(_kill(entry.sandbox))
+        self._watchers.add(killing)
+        killing.add_done_callback(self._watchers.discard)
 
     async def _abandoned(self, tenant: str, sandbox: Sandbox, recorded: asyncio.Task[None]) -> None:
         """Store the end of a sandbox whose creation was given up before it ran."""
@@ -250,6 +280,9 @@ class SandboxService:
 
     async def get(self, tenant: str, sandbox_id: str) -> Sandbox:
         """Raises ``SandboxNotFound`` (also for another tenant's sandbox)."""
+        entry = self._live.get(sandbox_id)
+        if entry is not None and entry.tenant == tenant:
+            await entry.record_written()
         sandbox = await self._store.get_sandbox(tenant, sandbox_id)
         if sandbox is None:
             raise SandboxNotFound(f"no sandbox with id {sandbox_id!r}")
@@ -263,6 +296,9 @@ class SandboxService:
         metadata: Mapping[str, str] | None = None,
         limit: int = 100,
     ) -> list[Sandbox]:
+        await asyncio.gather(
+            *(e.record_written() for e in self._live.values() if e.tenant == tenant)
+        )
         return await self._store.list_sandboxes(
             tenant, states=states, metadata=metadata, limit=limit
         )
@@ -357,6 +393,7 @@ class SandboxService:
             state, error = _ending(result)
             if entry.failure is not None:
                 state, error = SandboxState.FAILED, entry.failure
+            await entry.record_written()
             async with entry.writing:
                 entry.ending = True
                 current = await self._store.get_sandbox(entry.tenant, sandbox.id) or sandbox
@@ -398,6 +435,18 @@ def _ending(result: ExecutionResult) -> tuple[SandboxState, str | None]:
         return SandboxState.FAILED, result.error
     tail = result.logs.strip().splitlines()[-1:] or [""]
     return SandboxState.FAILED, f"the sandbox daemon exited ({result.exit_code}): {tail[0][:300]}"
+
+
+def _unrecorded(entry: _Live) -> BaseException | None:
+    """Why the sandbox's record could not be written, if it failed already."""
+    recorded = entry.recorded
+    if recorded is None or not recorded.done() or recorded.cancelled():
+        return None
+    return recorded.exception()
+
+
+async def _kill(sandbox: LiveSandbox) -> None:
+    await sandbox.kill()
 
 
 def _new_id() -> str:
