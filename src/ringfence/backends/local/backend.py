@@ -6,7 +6,9 @@ Start-up of one sandbox:
    report the sandbox init's pid (``--info-fd``) and to wait (``--block-fd``) before it starts
    the command;
 3. move the sandbox init into the cgroup, so every process of the sandbox is inside it;
-4. let the command start.
+4. with a network policy, attach Ringfence's proxy and resolver to the sandbox's loopback
+   (``ringfence.network``): they exist before any code of the request runs;
+5. let the command start.
 The end: the pid namespace dies with its init; the cgroup is swept and removed.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -31,7 +34,9 @@ from ringfence.backends.local.probe import Host, require
 from ringfence.backends.local.rootfs import HOST_IMAGE, Entry, layout_for
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
-from ringfence.models import ExecutionRequest, ResourceLimits
+from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
+from ringfence.network.gateway import Attachment, EgressGateway
+from ringfence.network.session import current_requester
 
 __all__ = ["LocalExecutor"]
 
@@ -43,11 +48,15 @@ class LocalExecutor(SupervisingExecutor):
 
     name = "local"
 
-    def __init__(self, config: Config, host: Host | None = None) -> None:
-        """Raises ``BackendUnavailable`` when the host lacks an isolation layer."""
+    def __init__(
+        self, config: Config, host: Host | None = None, egress: EgressGateway | None = None
+    ) -> None:
+        """Raises ``BackendUnavailable`` when the host lacks an isolation layer.
+        ``egress``: the proxy and resolver that sandboxes with a network policy use."""
         super().__init__(config)
         self._host = host or require(config)
         self._host_layout = layout_for(HOST_IMAGE, self._host.files)
+        self.egress = egress or EgressGateway()
 
     def check(self, request: ExecutionRequest) -> None:
         self._layout(request)
@@ -95,6 +104,7 @@ class LocalExecutor(SupervisingExecutor):
             # No info, or an init gone before it could be moved: bwrap failed while setting
             # up (its output says why) and nothing of the command ever ran.
             if info is not None and cgroup.add(int(info["child-pid"])):
+                sandbox.egress = await self._attach_egress(request, int(info["child-pid"]))
                 sandbox.open_gate(gate.fd)
         except BaseException:
             await sandbox.abort()
@@ -102,6 +112,19 @@ class LocalExecutor(SupervisingExecutor):
         finally:
             gate.close()
         return sandbox
+
+    async def _attach_egress(self, request: ExecutionRequest, pid: int) -> Attachment | None:
+        """Ringfence's proxy and resolver on the sandbox's loopback, if its policy allows
+        any network; a failure fails the start (never a sandbox without its policy)."""
+        if request.network is None or request.network.mode is NetworkMode.NONE:
+            return None
+        requester = current_requester()
+        if not requester.subject:
+            requester = dataclasses.replace(requester, subject=f"execution:{request.id}")
+        try:
+            return await self.egress.attach(pid, requester, request.network)
+        except OSError as exc:
+            raise SandboxError(f"cannot attach the egress proxy: {exc}") from exc
 
 
 class _Gate:
@@ -135,6 +158,7 @@ class _Sandbox:
         self._gate: int | None = gate
         self._opened = False
         self._command_started = False
+        self.egress: Attachment | None = None
 
     async def abort(self) -> None:
         """Undo a start that failed half-way: every step runs even if one before it fails."""
@@ -157,6 +181,9 @@ class _Sandbox:
     async def release(self) -> str | None:
         # Blocks the loop briefly (cgroup writes wait on kernel locks); a worker thread per
         # call measured slower on this path (four thread hops per sandbox).
+        if self.egress is not None:
+            await self.egress.aclose()
+            self.egress = None
         if self._gate is not None:
             unread = struct.unpack("i", fcntl.ioctl(self._gate, termios.FIONREAD, b"\0" * 4))[0]
             self._command_started = self._opened and unread == 0

@@ -6,6 +6,10 @@ a root built from read-only binds and remounted read-only; fresh /proc and a min
 (read-only, with a size-limited /dev/shm); size-limited tmpfs on the workspace and /tmp; the
 sandbox user uid 1000 with no capabilities and no_new_privs; a new session (no terminal
 injection); the seccomp filter; death with its supervisor.
+
+The network namespace stays empty (loopback only) even with a network policy: Ringfence's
+proxy and resolver are attached to its loopback from the host (``ringfence.network``), and
+only the proxy variables are added here.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ringfence.backends.local.rootfs import Entry, Kind
-from ringfence.models import ExecutionRequest, Mount, ResourceLimits
+from ringfence.models import ExecutionRequest, Mount, NetworkMode, NetworkPolicy, ResourceLimits
+from ringfence.network.gateway import proxy_env
 
 __all__ = [
     "DEFAULT_PATH",
@@ -46,8 +51,10 @@ class Fds:
     block: int | None = None
 
 
-def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The sandbox's whole environment: defaults overridden by the request's own variables."""
+def sandbox_env(env: Mapping[str, str], network: NetworkPolicy | None = None) -> dict[str, str]:
+    """The sandbox's whole environment: defaults overridden by the request's own variables.
+    With a network policy, the proxy variables point tools at Ringfence's proxy."""
+    egress = proxy_env() if network is not None and network.mode is NetworkMode.RULES else {}
     return {
         "PATH": DEFAULT_PATH,
         "HOME": WORKSPACE,
@@ -55,6 +62,7 @@ def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:
         "LOGNAME": "user",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
+        **egress,
         **env,
     }
 
@@ -104,7 +112,7 @@ def bwrap_args(
     if fds.block is not None:
         argv += ["--block-fd", str(fds.block)]
     argv.append("--clearenv")
-    for name, value in sandbox_env(request.env).items():
+    for name, value in sandbox_env(request.env, request.network).items():
         argv += ["--setenv", name, value]
     return argv
 

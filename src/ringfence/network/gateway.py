@@ -1,0 +1,195 @@
+"""The egress gateway: Ringfence's proxy and resolver, attached to each sandbox that has a
+network policy, on the sandbox's own loopback.
+
+``attach`` makes three sockets inside the sandbox's (otherwise empty) network namespace,
+before the sandbox's command starts: the proxy on 127.0.0.1:3128 (TCP) and the resolver on
+127.0.0.1:53 (UDP and TCP). The event loop of the Ringfence process serves them. There is
+no route out of the namespace, so these sockets are the sandbox's only way out, whatever it
+does: a direct connection to any address, another port, UDP, IPv6 or a raw socket has
+nowhere to go (see docs/network.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+import struct
+from typing import cast
+
+from ringfence.models import NetworkPolicy
+from ringfence.network import dns
+from ringfence.network.netns import ListenSpec, listen_in_netns
+from ringfence.network.policy import check_addresses, decide, name_resolvable
+from ringfence.network.proxy import serve_client
+from ringfence.network.resolver import Resolver
+from ringfence.network.session import EgressSession, Requester
+
+__all__ = ["DNS_PORT", "PROXY_PORT", "PROXY_URL", "Attachment", "EgressGateway", "proxy_env"]
+
+log = logging.getLogger(__name__)
+
+PROXY_PORT = 3128
+DNS_PORT = 53
+PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
+
+
+def proxy_env() -> dict[str, str]:
+    """The variables that point common tools (pip, curl, git, npm) at the proxy."""
+    return {
+        "HTTP_PROXY": PROXY_URL, "HTTPS_PROXY": PROXY_URL,
+        "http_proxy": PROXY_URL, "https_proxy": PROXY_URL,
+        "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
+    }  # fmt: skip
+
+
+class Attachment:
+    """The gateway's listeners in one sandbox, and its session."""
+
+    def __init__(self, gateway: EgressGateway, session: EgressSession) -> None:
+        self.session = session
+        self._gateway = gateway
+        self._servers: list[asyncio.AbstractServer] = []
+        self._transports: list[asyncio.BaseTransport] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def aclose(self) -> None:
+        """Stop listening and cut every connection of this sandbox."""
+        if self._closed:
+            return
+        self._closed = True
+        self._gateway._forget(self)
+        for server in self._servers:
+            server.close()
+        for transport in self._transports:
+            transport.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _track(self, coroutine: object) -> None:
+        assert asyncio.iscoroutine(coroutine)
+        task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+class EgressGateway:
+    """Attaches the proxy and the resolver to sandboxes, and finds a running sandbox's
+    session to change its policy."""
+
+    def __init__(self, resolver: Resolver | None = None) -> None:
+        self.resolver = resolver or Resolver()
+        self._attached: dict[tuple[str, str], Attachment] = {}
+
+    def session(self, tenant: str, subject: str) -> EgressSession | None:
+        """The session of a running sandbox, or None."""
+        attachment = self._attached.get((tenant, subject))
+        return attachment.session if attachment is not None else None
+
+    async def attach(self, pid: int, requester: Requester, policy: NetworkPolicy) -> Attachment:
+        """Serve the proxy and the resolver inside the network namespace of ``pid``.
+
+        Raises:
+            OSError: the namespace could not be entered or the sockets not bound.
+        """
+        proxy, resolver_udp, resolver_tcp = listen_in_netns(
+            pid,
+            [ListenSpec(socket.SOCK_STREAM, PROXY_PORT), ListenSpec(socket.SOCK_DGRAM, DNS_PORT),
+             ListenSpec(socket.SOCK_STREAM, DNS_PORT)],
+        )  # fmt: skip
+        attachment = Attachment(self, EgressSession(requester, policy))
+        try:
+            loop = asyncio.get_running_loop()
+            session = attachment.session
+
+            def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                attachment._track(serve_client(session, self.resolver, reader, writer))
+
+            def on_dns_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                attachment._track(self._dns_over_tcp(session, reader, writer))
+
+            attachment._servers.append(await asyncio.start_server(on_client, sock=proxy))
+            attachment._servers.append(await asyncio.start_server(on_dns_stream, sock=resolver_tcp))
+            transport, _ = await loop.create_datagram_endpoint(
+                lambda: _DnsProtocol(self, attachment), sock=resolver_udp
+            )
+            attachment._transports.append(transport)
+        except BaseException:
+            for sock in (proxy, resolver_udp, resolver_tcp):
+                sock.close()
+            await attachment.aclose()
+            raise
+        self._attached[(requester.tenant, requester.subject)] = attachment
+        return attachment
+
+    def _forget(self, attachment: Attachment) -> None:
+        key = (attachment.session.requester.tenant, attachment.session.requester.subject)
+        if self._attached.get(key) is attachment:
+            del self._attached[key]
+
+    async def answer(self, session: EgressSession, query: bytes) -> bytes | None:
+        """The resolver's answer to one DNS message from the sandbox: addresses for names
+        the policy allows, NXDOMAIN for every other name; every question is audited."""
+        question = dns.parse_query(query)
+        if question is None:
+            return dns.format_error(query)
+        name, policy = question.name, session.policy
+        if not name_resolvable(policy, name):
+            session.record("network.dns", "denied", {"name": name, "type": question.qtype})
+            return dns.answer(question, dns.NXDOMAIN)
+        addresses: list[ipaddress.IPv4Address] = []
+        if question.qtype == dns.TYPE_A:
+            found = await self.resolver.resolve(name)
+            # The addresses a connection to this name could use (IPv6 has no way out).
+            for port in sorted({p for rule in policy.rules for p in rule.ports}):
+                verdict = decide(policy, name, port)
+                if verdict.rule is None or verdict.action.value == "deny":
+                    continue
+                checked = check_addresses(policy, verdict, name, port, found)
+                addresses = [a for a in checked.addresses if isinstance(a, ipaddress.IPv4Address)]
+                if addresses:
+                    break
+        session.record(
+            "network.dns", "allowed", {"name": name, "type": question.qtype,
+                                       "answers": [str(a) for a in addresses]},
+        )  # fmt: skip
+        return dns.answer(question, dns.NOERROR, addresses)
+
+    async def _dns_over_tcp(
+        self, session: EgressSession, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            while True:
+                size = struct.unpack("!H", await reader.readexactly(2))[0]
+                reply = await self.answer(session, await reader.readexactly(size))
+                if reply is None:
+                    return
+                writer.write(struct.pack("!H", len(reply)) + reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+
+class _DnsProtocol(asyncio.DatagramProtocol):
+    def __init__(self, gateway: EgressGateway, attachment: Attachment) -> None:
+        self._gateway = gateway
+        self._attachment = attachment
+        self._transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | object, int]) -> None:
+        self._attachment._track(self._reply(data, addr))
+
+    async def _reply(self, data: bytes, addr: tuple[str | object, int]) -> None:
+        reply = await self._gateway.answer(self._attachment.session, data)
+        if reply is not None and self._transport is not None:
+            with contextlib.suppress(OSError):
+                self._transport.sendto(reply, addr)

@@ -1,0 +1,119 @@
+"""The proxy's view of HTTP/1.x: a request head parsed, and one rebuilt for the origin.
+Pure. Only what a forward proxy needs: the request line, the headers, the target."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["MAX_HEAD_BYTES", "BadRequest", "RequestHead", "origin_head", "parse_head", "response"]
+
+MAX_HEAD_BYTES = 64 * 1024
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own: never passed to the origin.
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "proxy-authorization",
+     "proxy-authenticate", "te", "trailer", "upgrade"}
+)  # fmt: skip
+
+
+class BadRequest(ValueError):
+    """The request head cannot be proxied (the message says why)."""
+
+
+@dataclass(frozen=True)
+class RequestHead:
+    method: str
+    target: str
+    version: str
+    headers: tuple[tuple[str, str], ...]
+    host: str  # where to connect
+    port: int
+    path: str  # origin-form target ("/x?y"); "" for CONNECT
+
+
+def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            raise BadRequest(f"bad authority {authority!r}")
+        host, rest = authority[1:end], authority[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_text = authority.partition(":")
+    if not host or any(c in host for c in "/@?#\\ "):
+        raise BadRequest(f"bad authority {authority!r}")
+    if port_text == "":
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise BadRequest(f"bad port in {authority!r}")
+    return host, int(port_text)
+
+
+def parse_head(data: bytes) -> RequestHead:
+    """Parse a proxy request head (up to and excluding the blank line).
+
+    Raises:
+        BadRequest: not a request a forward proxy can pass on.
+    """
+    try:
+        text = data.decode("latin-1")
+    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes every byte
+        raise BadRequest("undecodable head") from exc
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _TOKEN.match(parts[0]) or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
+        raise BadRequest(f"bad request line {lines[0][:200]!r}")
+    method, target, version = parts
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon or not _TOKEN.match(name):
+            raise BadRequest(f"bad header line {line[:200]!r}")
+        headers.append((name, value.strip()))
+    if method == "CONNECT":
+        host, port = _split_authority(target, 443)
+        return RequestHead(method, target, version, tuple(headers), host, port, "")
+    scheme, sep, rest = target.partition("://")
+    if not sep or scheme.lower() != "http":
+        raise BadRequest(
+            "only http:// URLs (absolute form) and CONNECT go through this proxy; "
+            "for https, use CONNECT (HTTPS_PROXY does)"
+        )
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        raise BadRequest("credentials in the URL are not passed on")
+    host, port = _split_authority(authority, 80)
+    return RequestHead(method, target, version, tuple(headers), host, port, slash + path)
+
+
+def origin_head(head: RequestHead, extra: Mapping[str, str]) -> bytes:
+    """The head to send to the origin: origin-form target, hop-by-hop headers removed,
+    ``extra`` headers set (replacing any of the same name), one request per connection.
+    ``Host`` is always the URL's: the decision was made on it, so no other name may ride
+    along to a server that hosts several."""
+    replaced = {name.lower() for name in extra} | {"host"}
+    lines = [f"{head.method} {head.path or '/'} HTTP/1.1"]
+    for name, value in head.headers:
+        lowered = name.lower()
+        if lowered in _HOP_BY_HOP or lowered in replaced:
+            continue
+        lines.append(f"{name}: {value}")
+    host = f"[{head.host}]" if ":" in head.host else head.host
+    lines.append(f"Host: {host}" + ("" if head.port == 80 else f":{head.port}"))
+    lines += [f"{name}: {value}" for name, value in extra.items()]
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def response(status: int, reason: str, body: str = "") -> bytes:
+    """A complete response from the proxy itself; ``reason`` is made safe for a status line
+    (clients show it: "Tunnel connection failed: 403 ...")."""
+    safe = "".join(c if 32 <= ord(c) < 127 else "?" for c in reason)[:300]
+    payload = body.encode()
+    return (
+        f"HTTP/1.1 {status} {safe}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(payload)}\r\nConnection: close\r\n"
+        f"Ringfence-Egress: refused\r\n\r\n"
+    ).encode() + payload

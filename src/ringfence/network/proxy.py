@@ -1,0 +1,240 @@
+"""The host-side proxy: one client connection from inside a sandbox, decided, audited,
+and (if allowed) passed through.
+
+Two kinds of request: ``CONNECT host:port`` (a tunnel; if the client speaks TLS, the server
+name in its ClientHello must be the CONNECT host, or the tunnel is closed before a byte
+reaches the origin) and plain HTTP in absolute form (``GET http://host/path``), which the
+proxy re-sends to the origin with the rule's headers. A refusal is an immediate HTTP error
+whose status line says why; nothing waits on a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+from ringfence.models import EgressAction
+from ringfence.network.http import (
+    MAX_HEAD_BYTES,
+    BadRequest,
+    RequestHead,
+    origin_head,
+    parse_head,
+    response,
+)
+from ringfence.network.policy import Verdict, check_addresses, decide, normalize_host
+from ringfence.network.resolver import Resolver
+from ringfence.network.session import EgressSession
+from ringfence.network.sni import HelloState, parse_client_hello
+
+__all__ = ["serve_client"]
+
+_HEAD_SECONDS = 30.0
+_CONNECT_SECONDS = 10.0
+_HELLO_SECONDS = 30.0
+_CHUNK = 64 * 1024
+
+
+@dataclass
+class _Attempt:
+    method: str = ""
+    host: str = ""
+    port: int = 0
+    sent: int = 0  # bytes from the sandbox to the origin
+    received: int = 0  # bytes from the origin to the sandbox
+    started: float = field(default_factory=time.monotonic)
+    server_name: str | None = None
+    tunnelled: bool = False  # the client was told 200: an HTTP refusal cannot follow
+
+    def details(self, reason: str) -> dict[str, object]:
+        return {
+            "host": self.host, "port": self.port, "method": self.method, "reason": reason,
+            "bytes_sent": self.sent, "bytes_received": self.received,
+            "duration_ms": round((time.monotonic() - self.started) * 1000, 3),
+            **({"sni": self.server_name} if self.server_name is not None else {}),
+        }  # fmt: skip
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, reason: str, outcome: str = "denied") -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.outcome = outcome
+
+
+async def serve_client(
+    session: EgressSession,
+    resolver: Resolver,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
+    """Serve one connection from the sandbox; every attempt ends on the audit record."""
+    attempt = _Attempt()
+    upstream: asyncio.StreamWriter | None = None
+    try:
+        head = await _read_head(reader)
+        attempt.method, attempt.host, attempt.port = head.method, head.host, head.port
+        verdict = await _decide(session, resolver, head)
+        assert verdict.addresses
+        up_reader, upstream = await _open(verdict, head.port)
+        if head.method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            attempt.tunnelled = True
+            first = await _first_bytes(reader, up_reader, writer, head, attempt)
+        else:
+            extra = verdict.rule.headers if verdict.rule is not None else {}
+            upstream.write(origin_head(head, extra))
+            first = b""
+        if first:
+            upstream.write(first)
+            attempt.sent += len(first)
+        await _relay(reader, writer, up_reader, upstream, attempt)
+        session.record("network.connect", "allowed", attempt.details(verdict.reason))
+    except _Refused as refused:
+        session.record("network.connect", refused.outcome, attempt.details(refused.reason))
+        if not writer.is_closing() and not attempt.tunnelled:
+            with contextlib.suppress(ConnectionError):
+                writer.write(response(refused.status, refused.reason, refused.reason + "\n"))
+                await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        session.record("network.connect", "failed", attempt.details(f"connection lost: {exc}"))
+    finally:
+        for stream in (upstream, writer):
+            if stream is not None:
+                stream.close()
+
+
+async def _read_head(reader: asyncio.StreamReader) -> RequestHead:
+    try:
+        raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_SECONDS)
+    except asyncio.LimitOverrunError:
+        raise _Refused(431, "request head too large") from None
+    except (TimeoutError, asyncio.IncompleteReadError):
+        raise _Refused(408, "no complete request head") from None
+    if len(raw) > MAX_HEAD_BYTES:
+        raise _Refused(431, "request head too large")
+    try:
+        head = parse_head(raw[:-4])
+    except BadRequest as exc:
+        raise _Refused(400, f"egress refused: {exc}") from None
+    return head
+
+
+async def _decide(session: EgressSession, resolver: Resolver, head: RequestHead) -> Verdict:
+    policy = session.policy
+    host = normalize_host(head.host)
+    verdict = decide(policy, host, head.port)
+    if verdict.action is EgressAction.ASK:
+        verdict = await session.settle(verdict, host, head.port)
+    if verdict.action is EgressAction.DENY:
+        raise _Refused(403, f"egress denied by Ringfence: {verdict.reason}")
+    addresses = await resolver.resolve(host)
+    checked = check_addresses(policy, verdict, host, head.port, addresses)
+    if checked.action is EgressAction.DENY:
+        raise _Refused(403, f"egress denied by Ringfence: {checked.reason}")
+    return checked
+
+
+async def _open(verdict: Verdict, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    last: Exception | None = None
+    for address in verdict.addresses:
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(str(address), port, limit=_CHUNK), _CONNECT_SECONDS
+            )
+        except (OSError, TimeoutError) as exc:
+            last = exc
+    raise _Refused(502, f"egress allowed, but the destination did not answer: {last}", "failed")
+
+
+async def _first_bytes(
+    client: asyncio.StreamReader,
+    origin: asyncio.StreamReader,
+    client_writer: asyncio.StreamWriter,
+    head: RequestHead,
+    attempt: _Attempt,
+) -> bytes:
+    """The client's first bytes through a tunnel, once they pass the SNI check. If the
+    origin speaks first (a server-first protocol, so not TLS), nothing is checked: its
+    bytes go to the client and b"" comes back."""
+    data = bytearray()
+    deadline = time.monotonic() + _HELLO_SECONDS
+    origin_read = asyncio.ensure_future(origin.read(_CHUNK))
+    try:
+        while True:
+            hello = parse_client_hello(bytes(data))
+            if hello.state is HelloState.NOT_TLS:
+                return bytes(data)
+            if hello.state is HelloState.MALFORMED:
+                raise _Refused(403, "egress denied by Ringfence: a malformed TLS ClientHello")
+            if hello.state is HelloState.PARSED:
+                _check_server_name(hello.server_name, head, attempt)
+                return bytes(data)
+            reading = asyncio.ensure_future(client.read(_CHUNK))
+            done, _ = await asyncio.wait(
+                {reading, origin_read},
+                timeout=max(deadline - time.monotonic(), 0),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if reading not in done:
+                reading.cancel()  # StreamReader.read is cancellation-safe: nothing is lost
+                if origin_read in done and not data:
+                    return b""  # the finally passes the origin's bytes on
+                raise _Refused(408, "egress refused: no complete TLS ClientHello")
+            chunk = reading.result()
+            if not chunk:
+                raise asyncio.IncompleteReadError(bytes(data), None)
+            data += chunk
+    finally:
+        if origin_read.done() and not origin_read.cancelled() and not origin_read.exception():
+            spoken = origin_read.result()
+            attempt.received += len(spoken)
+            client_writer.write(spoken)
+        origin_read.cancel()
+
+
+def _check_server_name(server_name: str | None, head: RequestHead, attempt: _Attempt) -> None:
+    attempt.server_name = server_name
+    host = normalize_host(head.host)
+    if server_name is None:
+        return  # no name claimed: the tunnel goes only where CONNECT said
+    if normalize_host(server_name) != host:
+        raise _Refused(
+            403,
+            f"egress denied by Ringfence: TLS server name {server_name!r} is not the "
+            f"CONNECT host {host!r}",
+        )
+
+
+async def _relay(
+    client_reader: asyncio.StreamReader,
+    client_writer: asyncio.StreamWriter,
+    origin_reader: asyncio.StreamReader,
+    origin_writer: asyncio.StreamWriter,
+    attempt: _Attempt,
+) -> None:
+    async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upward: bool) -> None:
+        try:
+            while chunk := await src.read(_CHUNK):
+                if upward:
+                    attempt.sent += len(chunk)
+                else:
+                    attempt.received += len(chunk)
+                dst.write(chunk)
+                await dst.drain()
+            if dst.can_write_eof():
+                dst.write_eof()
+        except (ConnectionError, OSError):
+            dst.close()
+
+    up = asyncio.ensure_future(pipe(client_reader, origin_writer, True))
+    down = asyncio.ensure_future(pipe(origin_reader, client_writer, False))
+    try:
+        await down  # the origin is done (or gone): the exchange is over
+        await asyncio.wait({up}, timeout=1.0)
+    finally:
+        up.cancel()
+        down.cancel()
