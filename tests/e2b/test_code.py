@@ -1,0 +1,94 @@
+"""``e2b_code_interpreter.Sandbox`` unmodified: stateful ``run_code``, contexts, errors as
+data, logs, PNG charts, and the data-analysis scenario of the design."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import pytest
+from e2b_code_interpreter import Sandbox
+
+from tests.e2b.conftest import E2bServer, audit_records
+
+
+@pytest.fixture(scope="module")
+def sbx(e2b_server: E2bServer) -> Iterator[Sandbox]:
+    with Sandbox.create(timeout=600) as sandbox:
+        yield sandbox
+
+
+def test_run_code_keeps_state_between_calls(sbx: Sandbox) -> None:
+    sbx.run_code("x = 41")
+    execution = sbx.run_code("x + 1")
+    assert execution.text == "42" and execution.error is None
+    assert execution.execution_count is not None
+
+
+def test_logs_and_callbacks(sbx: Sandbox) -> None:
+    out: list[str] = []
+    execution = sbx.run_code(
+        "import sys; print('to out'); print('to err', file=sys.stderr)",
+        on_stdout=lambda message: out.append(message.line),
+    )
+    assert execution.logs.stdout == ["to out\n"] and execution.logs.stderr == ["to err\n"]
+    assert out == ["to out\n"]
+
+
+def test_errors_are_data_not_exceptions(sbx: Sandbox) -> None:
+    execution = sbx.run_code("1 / 0")
+    assert execution.error is not None
+    assert execution.error.name == "ZeroDivisionError" and "division" in execution.error.value
+    assert "ZeroDivisionError" in execution.error.traceback
+
+
+def test_a_matplotlib_chart_comes_back_as_png(sbx: Sandbox) -> None:
+    execution = sbx.run_code(
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [3, 1, 2]); plt.title('t'); plt.show()"
+    )
+    pngs = [r.png for r in execution.results if r.png]
+    assert len(pngs) == 1, execution
+    assert base64.b64decode(pngs[0]).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_contexts_are_separate_and_can_be_listed_restarted_removed(sbx: Sandbox) -> None:
+    first = sbx.create_code_context()
+    second = sbx.create_code_context(cwd="/tmp")
+    assert first.language == "python" and second.cwd == "/tmp"
+    sbx.run_code("y = 'first'", context=first)
+    sbx.run_code("y = 'second'", context=second)
+    assert sbx.run_code("y", context=first).text == "first"
+    assert sbx.run_code("import os; os.getcwd()", context=second).text == "/tmp"
+    assert {first.id, second.id} <= {c.id for c in sbx.list_code_contexts()}
+    sbx.restart_code_context(first)
+    assert sbx.run_code("y", context=first).error.name == "NameError"  # type: ignore[union-attr]
+    sbx.remove_code_context(second)
+    assert second.id not in {c.id for c in sbx.list_code_contexts()}
+
+
+def test_bash_runs_by_language(sbx: Sandbox) -> None:
+    execution = sbx.run_code("echo from-bash", language="bash")
+    assert execution.logs.stdout == ["from-bash\n"]
+
+
+def test_data_analysis_scenario(e2b_server: E2bServer) -> None:
+    """The design's scenario: a DataFrame written to CSV and described, read back."""
+    with Sandbox.create(timeout=120) as sbx:
+        execution = sbx.run_code(
+            "import pandas as pd\n"
+            "df = pd.DataFrame({'a': [1, 2, 3], 'b': [4.0, 5.0, 6.0]})\n"
+            "df.to_csv('/home/user/report.csv', index=False)\n"
+            "print(df.describe())"
+        )
+        assert execution.error is None and "mean" in "".join(execution.logs.stdout)
+        assert sbx.files.read("/home/user/report.csv").splitlines()[0] == "a,b"
+    assert not sbx.is_running()
+
+
+def test_run_code_is_on_the_audit_record(e2b_server: E2bServer, sbx: Sandbox) -> None:
+    sbx.run_code("'audited-e2b-code'")
+    records = audit_records(
+        e2b_server, f"sandbox:{sbx.sandbox_id}", "sandbox.run_code", "audited-e2b-code"
+    )
+    assert "audited-e2b-code" in str(records)
