@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ringfence.models import ResourceLimits
+from ringfence.models import NetworkPolicy, ResourceLimits
 
 __all__ = ["Config"]
 
@@ -115,6 +115,17 @@ class Config(BaseSettings):
     )
     webhook_secret: str | None = Field(
         None, description="HMAC-SHA256 key that signs webhook deliveries (required with URLs)."
+    )
+    network_defaults: dict[str, NetworkPolicy] = Field(
+        default_factory=dict,
+        description="Egress policy per tenant for sandboxes and executions that give none "
+        '(JSON, e.g. {"acme": {"rules": [{"domain": "pypi.org"}]}}; "*" for every other '
+        "tenant). Without one: no network.",
+    )
+    network_hosts: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Names the egress proxy and resolver answer from this table instead of "
+        'the host\'s resolver (JSON, e.g. {"svc.internal": ["10.0.0.5"]}).',
     )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
