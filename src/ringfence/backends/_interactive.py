@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ringfence.models import ExecutionResult, ResourceLimits
+from ringfence.models import ExecutionResult, NetworkPolicy, ResourceLimits
 
 __all__ = ["LaunchSpec", "LiveSandbox", "SandboxRuntime"]
 
@@ -21,6 +21,7 @@ class LaunchSpec:
     env: dict[str, str]
     limits: ResourceLimits
     timeout: float
+    network: NetworkPolicy | None = None  # egress policy; None: no network
 
 
 class LiveSandbox(Protocol):

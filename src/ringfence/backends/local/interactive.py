@@ -113,6 +113,7 @@ class LocalSandboxRuntime:
             timeout=spec.timeout,
             limits=spec.limits,
             mounts=[Mount(source=str(self._daemon), target=f"{DAEMON_PARENT}/sandboxd")],
+            network=spec.network,
         )
         started = asyncio.Event()
         task = asyncio.create_task(
