@@ -36,6 +36,7 @@ from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
 from ringfence.network.gateway import Attachment, EgressGateway
+from ringfence.network.resolver import Resolver
 from ringfence.network.session import current_requester
 
 __all__ = ["LocalExecutor"]
@@ -56,7 +57,7 @@ class LocalExecutor(SupervisingExecutor):
         super().__init__(config)
         self._host = host or require(config)
         self._host_layout = layout_for(HOST_IMAGE, self._host.files)
-        self.egress = egress or EgressGateway()
+        self.egress = egress or EgressGateway(Resolver(config.network_hosts))
 
     def check(self, request: ExecutionRequest) -> None:
         self._layout(request)
