@@ -30,12 +30,15 @@ from ringfence.errors import (
 )
 from ringfence.models import (
     ExecutionResult,
+    NetworkMode,
     ResourceLimits,
     Sandbox,
     SandboxSpec,
     SandboxState,
     Status,
 )
+from ringfence.network.defaults import policy_for
+from ringfence.network.session import Asker, Requester, requesting
 from ringfence.service.audit import AuditLog
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.policy import check_limits, check_timeout
@@ -94,6 +97,7 @@ class SandboxService:
         self._pool = pool
         self._live: dict[str, _Live] = {}
         self._watchers: set[asyncio.Task[None]] = set()
+        self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
 
     def start(self) -> None:
         """Start filling the warm pool (in the event loop that serves)."""
@@ -149,6 +153,7 @@ class SandboxService:
         timeout = spec.timeout or min(
             self._config.default_sandbox_timeout, self._config.max_timeout
         )
+        network = policy_for(tenant, spec.network, self._config)
         now = datetime.now(UTC)
         sandbox = Sandbox(
             id=_new_id(),
@@ -156,11 +161,12 @@ class SandboxService:
             state=SandboxState.RUNNING,
             metadata=spec.metadata,
             limits=spec.limits.merged_over(self._config.default_limits),
+            network=network.redacted(),  # header values (credentials) are never stored
             created_at=now,
             expires_at=now + timedelta(seconds=timeout),
         )
         if self._pool is not None:
-            if spec.limits == ResourceLimits():  # what the pool's sandboxes have
+            if spec.limits == ResourceLimits() and network.mode is NetworkMode.NONE:
                 warm = self._pool.claim(spec.template)
                 if warm is not None:
                     return await self._bind(warm, tenant, sandbox, spec, timeout, actor)
@@ -171,6 +177,7 @@ class SandboxService:
             env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
             limits=sandbox.limits,
             timeout=timeout,
+            network=network,
         )
         # Recorded while it starts (time to interactive is a goal). A crash before the
         # record lands loses nothing: the sandbox dies with the server (--die-with-parent).
@@ -181,9 +188,14 @@ class SandboxService:
             "env": sorted(spec.env),  # names only: values may be secrets
             "metadata": spec.metadata,
             "limits": sandbox.limits.model_dump(mode="json"),
+            "network": sandbox.network.model_dump(mode="json"),
         }
+        requester = Requester(
+            tenant, f"sandbox:{sandbox.id}", actor, self._audit, self.egress_asker
+        )
         try:
-            live = await self._runtime.start(launch)
+            with requesting(requester):  # whose egress the proxy audits and asks about
+                live = await self._runtime.start(launch)
         except RingfenceError as exc:
             await recorded
             failed = sandbox.ended(SandboxState.FAILED, exc.message)
