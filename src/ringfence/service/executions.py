@@ -28,6 +28,8 @@ from ringfence.errors import (
     RingfenceError,
 )
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.network.defaults import policy_for
+from ringfence.network.session import Asker, Requester, requesting
 from ringfence.service.audit import AuditLog
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
@@ -70,6 +72,7 @@ class ExecutionService:
         self._config = config or Config()
         self._audit = audit
         self._live: dict[tuple[str, str], _Submission] = {}
+        self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
 
     async def reconcile(self) -> int:
         """After a restart: executions recorded as unfinished can never finish. Returns how
@@ -127,7 +130,10 @@ class ExecutionService:
             InvalidRequest: the request is not allowed, or the backend cannot honour it.
         """
         self.check_policy(request, approved=approved)
-        internal = request.model_copy(update={"id": uuid.uuid4().hex})
+        network = policy_for(tenant, request.network, self._config)
+        internal = request.model_copy(update={"id": uuid.uuid4().hex, "network": network})
+        if request.network is not None:  # header values (credentials) are never stored
+            request = request.model_copy(update={"network": request.network.redacted()})
         self._executor.check(internal)
         key = (tenant, request.id)
         if key in self._live:  # being recorded right now by a concurrent submit
@@ -215,7 +221,9 @@ class ExecutionService:
             else:
                 # execute() registers the run before its first await, so from here on a
                 # cancel reaches the executor.
-                result = await self._executor.execute(internal, on_start=on_start)
+                subject = f"execution:{execution_id}"
+                with requesting(Requester(tenant, subject, SYSTEM, self._audit, self.egress_asker)):
+                    result = await self._executor.execute(internal, on_start=on_start)
         except Exception as exc:  # boundary: whatever happens, the execution must end
             log.exception("execution %s/%s failed inside Ringfence", tenant, execution_id)
             message = exc.message if isinstance(exc, RingfenceError) else "internal error"
