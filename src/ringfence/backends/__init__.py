@@ -58,6 +58,12 @@ def create_sandbox_runtime(executor: Executor, config: Config) -> SandboxRuntime
     """
     from ringfence.backends.local import LocalExecutor
 
+    if executor.name == "job":  # never imports the client unless this backend was chosen
+        from ringfence.backends.kubernetes.backend import JobExecutor
+        from ringfence.backends.kubernetes.interactive import PodSandboxRuntime
+
+        assert isinstance(executor, JobExecutor)
+        return PodSandboxRuntime(config, executor.cluster)
     if isinstance(executor, LocalExecutor):
         from ringfence.backends.local.interactive import LocalSandboxRuntime
 

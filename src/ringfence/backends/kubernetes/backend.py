@@ -67,7 +67,7 @@ class JobExecutor:
     def __init__(self, config: Config, cluster: Cluster | None = None) -> None:
         """Raises ``BackendUnavailable`` without the client library or a cluster."""
         self.config = config
-        self._cluster = cluster or Cluster()
+        self.cluster = cluster or Cluster()
         self._runs = RunTable(
             ttl=config.ttl_seconds_after_finished, max_finished=config.max_retained_results
         )
@@ -94,8 +94,8 @@ class JobExecutor:
             job_name=name,
         )
         try:
-            await self._cluster.call(
-                f"creating Job {name}", self._cluster.batch.create_namespaced_job, namespace,
+            await self.cluster.call(
+                f"creating Job {name}", self.cluster.batch.create_namespaced_job, namespace,
                 manifest,
             )  # fmt: skip
         except (DuplicateExecution, InvalidRequest):
@@ -126,7 +126,7 @@ class JobExecutor:
         if pod is not None and pod_view(pod).phase in (PodPhase.RUNNING, PodPhase.ENDED):
             with contextlib.suppress(RingfenceError):  # a log gone with its Pod is no error
                 await stream_log(
-                    self._cluster, job["metadata"]["namespace"], pod["metadata"]["name"],
+                    self.cluster, job["metadata"]["namespace"], pod["metadata"]["name"],
                     CONTAINER, logs.write, follow=False,
                 )  # fmt: skip
         return result_from_cluster(execution_id, job, pod, logs)
@@ -151,36 +151,36 @@ class JobExecutor:
         for run in running:
             run.cancel_requested.set()
         await asyncio.gather(*(run.done.wait() for run in running))
-        self._cluster.close()
+        # The cluster stays open: the sandbox runtime shares it and closes after us.
 
     async def _find(self, execution_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """The execution's Job and its Pod (None before it exists or once it is gone)."""
         selector = execution_selector(execution_id)
         namespace = self.config.namespace
-        jobs = await self._cluster.call(
+        jobs = await self.cluster.call(
             f"finding execution {execution_id}",
-            self._cluster.batch.list_namespaced_job, namespace, label_selector=selector,
+            self.cluster.batch.list_namespaced_job, namespace, label_selector=selector,
         )  # fmt: skip
         matching = [
             job
-            for job in self._cluster.plain(jobs)["items"]
+            for job in self.cluster.plain(jobs)["items"]
             if job["metadata"].get("annotations", {}).get(f"{DOMAIN}/execution-id")
             == execution_id  # the label may be a digest: the annotation is the id itself
         ]
         if not matching:
             raise ExecutionNotFound(f"no execution with id {execution_id!r}")
-        pods = await self._cluster.call(
+        pods = await self.cluster.call(
             f"finding the pod of execution {execution_id}",
-            self._cluster.core.list_namespaced_pod, namespace, label_selector=selector,
+            self.cluster.core.list_namespaced_pod, namespace, label_selector=selector,
         )  # fmt: skip
-        items = self._cluster.plain(pods)["items"]
+        items = self.cluster.plain(pods)["items"]
         return matching[0], (items[0] if items else None)
 
     async def _delete(self, namespace: str, name: str) -> None:
         """Delete the Job and, before it, its Pods (foreground); gone already is fine."""
         with contextlib.suppress(ExecutionNotFound):
-            await self._cluster.call(
-                f"deleting Job {name}", self._cluster.batch.delete_namespaced_job, name,
+            await self.cluster.call(
+                f"deleting Job {name}", self.cluster.batch.delete_namespaced_job, name,
                 namespace, propagation_policy="Foreground", grace_period_seconds=0,
             )  # fmt: skip
 
@@ -208,7 +208,7 @@ class _Supervision:
     ) -> None:
         self._executor = executor
         self._deadline = deadline
-        self._cluster = executor._cluster
+        self._cluster = executor.cluster
         self._run = run
         self._namespace = namespace
         self._name = run.job_name or ""

@@ -151,7 +151,7 @@ def pod_manifest(
     sandbox: Manifest = {
         "name": _CONTAINER,
         "image": image_of(image, config),
-        "command": ["python3", "-I", "-S", "-c", boot],
+        "command": ["python3", "-I", "-S", "-B", "-c", boot],
         "env": [{"name": name, "value": value} for name, value in sorted(env.items())],
         "workingDir": WORKSPACE,
         "ports": [{"name": "daemon", "containerPort": port, "protocol": "TCP"}],

@@ -18,6 +18,7 @@ from ringfence.models import Status
 __all__ = ["Outcome", "PodPhase", "PodView", "job_outcome", "pod_view"]
 
 CONTAINER = "sandbox"
+POD_DEADLINE = "the pod's deadline passed; it was killed"
 # Waiting reasons that will not resolve by waiting: the image or the container's setup.
 _BROKEN_WAITING = {
     "ErrImagePull": "its image cannot be pulled",
@@ -82,7 +83,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
 
 def _ended(status: dict[str, Any]) -> PodView:
     if status.get("reason") == "DeadlineExceeded":
-        return PodView(PodPhase.ENDED, error="deadline")
+        return PodView(PodPhase.ENDED, error=POD_DEADLINE)
     for container in status.get("containerStatuses") or []:
         if container.get("name") != CONTAINER:
             continue
@@ -108,7 +109,7 @@ def job_outcome(job: dict[str, Any], pod: PodView | None) -> Outcome | None:
                 error=f"the deadline ({seconds} s) passed; the Job's pods were killed",
             )
         if kind == "Failed":
-            if pod is not None and pod.phase is PodPhase.ENDED and pod.error != "deadline":
+            if pod is not None and pod.phase is PodPhase.ENDED and pod.error != POD_DEADLINE:
                 return Outcome(Status.FAILED, exit_code=pod.exit_code, error=pod.error)
             return Outcome(Status.FAILED, error=condition.get("message") or reason or "failed")
     return None

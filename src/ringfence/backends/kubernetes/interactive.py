@@ -1,0 +1,209 @@
+"""Interactive sandboxes on Kubernetes: one Pod per sandbox, running the sandbox daemon.
+
+The Pod (``manifests.pod_manifest``) has the isolation of a Job's and serves the daemon on
+the daemon port. The control plane reaches it at the Pod's IP, directly: the sandbox
+NetworkPolicy admits, on that port, only the control plane's Pods. (The API server's
+port-forward would put the API server and the kubelet on the path of every command and
+file, and needs ``pods/portforward``, which reaches any port of any Pod in the namespace.)
+A relay (``_relay``) gives the daemon client the unix socket it expects.
+
+The sandbox's timeout is kept here, not in the Pod: a Pod's ``activeDeadlineSeconds`` may
+be shortened but never extended, so ``set_timeout`` could not follow it. The Pod's own
+deadline is ``max_timeout``, a backstop for a control plane that dies without cleaning up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ringfence.backends._interactive import LaunchSpec
+from ringfence.backends.kubernetes._client import Cluster
+from ringfence.backends.kubernetes._relay import Relay
+from ringfence.backends.kubernetes._watch import watch
+from ringfence.backends.kubernetes.manifests import pod_manifest
+from ringfence.backends.kubernetes.status import PodPhase, pod_view
+from ringfence.config import Config
+from ringfence.errors import ExecutionNotFound, RingfenceError, SandboxError
+from ringfence.models import ExecutionResult, Status
+
+__all__ = ["PodSandbox", "PodSandboxRuntime", "pod_ready"]
+
+log = logging.getLogger(__name__)
+
+_READY_SECONDS = 120  # image pull and scheduling included
+_GONE_SECONDS = 60
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """Whether the Pod's daemon accepts connections (its readiness probe passed)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return ready and bool((pod.get("status") or {}).get("podIP"))
+
+
+class PodSandbox:
+    """A running sandbox Pod: where the control plane reaches its daemon, and its end."""
+
+    def __init__(self, runtime: PodSandboxRuntime, name: str, relay: Relay, timeout: float):
+        self._runtime = runtime
+        self._name = name
+        self._relay = relay
+        self._cause: Status | None = None  # what ended it, when we did
+        self._deadline: asyncio.TimerHandle | None = None
+        self._end: asyncio.Task[ExecutionResult] = asyncio.create_task(self._watch())
+        self._schedule(timeout)
+
+    @property
+    def socket_path(self) -> Path:
+        return self._relay.path
+
+    @property
+    def running(self) -> bool:
+        return not self._end.done()
+
+    async def set_timeout(self, seconds: float) -> None:
+        if not self.running:
+            raise ExecutionNotFound(f"sandbox pod {self._name} has ended")
+        self._schedule(seconds)
+
+    async def kill(self) -> ExecutionResult:
+        await self._stop(Status.CANCELLED)
+        return await self.ended()
+
+    async def ended(self) -> ExecutionResult:
+        return await asyncio.shield(self._end)
+
+    def _schedule(self, seconds: float) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.call_later(
+            seconds, lambda: loop.create_task(self._stop(Status.TIMED_OUT))
+        )
+
+    async def _stop(self, cause: Status) -> None:
+        if self._cause is None and self.running:
+            self._cause = cause
+        await self._runtime.delete(self._name)
+
+    async def _watch(self) -> ExecutionResult:
+        """Wait until the Pod is gone, whoever ended it; then release the relay."""
+        error: str | None = None
+        try:
+            while True:
+                async for kind, pod in self._runtime.watch_pod(self._name, 300):
+                    view = pod_view(pod)
+                    if kind == "DELETED":
+                        return self._result(error)
+                    if view.phase in (PodPhase.ENDED, PodPhase.BROKEN) and self._cause is None:
+                        error = view.error or f"the sandbox daemon exited ({view.exit_code})"
+                        await self._runtime.delete(self._name)
+        except RingfenceError as exc:  # the API failed: the Pod must not outlive us
+            log.warning("lost the watch of sandbox pod %s: %s", self._name, exc.message)
+            with contextlib.suppress(RingfenceError):
+                await self._runtime.delete(self._name)
+            return self._result(error or f"lost track of the sandbox pod: {exc.message}")
+        finally:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            await self._relay.aclose()
+
+    def _result(self, error: str | None) -> ExecutionResult:
+        status = self._cause or Status.FAILED
+        if status is Status.FAILED and error is None:
+            error = "the sandbox pod was deleted by someone else"
+        return ExecutionResult(
+            execution_id=self._name,
+            status=status,
+            job_name=self._name,
+            backend="job",
+            error=error if status is Status.FAILED else None,
+        )
+
+
+class PodSandboxRuntime:
+    """Starts sandbox Pods in the sandbox namespace."""
+
+    def __init__(self, config: Config, cluster: Cluster) -> None:
+        """Raises ``OSError`` when the relay directory cannot be prepared."""
+        self._config = config
+        self._cluster = cluster
+        self._namespace = config.namespace
+        relays = config.runtime_dir / "pod-relays"
+        relays.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._relays = relays / f"i{os.getpid()}"
+        self._relays.mkdir(mode=0o700, exist_ok=True)
+        self._sandboxes: set[PodSandbox] = set()
+
+    async def start(self, spec: LaunchSpec) -> PodSandbox:
+        """Create the Pod; return once its daemon is ready.
+
+        Raises:
+            SandboxError: it could not be created or never became ready (the message says why).
+            InvalidRequest: the image is a host directory.
+        """
+        sandbox_id = uuid.uuid4().hex
+        manifest = pod_manifest(sandbox_id, spec.image, spec.env, spec.limits, self._config)
+        name = manifest["metadata"]["name"]
+        await self._cluster.call(
+            f"creating sandbox pod {name}",
+            self._cluster.core.create_namespaced_pod, self._namespace, manifest,
+        )  # fmt: skip
+        try:
+            address = await self._ready(name)
+            relay = Relay(self._relays / f"{sandbox_id}.sock", address,
+                          self._config.kubernetes_daemon_port)  # fmt: skip
+            await relay.start()
+        except BaseException:
+            await asyncio.shield(self.delete(name))
+            raise
+        sandbox = PodSandbox(self, name, relay, spec.timeout)
+        self._sandboxes.add(sandbox)
+        sandbox._end.add_done_callback(lambda _: self._sandboxes.discard(sandbox))
+        return sandbox
+
+    async def aclose(self) -> None:
+        sandboxes = list(self._sandboxes)
+        await asyncio.gather(*(s.kill() for s in sandboxes), return_exceptions=True)
+        shutil.rmtree(self._relays, ignore_errors=True)
+        self._cluster.close()
+
+    async def delete(self, name: str) -> None:
+        """Delete the Pod at once (no grace); gone already is fine.
+
+        Raises:
+            SandboxError: the API failed.
+        """
+        with contextlib.suppress(ExecutionNotFound):
+            await self._cluster.call(
+                f"deleting sandbox pod {name}", self._cluster.core.delete_namespaced_pod,
+                name, self._namespace, grace_period_seconds=0,
+            )  # fmt: skip
+
+    def watch_pod(self, name: str, seconds: int) -> Any:
+        return watch(
+            self._cluster, f"watching sandbox pod {name}",
+            self._cluster.core.list_namespaced_pod, self._namespace,
+            field_selector=f"metadata.name={name}", timeout_seconds=seconds,
+        )  # fmt: skip
+
+    async def _ready(self, name: str) -> str:
+        """The Pod's IP once its daemon is ready."""
+        async for kind, pod in self.watch_pod(name, _READY_SECONDS):
+            view = pod_view(pod)
+            if kind == "DELETED":
+                raise SandboxError(f"sandbox pod {name} was deleted while starting")
+            if view.phase is PodPhase.BROKEN:
+                raise SandboxError(view.error or "the sandbox pod cannot start")
+            if view.phase is PodPhase.ENDED:
+                raise SandboxError(f"the sandbox daemon exited ({view.exit_code}) at start")
+            if pod_ready(pod):
+                return str(pod["status"]["podIP"])
+        raise SandboxError(f"the sandbox pod was not ready within {_READY_SECONDS} s")
