@@ -31,6 +31,7 @@ from ringfence.errors import (
 from ringfence.models import (
     ExecutionResult,
     NetworkMode,
+    NetworkPolicy,
     ResourceLimits,
     Sandbox,
     SandboxSpec,
@@ -38,6 +39,7 @@ from ringfence.models import (
     Status,
 )
 from ringfence.network.defaults import policy_for
+from ringfence.network.gateway import EgressGateway
 from ringfence.network.session import Asker, Requester, requesting
 from ringfence.service.audit import AuditLog
 from ringfence.service.daemon_client import DaemonClient
@@ -98,6 +100,7 @@ class SandboxService:
         self._live: dict[str, _Live] = {}
         self._watchers: set[asyncio.Task[None]] = set()
         self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
+        self.egress_gateway: EgressGateway | None = None  # where live policies change
 
     def start(self) -> None:
         """Start filling the warm pool (in the event loop that serves)."""
@@ -342,6 +345,38 @@ class SandboxService:
             await self._store.update_sandbox(tenant, moved)
         self.record(tenant, actor, "sandbox.set_timeout", sandbox_id, details={"timeout": timeout})
         return moved
+
+    async def set_network(
+        self, tenant: str, sandbox_id: str, policy: NetworkPolicy, *, actor: str = SYSTEM
+    ) -> Sandbox:
+        """Replace the egress policy of a running sandbox (connections from now on).
+
+        Raises:
+            SandboxNotFound: no such sandbox in this tenant.
+            SandboxNotRunning: it has ended.
+            InvalidRequest: it was created without network (nothing to change in place).
+        """
+        entry = await self._running(tenant, sandbox_id)
+        gateway = self.egress_gateway
+        session = gateway.session(tenant, f"sandbox:{sandbox_id}") if gateway else None
+        if session is None:
+            raise InvalidRequest(
+                "network: this sandbox was created without network (mode none); create one "
+                "with a network policy to change it later"
+            )
+        async with entry.writing:  # the end, stored by the watcher, is never overwritten
+            if entry.ending:
+                raise SandboxNotRunning(f"sandbox {sandbox_id} is ending")
+            sandbox = await self.get(tenant, sandbox_id)
+            changed = sandbox.model_copy(update={"network": policy.redacted()})
+            await self._store.update_sandbox(tenant, changed)
+            session.set_policy(policy)
+        if self._audit is not None:
+            await self._audit.record_now(
+                tenant, actor, "sandbox.network", f"sandbox:{sandbox_id}",
+                details={"network": changed.network.model_dump(mode="json")},
+            )  # fmt: skip
+        return changed
 
     async def kill(self, tenant: str, sandbox_id: str, *, actor: str = SYSTEM) -> Sandbox:
         """Kill every process of the sandbox and remove everything of it; an ended sandbox
