@@ -17,6 +17,7 @@ from ringfence.server.limits import BodyLimit
 from ringfence.server.routes import audit as audit_routes
 from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import meta
+from ringfence.server.routes import network as network_routes
 from ringfence.server.routes import proposals as proposal_routes
 from ringfence.server.routes import sandboxes as sandbox_routes
 from ringfence.service.approvals import ApprovalService
@@ -96,6 +97,7 @@ def create_app(
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
     app.include_router(sandbox_routes.router)
+    app.include_router(network_routes.router)
     app.include_router(proposal_routes.router)
     app.include_router(audit_routes.router)
     app.include_router(console_router)
