@@ -83,6 +83,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
             runtime, config, config.pool_sizes, lambda name: template_image(name, config)
         )
     sandboxes = SandboxService(store, runtime, config, audit, pool)
+    sandboxes.egress_gateway = getattr(executor, "egress", None)  # live policy changes
     notifier = None
     if config.webhook_urls:
         if not config.webhook_secret:
