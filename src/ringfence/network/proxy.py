@@ -86,7 +86,9 @@ async def serve_client(
             first = await _first_bytes(reader, up_reader, writer, head, attempt)
         else:
             extra = verdict.rule.headers if verdict.rule is not None else {}
-            upstream.write(origin_head(head, extra))
+            request_head = origin_head(head, extra)
+            upstream.write(request_head)
+            attempt.sent += len(request_head)
             first = b""
         if first:
             upstream.write(first)
