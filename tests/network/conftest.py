@@ -148,7 +148,7 @@ async def raw_origin() -> AsyncIterator[Origin]:
 
 @pytest.fixture
 def gateway() -> EgressGateway:
-    return EgressGateway(Resolver(dict.fromkeys(TEST_NAMES, ["127.0.0.1"]), system=False))
+    return EgressGateway(Resolver({name: ["127.0.0.1"] for name in TEST_NAMES}, system=False))
 
 
 @pytest.fixture

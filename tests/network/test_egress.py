@@ -62,9 +62,13 @@ async def test_a_denied_name_fails_at_once_with_a_clear_error(
     egress_executor: object, http_origin: Origin, audit: AuditLog
 ) -> None:
     policy = rules({"domain": "allowed.test", "cidr": LOOPBACK, "ports": [http_origin.port]})
-    command = ["sh", "-c", f"curl -sS -o /dev/null -w '%{{http_code}}' -m 20 "
-               f"-x http://127.0.0.1:3128 http://denied.test:{http_origin.port}/; echo \" $?\";"
-               f"curl -sS -m 20 https://denied.test:{http_origin.port}/ 2>&1; echo \" $?\""]  # fmt: skip
+    port = http_origin.port
+    command = [
+        "sh", "-c",
+        f"curl -sS -o /dev/null -w '%{{http_code}}' -m 20 -x http://127.0.0.1:3128 "
+        f"http://denied.test:{port}/; echo \" $?\";"
+        f"curl -sS -m 20 https://denied.test:{port}/ 2>&1; echo \" $?\"",
+    ]  # fmt: skip
     result = await run(egress_executor, policy, command, audit)
     lines = result.logs.splitlines()
     assert lines[0] == "403 0", result.logs  # an answer (403), not a timeout (curl's 28)
