@@ -45,9 +45,8 @@ def template() -> None:
 @click.option(
     "--recipe",
     type=click.Choice(["minbase", "base", "code-interpreter"]),
-    default="base",
-    show_default=True,
-    help="Packages to start from (minbase: none beyond debootstrap's minbase).",
+    help="Packages to start from (minbase: none beyond debootstrap's minbase) "
+    "[default: the recipe named NAME if there is one, else base].",
 )
 @click.option("--packages", default="", help="More Debian packages, comma-separated.")
 @click.option("--suite", default="bookworm", show_default=True, help="The Debian release.")
@@ -56,7 +55,7 @@ def template() -> None:
 @_DATA_DIR
 def build(
     name: str,
-    recipe: str,
+    recipe: str | None,
     packages: str,
     suite: str,
     mirror: str | None,
@@ -67,6 +66,8 @@ def build(
     from ringfence.templates import Registry
     from ringfence.templates.build import RECIPES, build_template
 
+    if recipe is None:
+        recipe = name if name in RECIPES else "base"
     wanted = list(dict.fromkeys([*RECIPES[recipe], *filter(None, packages.split(","))]))
     started = time.monotonic()
     with _errors():
