@@ -16,6 +16,7 @@ from pydantic import Field
 from ringfence.client import EntryInfo, FileType
 from ringfence.errors import InvalidRequest
 from ringfence.mcp._connect import Connector, session, tool_error
+from ringfence.mcp._registry import add_tool
 from ringfence.mcp._sandbox_tools import SandboxId
 from ringfence.mcp._schemas import FileContent, FileEntry, FileListing, FileWritten
 
@@ -55,9 +56,9 @@ class FileTools:
         self._connector = connector
 
     def register(self, server: MCPServer) -> None:
-        server.add_tool(self.files_read, title="Read a file", annotations=_READ_ONLY)
-        server.add_tool(self.files_write, title="Write a file", annotations=_WRITES)
-        server.add_tool(self.files_list, title="List a directory", annotations=_READ_ONLY)
+        add_tool(server, self.files_read, "Read a file", _READ_ONLY)
+        add_tool(server, self.files_write, "Write a file", _WRITES)
+        add_tool(server, self.files_list, "List a directory", _READ_ONLY)
 
     async def files_read(
         self,

@@ -10,6 +10,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from ringfence.mcp._connect import Connector, session
+from ringfence.mcp._registry import add_tool
 from ringfence.mcp._schemas import ProposalView
 from ringfence.proposals import Risk
 
@@ -26,12 +27,8 @@ class RemediationTools:
         self._connector = connector
 
     def register(self, server: MCPServer) -> None:
-        server.add_tool(
-            self.remediation_propose, title="Propose a remediation", annotations=_PROPOSES
-        )
-        server.add_tool(
-            self.remediation_status, title="A remediation's status", annotations=_READ_ONLY
-        )
+        add_tool(server, self.remediation_propose, "Propose a remediation", _PROPOSES)
+        add_tool(server, self.remediation_status, "A remediation's status", _READ_ONLY)
 
     async def remediation_propose(
         self,

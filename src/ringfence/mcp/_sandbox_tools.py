@@ -15,6 +15,7 @@ from ringfence.client import AsyncCommandHandle, CommandTimeout
 from ringfence.errors import InvalidRequest, RingfenceError
 from ringfence.mcp._bounds import OutputCap, clip
 from ringfence.mcp._connect import Connector, session, tool_error
+from ringfence.mcp._registry import add_tool
 from ringfence.mcp._schemas import (
     CodeContextInfo,
     CodeError,
@@ -54,18 +55,14 @@ class SandboxTools:
         self._connector = connector
 
     def register(self, server: MCPServer) -> None:
-        server.add_tool(self.sandbox_create, title="Create a sandbox", annotations=_CHANGES)
-        server.add_tool(self.sandbox_list, title="List sandboxes", annotations=_READ_ONLY)
-        server.add_tool(self.sandbox_get, title="Get a sandbox", annotations=_READ_ONLY)
-        server.add_tool(
-            self.sandbox_set_timeout, title="Set a sandbox's timeout", annotations=_CHANGES
-        )
-        server.add_tool(self.sandbox_kill, title="Kill a sandbox", annotations=_DESTROYS)
-        server.add_tool(self.run_command, title="Run a command", annotations=_DESTROYS)
-        server.add_tool(self.run_code, title="Run code", annotations=_DESTROYS)
-        server.add_tool(
-            self.code_context_create, title="Create a code context", annotations=_CHANGES
-        )
+        add_tool(server, self.sandbox_create, "Create a sandbox", _CHANGES)
+        add_tool(server, self.sandbox_list, "List sandboxes", _READ_ONLY)
+        add_tool(server, self.sandbox_get, "Get a sandbox", _READ_ONLY)
+        add_tool(server, self.sandbox_set_timeout, "Set a sandbox's timeout", _CHANGES)
+        add_tool(server, self.sandbox_kill, "Kill a sandbox", _DESTROYS)
+        add_tool(server, self.run_command, "Run a command", _DESTROYS)
+        add_tool(server, self.run_code, "Run code", _DESTROYS)
+        add_tool(server, self.code_context_create, "Create a code context", _CHANGES)
 
     async def sandbox_create(
         self,
@@ -135,7 +132,7 @@ class SandboxTools:
         )
 
     async def sandbox_get(self, ctx: Context, sandbox_id: SandboxId) -> SandboxView:
-        """A sandbox's state, limits and expiry."""
+        """A sandbox's state (running, or how it ended), its limits and when it expires."""
         async with session(self._connector, ctx) as rf:
             return SandboxView.of(await rf.info(sandbox_id))
 
