@@ -104,6 +104,11 @@ class Config(BaseSettings):
         description="Where templates live (readable by the sandbox uid); default: "
         "ringfence-templates beside the data directory.",
     )
+    max_sandboxes_per_tenant: int = Field(
+        100,
+        ge=1,
+        description="Sandboxes one tenant may run at once on this server (creates past it: 429).",
+    )
     pool_sizes: dict[str, int] = Field(
         default_factory=lambda: {"base": 2},
         description="Sandboxes kept ready per template, for creates with default limits "

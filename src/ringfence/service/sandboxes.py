@@ -10,6 +10,7 @@ final state is stored and nothing of it remains on the host.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import secrets
@@ -27,6 +28,7 @@ from ringfence.errors import (
     SandboxError,
     SandboxNotFound,
     SandboxNotRunning,
+    TooManyRequests,
 )
 from ringfence.models import (
     ExecutionResult,
@@ -98,6 +100,7 @@ class SandboxService:
         self._audit = audit
         self._pool = pool
         self._live: dict[str, _Live] = {}
+        self._starting: collections.Counter[str] = collections.Counter()  # per tenant
         self._watchers: set[asyncio.Task[None]] = set()
         self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
         self.egress_gateway: EgressGateway | None = None  # where live policies change
@@ -145,8 +148,27 @@ class SandboxService:
 
         Raises:
             InvalidRequest: the spec is not allowed here.
+            TooManyRequests: the tenant runs as many sandboxes as it may.
             SandboxError: the sandbox could not start (recorded as failed, with why).
         """
+        self._reserve(tenant)
+        try:
+            return await self._create(tenant, spec, actor)
+        finally:
+            self._starting[tenant] -= 1
+
+    def _reserve(self, tenant: str) -> None:
+        """Count a sandbox the tenant is starting, if it may run one more."""
+        most = self._config.max_sandboxes_per_tenant
+        running = self._starting[tenant] + sum(e.tenant == tenant for e in self._live.values())
+        if running >= most:
+            raise TooManyRequests(
+                f"tenant {tenant!r} runs {running} sandboxes, the most it may at once "
+                f"(RINGFENCE_MAX_SANDBOXES_PER_TENANT={most}): kill one first"
+            )
+        self._starting[tenant] += 1
+
+    async def _create(self, tenant: str, spec: SandboxSpec, actor: str) -> Sandbox:
         image = self.check_policy(spec)
         if self._runtime is None:
             raise InvalidRequest(
