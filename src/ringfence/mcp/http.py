@@ -14,6 +14,7 @@ calls, since every answer carries the ids the next call needs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -64,8 +65,28 @@ class McpEndpoint:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        async with self._manager.run():
+        """Serve while inside. The session manager's task group lives in a task of its own,
+        so this may be left from another task than the one that entered it (as test
+        harnesses do with an app's lifespan)."""
+        ready, done = asyncio.Event(), asyncio.Event()
+
+        async def run() -> None:
+            async with self._manager.run():
+                ready.set()
+                await done.wait()
+
+        task = asyncio.create_task(run())
+        waiting = asyncio.create_task(ready.wait())
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if not ready.is_set():
+            waiting.cancel()
+            await task  # raises what stopped it
+            raise RuntimeError("the MCP session manager stopped as it started")
+        try:
             yield
+        finally:
+            done.set()
+            await task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
