@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel, Field
 
+from ringfence.errors import InvalidRequest
 from ringfence.models import NetworkPolicy
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
+from ringfence.service.egress_asks import EgressAsk, EgressAsks
 from ringfence.service.sandboxes import SandboxService
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/sandboxes", tags=["network"])
+router = APIRouter(tags=["network"])
 
 _ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorBody, "description": "Invalid policy, or a sandbox without network"},
@@ -35,7 +38,7 @@ def _service(request: Request) -> SandboxService:
 
 
 @router.get(
-    "/{sandbox_id}/network",
+    "/v1/sandboxes/{sandbox_id}/network",
     response_model=NetworkPolicy,
     responses=_ERRORS,
     summary="The sandbox's egress policy (header values hidden)",
@@ -45,7 +48,7 @@ async def get_network(sandbox_id: SandboxId, caller: Caller, request: Request) -
 
 
 @router.put(
-    "/{sandbox_id}/network",
+    "/v1/sandboxes/{sandbox_id}/network",
     response_model=NetworkPolicy,
     responses=_ERRORS,
     summary="Replace the egress policy of a running sandbox",
@@ -60,3 +63,64 @@ async def set_network(
         caller.tenant, sandbox_id, body, actor=caller.key_id
     )
     return changed.network
+
+
+# -- asks: "ask" rules waiting for a human ----------------------------------------------------
+
+AskId = Annotated[str, Path(max_length=64, description="The ask's id.")]
+_ASK_ERRORS: dict[int | str, dict[str, object]] = {
+    400: {"model": ErrorBody, "description": "Asks are not enabled on this server"},
+    401: {"model": ErrorBody, "description": "Missing or invalid API key"},
+    403: {"model": ErrorBody, "description": "Agent keys, or the key whose sandbox asked"},
+    404: {"model": ErrorBody, "description": "No such ask in your tenant"},
+    409: {"model": ErrorBody, "description": "Already decided, expired or abandoned"},
+}
+
+
+class AskDecision(BaseModel):
+    reason: str = Field("", max_length=10_000, description="Why, for the audit record.")
+
+
+def _asks(request: Request) -> EgressAsks:
+    asks = _service(request).egress_asker
+    if not isinstance(asks, EgressAsks):
+        raise InvalidRequest("egress asks are not enabled on this server")
+    return asks
+
+
+@router.get(
+    "/v1/network/asks",
+    response_model=list[EgressAsk],
+    responses=_ASK_ERRORS,
+    summary="Egress asks of your tenant, newest first",
+)
+async def list_asks(
+    caller: Caller,
+    request: Request,
+    pending: Annotated[bool, Query(description="Only the ones waiting for a decision.")] = False,
+) -> list[EgressAsk]:
+    return _asks(request).list(caller.tenant, pending_only=pending)
+
+
+@router.post(
+    "/v1/network/asks/{ask_id}/approve",
+    response_model=EgressAsk,
+    responses=_ASK_ERRORS,
+    summary="Let the sandbox reach the destination (for its life)",
+)
+async def approve_ask(
+    ask_id: AskId, body: AskDecision, caller: Caller, request: Request
+) -> EgressAsk:
+    return await _asks(request).decide(caller, ask_id, True, body.reason)
+
+
+@router.post(
+    "/v1/network/asks/{ask_id}/reject",
+    response_model=EgressAsk,
+    responses=_ASK_ERRORS,
+    summary="Refuse the destination to the sandbox (for its life)",
+)
+async def reject_ask(
+    ask_id: AskId, body: AskDecision, caller: Caller, request: Request
+) -> EgressAsk:
+    return await _asks(request).decide(caller, ask_id, False, body.reason)
