@@ -56,6 +56,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
     from ringfence.server import create_app
     from ringfence.service.approvals import ApprovalService
     from ringfence.service.audit import AuditLog
+    from ringfence.service.egress_asks import EgressAsks
     from ringfence.service.executions import ExecutionService
     from ringfence.service.keys import FIRST_TENANT, bootstrap_admin_key
     from ringfence.service.pool import WarmPool
@@ -93,6 +94,8 @@ async def _serve(config: Config, host: str, port: int) -> None:
             )
         notifier = WebhookNotifier(config.webhook_urls, config.webhook_secret)
     approvals = ApprovalService(store, service, audit, config, notifier)
+    asks = EgressAsks(audit, config)  # "ask" egress rules wait for a human here
+    sandboxes.egress_asker = service.egress_asker = asks
     app = create_app(
         store=store, executions=service, sandboxes=sandboxes, audit=audit,
         approvals=approvals, owns_store=True,
