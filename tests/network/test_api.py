@@ -23,11 +23,13 @@ from ringfence.network import EgressGateway
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
+from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
 from ringfence.service.sandboxes import SandboxService
 from ringfence.store import AuditQuery, Role
 from ringfence.store.sql import SqlStore
+from tests.integration._attack_helpers import eventually
 from tests.network.conftest import Origin
 from tests.server._envd import run as run_command
 from tests.server.conftest import _uvicorn
@@ -44,6 +46,7 @@ class NetApi:
     url: str
     acme_key: str
     database: Path
+    approver: dict[str, str]
 
 
 @pytest.fixture
@@ -65,12 +68,14 @@ async def net_api(
     sandboxes = SandboxService(store, LocalSandboxRuntime(executor, config), config, audit)
     sandboxes.egress_gateway = gateway
     executions = ExecutionService(store, executor, config, audit)
+    sandboxes.egress_asker = executions.egress_asker = EgressAsks(audit, config)
     app = create_app(
         store=store, executions=executions, sandboxes=sandboxes, audit=audit,
         approvals=ApprovalService(store, executions, audit, config),
     )  # fmt: skip
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)
+    approver = await mint_key(store, "acme", Role.APPROVER)
     # The app's lifespan runs in a task of its own: entered and left in the same task,
     # whichever tasks pytest runs the fixture's setup and teardown in.
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -88,6 +93,7 @@ async def net_api(
             yield NetApi(
                 client, store, audit, {"Authorization": f"Bearer {acme}"},
                 {"Authorization": f"Bearer {globex}"}, url, acme, database,
+                {"Authorization": f"Bearer {approver}"},
             )  # fmt: skip
     finally:
         stop.set()
@@ -268,3 +274,69 @@ async def test_executions_take_a_policy_or_their_tenants_default(
     assert records[0].target.startswith("execution:")
     sandbox = await create(net_api, net_api.globex)
     assert sandbox["network"]["rules"][0]["domain"] == "allowed.test", "sandboxes too"
+
+
+async def _pending_ask(api: NetApi) -> dict[str, Any]:
+    async def one() -> dict[str, Any] | None:
+        asks = await api.client.get("/v1/network/asks?pending=true", headers=api.approver)
+        found: list[dict[str, Any]] = asks.json()
+        return found[0] if found else None
+
+    ask: dict[str, Any] = await eventually(one, timeout=30, what="an egress ask")
+    return ask
+
+
+async def test_ask_rules_wait_for_a_human_and_remember_the_answer(
+    net_api: NetApi, http_origin: Origin
+) -> None:
+    port = http_origin.port
+    body = {"rules": [
+        {"domain": "ask.test", "cidr": "127.0.0.1/32", "ports": [port], "action": "ask"},
+        {"domain": "other.test", "cidr": "127.0.0.1/32", "ports": [port], "action": "ask"},
+    ]}  # fmt: skip
+    sandbox = await create(net_api, net_api.acme, network=body)
+    sid = sandbox["id"]
+
+    waiting = asyncio.create_task(fetch(net_api, net_api.acme, sid, f"http://ask.test:{port}/"))
+    ask = await _pending_ask(net_api)
+    assert (ask["host"], ask["port"], ask["sandbox"]) == ("ask.test", port, f"sandbox:{sid}")
+    assert ask["requested_by"] and http_origin.connections == 0
+    assert not waiting.done(), "the connection waits for the decision"
+    refused = await net_api.client.post(
+        f"/v1/network/asks/{ask['id']}/approve", json={}, headers=net_api.acme
+    )
+    assert refused.status_code == 403, "an agent key (here: the requester's own) cannot"
+    approved = await net_api.client.post(
+        f"/v1/network/asks/{ask['id']}/approve", json={"reason": "docs"}, headers=net_api.approver
+    )
+    assert approved.status_code == 200 and approved.json()["state"] == "approved"
+    assert await waiting == "hello from origin\n"
+    again = await net_api.client.post(
+        f"/v1/network/asks/{ask['id']}/reject", json={"reason": "x"}, headers=net_api.approver
+    )
+    assert again.status_code == 409
+
+    waiting = asyncio.create_task(fetch(net_api, net_api.acme, sid, f"http://other.test:{port}/"))
+    ask = await _pending_ask(net_api)
+    assert ask["host"] == "other.test"
+    rejected = await net_api.client.post(
+        f"/v1/network/asks/{ask['id']}/reject", json={"reason": "no"}, headers=net_api.approver
+    )
+    assert rejected.json()["state"] == "rejected"
+    assert "403" in await waiting
+
+    # Remembered for the sandbox's life: no new ask either way.
+    assert "hello" in await fetch(net_api, net_api.acme, sid, f"http://ask.test:{port}/")
+    assert "403" in await fetch(net_api, net_api.acme, sid, f"http://other.test:{port}/")
+    listed = await net_api.client.get("/v1/network/asks", headers=net_api.approver)
+    assert sorted(a["state"] for a in listed.json()) == ["approved", "rejected"]
+    assert (await net_api.client.get("/v1/network/asks", headers=net_api.globex)).json() == []
+    await net_api.audit.flush()
+    decisions = await net_api.audit.query(AuditQuery(action="network.ask.", limit=50))
+    assert [(r.action, r.outcome) for r in decisions] == [
+        ("network.ask.open", "ok"), ("network.ask.approve", "denied"),
+        ("network.ask.approve", "ok"), ("network.ask.reject", "denied"),
+        ("network.ask.open", "ok"), ("network.ask.reject", "ok"),
+    ]  # fmt: skip
+    connects = await net_api.audit.query(AuditQuery(action="network.connect", limit=50))
+    assert [r.outcome for r in connects] == ["allowed", "denied", "allowed", "denied"]
