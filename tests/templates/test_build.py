@@ -67,13 +67,13 @@ async def test_a_debian_template_runs_its_own_binaries(
             image=image,
             command=["/bin/sh", "-c"],
             args=["python3 -c 'import sys; print(sys.prefix)'; cat /etc/debian_version; "
-                  "node -e 'console.log(6 * 7)'; jq -n 1+1; "
+                  "node -e 'console.log(6 * 7)'; jq -n 1+1; python3 -m pip --version | cut -c1-4; "
                   "touch /usr/bin/python3 2>/dev/null || echo read-only"],
         )
     )  # fmt: skip
     assert result.status is Status.SUCCEEDED, result.logs
-    prefix, version, node, jq, read_only = result.logs.splitlines()
-    assert (prefix, node, jq, read_only) == ("/usr", "42", "2", "read-only")
+    prefix, version, node, jq, pip, read_only = result.logs.splitlines()
+    assert (prefix, node, jq, pip, read_only) == ("/usr", "42", "2", "pip ", "read-only")
     assert version == (Path(image) / "etc" / "debian_version").read_text().strip()
 
     listed = subprocess.run(
@@ -82,7 +82,9 @@ async def test_a_debian_template_runs_its_own_binaries(
     )  # fmt: skip
     [metadata] = json.loads(listed.stdout)
     assert (metadata["name"], metadata["source"]) == ("code-interpreter", "build")
-    assert {"python3-pandas", "python3-matplotlib", "nodejs"} <= set(metadata["packages"])
+    assert {"python3-pandas", "python3-matplotlib", "nodejs", "python3-pip"} <= set(
+        metadata["packages"]
+    )
     assert metadata["size_bytes"] > 200 << 20 and metadata["stripped_setuid"] > 0
     assert not list(Path(image).parent.parent.glob(".build-*")), "no staging copy left"
     assert str(built.parent) not in Path("/proc/self/mountinfo").read_text(), "nothing mounted"

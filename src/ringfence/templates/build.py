@@ -38,7 +38,7 @@ __all__ = [
 
 CACHE_DIR = Path("/var/cache/ringfence")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-_BASE = ("python3", "git", "curl", "jq", "ca-certificates", "nodejs")
+_BASE = ("python3", "python3-pip", "python3-venv", "git", "curl", "jq", "ca-certificates", "nodejs")
 RECIPES: dict[str, tuple[str, ...]] = {
     "minbase": (),  # debootstrap's minbase alone (no python3: the daemon cannot run in it)
     "base": _BASE,
