@@ -5,6 +5,12 @@ submitted and the latest result) and interactive sandboxes (as the API shows the
 Everything is scoped by tenant: no method returns another tenant's objects.
 Implementations: ``MemoryStore`` (tests, and a server that may forget) and ``SqlStore``
 (SQLite by default, PostgreSQL for several replicas).
+
+Several replicas: each store instance is one replica, and what it runs (executions,
+sandboxes, proposals being executed) is known only to its process. So the start-up sweeps
+(``fail_unfinished``, ``end_running_sandboxes``, ``unfinished_proposals``) take only what
+replicas that are gone left behind; a store only one process can use (memory, SQLite) has
+no other replica, and its sweeps take everything unfinished.
 """
 
 from __future__ import annotations
@@ -137,8 +143,10 @@ class Store(Protocol):
         ...
 
     async def fail_unfinished(self, error: str) -> list[ExecutionRecord]:
-        """Mark every execution that is not terminal as ``failed`` with ``error`` (the server
-        restarted and lost them); return them as updated."""
+        """At start-up: mark ``failed`` with ``error`` every execution that is not terminal
+        and whose replica is gone (restarted or dead: it lost them); return them as updated.
+        What a live replica runs is left alone, and of two replicas starting at once, each
+        execution is failed by one."""
         ...
 
     async def add_sandbox(self, tenant: str, sandbox: Sandbox) -> None:
@@ -170,8 +178,9 @@ class Store(Protocol):
         ...
 
     async def end_running_sandboxes(self, error: str) -> list[tuple[str, Sandbox]]:
-        """Mark every running sandbox ``failed`` with ``error`` (the server restarted and
-        they died with it); return them as ``(tenant, sandbox)``, updated."""
+        """At start-up: mark ``failed`` with ``error`` every running sandbox whose replica
+        is gone (they died with it); return them as ``(tenant, sandbox)``, updated. A live
+        replica's sandboxes are left alone."""
         ...
 
     async def append_audit(
@@ -211,8 +220,8 @@ class Store(Protocol):
         ...
 
     async def unfinished_proposals(self) -> list[tuple[str, Proposal]]:
-        """Every proposal ``approved`` or ``executing`` (after a restart: never to finish),
-        as ``(tenant, proposal)``."""
+        """Every proposal ``approved`` or ``executing`` by a replica that is gone (never to
+        finish), as ``(tenant, proposal)``. A live replica's are left alone."""
         ...
 
     async def aclose(self) -> None: ...

@@ -29,6 +29,7 @@ from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, Sandbox
 from ringfence.proposals import Proposal, ProposalState
 from ringfence.store import migrations
 from ringfence.store._protocol import ApiKey, AuditQuery, ExecutionRecord, Role
+from ringfence.store._replica import Lease
 
 __all__ = ["SqlStore", "sqlite_url"]
 
@@ -88,6 +89,7 @@ _executions = sa.Table(
     sa.Column("result", sa.Text, nullable=False),
     sa.Column("created_at", _UtcDateTime, nullable=False),
     sa.Column("updated_at", _UtcDateTime, nullable=False),
+    sa.Column("owner", sa.BigInteger, nullable=True),  # the replica running it
     sa.Index("executions_seq", "seq", unique=True),
     sa.Index("executions_tenant_seq", "tenant", "seq"),
     sa.Index("executions_status", "status"),
@@ -102,6 +104,7 @@ _sandboxes = sa.Table(
     sa.Column("record", sa.Text, nullable=False),
     sa.Column("created_at", _UtcDateTime, nullable=False),
     sa.Column("updated_at", _UtcDateTime, nullable=False),
+    sa.Column("owner", sa.BigInteger, nullable=True),  # the replica running it
     sa.Index("sandboxes_seq", "seq", unique=True),
     sa.Index("sandboxes_tenant_seq", "tenant", "seq"),
     sa.Index("sandboxes_state", "state"),
@@ -130,6 +133,7 @@ _proposals = sa.Table(
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("expires_at", _UtcDateTime, nullable=False),
     sa.Column("record", sa.Text, nullable=False),
+    sa.Column("owner", sa.BigInteger, nullable=True),  # the replica running it
     sa.Index("proposals_seq", "seq", unique=True),
     sa.Index("proposals_tenant_seq", "tenant", "seq"),
     sa.Index("proposals_state_expires", "state", "expires_at"),
@@ -165,6 +169,12 @@ class SqlStore:
         """Wrap ``engine``, whose database must already have the current schema."""
         self._engine = engine
         self._name = engine.url.render_as_string(hide_password=True)
+        self._lease = Lease.unlocked()
+
+    @property
+    def replica(self) -> int:
+        """This store's replica id, stamped on what it runs (see ``_replica``)."""
+        return self._lease.replica
 
     @classmethod
     async def open(cls, url: str | URL) -> SqlStore:
@@ -183,6 +193,8 @@ class SqlStore:
         store = cls(engine)
         try:
             await store._migrate()
+            with store._translated("taking a replica id"):
+                store._lease = await Lease.take(engine)
         except BaseException:
             await engine.dispose()
             raise
@@ -263,6 +275,7 @@ class SqlStore:
             result=result.model_dump_json(),
             created_at=now,
             updated_at=now,
+            owner=self.replica,
         )
         if self._engine.dialect.name == "sqlite":
             insert = insert.values(seq=_NEXT_SEQ)
@@ -328,7 +341,7 @@ class SqlStore:
         """
         query = (
             sa.select(_executions)
-            .where(_executions.c.status.in_(_UNFINISHED))
+            .where(_executions.c.status.in_(_UNFINISHED), self._gone(_executions.c.owner))
             .order_by(_executions.c.seq)
             .with_for_update()
         )
@@ -358,6 +371,7 @@ class SqlStore:
             record=sandbox.model_dump_json(),
             created_at=now,
             updated_at=now,
+            owner=self.replica,
         )
         if self._engine.dialect.name == "sqlite":
             insert = insert.values(seq=_NEXT_SANDBOX_SEQ)
@@ -435,7 +449,7 @@ class SqlStore:
         """
         query = (
             sa.select(_sandboxes)
-            .where(_sandboxes.c.state == SandboxState.RUNNING.value)
+            .where(_sandboxes.c.state == SandboxState.RUNNING.value, self._gone(_sandboxes.c.owner))
             .order_by(_sandboxes.c.seq)
             .with_for_update()
         )
@@ -533,6 +547,7 @@ class SqlStore:
             version=proposal.version,
             expires_at=proposal.expires_at,
             record=proposal.model_dump_json(),
+            owner=self.replica,
         )
         if self._engine.dialect.name == "sqlite":
             insert = insert.values(seq=_NEXT_PROPOSAL_SEQ)
@@ -589,6 +604,7 @@ class SqlStore:
                 version=proposal.version,
                 expires_at=proposal.expires_at,
                 record=proposal.model_dump_json(),
+                owner=self.replica,  # the replica that changes it runs what follows
             )
         )
         async with self._transaction("updating a proposal") as connection:
@@ -620,14 +636,23 @@ class SqlStore:
             StoreError: the database failed, or a stored proposal cannot be read.
         """
         running = [ProposalState.APPROVED.value, ProposalState.EXECUTING.value]
-        query = sa.select(_proposals).where(_proposals.c.state.in_(running))
+        query = sa.select(_proposals).where(
+            _proposals.c.state.in_(running), self._gone(_proposals.c.owner)
+        )
         async with self._transaction("finding unfinished proposals") as connection:
             rows = (await connection.execute(query.order_by(_proposals.c.seq))).all()
         return [(row.tenant, self._proposal(row)) for row in rows]
 
     async def aclose(self) -> None:
-        """Close every connection."""
-        await self._engine.dispose()
+        """Close every connection (and so end this replica's lease)."""
+        try:
+            with self._translated("ending the replica's lease"):
+                await self._lease.release()
+        finally:
+            await self._engine.dispose()
+
+    def _gone(self, owner: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+        return self._lease.gone(owner, self._engine.dialect.name)
 
     @contextlib.asynccontextmanager
     async def _transaction(self, doing: str) -> AsyncIterator[AsyncConnection]:

@@ -26,9 +26,12 @@ from ringfence.models import (
 from ringfence.proposals import Proposal, ProposalState, Risk, request_digest
 from ringfence.store import ApiKey, AuditQuery, Role, Store
 
-__all__ = ["STORE_CHECKS", "StoreCheck", "check_store"]
+__all__ = ["REPLICA_CHECKS", "STORE_CHECKS", "ReplicaCheck", "StoreCheck", "check_store"]
 
 StoreCheck = Callable[[Store], Awaitable[None]]
+ReplicaCheck = Callable[[Callable[[], Awaitable[Store]]], Awaitable[None]]
+"""A check of a store that several replicas share: it takes a function that opens one more
+replica's store on the same database (PostgreSQL)."""
 
 
 def _key(key_id: str, tenant: str = "acme", role: Role = Role.AGENT) -> ApiKey:
@@ -350,3 +353,71 @@ async def check_store(new_store: Callable[[], Awaitable[Store]]) -> None:
             await check(store)
         finally:
             await store.aclose()
+
+
+async def _unfinished_work(store: Store, tag: str) -> None:
+    """A running execution, a running sandbox and a proposal being executed, in ``store``."""
+    await store.add_execution("acme", _request(f"run-{tag}"), _result(f"run-{tag}", Status.RUNNING))
+    await store.add_sandbox("acme", _sandbox(f"sb-{tag}"))
+    proposal = _proposal(f"cp-{tag}")
+    await store.add_proposal("acme", proposal)
+    executing = proposal.model_copy(update={"state": ProposalState.EXECUTING, "version": 1})
+    assert await store.replace_proposal("acme", executing)
+
+
+async def a_replica_starting_leaves_a_live_replicas_work_alone(
+    open_replica: Callable[[], Awaitable[Store]],
+) -> None:
+    live = await open_replica()
+    try:
+        await _unfinished_work(live, "live")
+        starting = await open_replica()
+        try:
+            assert await starting.fail_unfinished("restarted") == []
+            assert await starting.end_running_sandboxes("restarted") == []
+            assert await starting.unfinished_proposals() == []
+        finally:
+            await starting.aclose()
+        record = await live.get_execution("acme", "run-live")
+        assert record is not None and record.result.status is Status.RUNNING
+        sandbox = await live.get_sandbox("acme", "sb-live")
+        assert sandbox is not None and sandbox.state is SandboxState.RUNNING
+    finally:
+        await live.aclose()
+
+
+async def a_gone_replicas_work_is_ended_once_by_replicas_starting_together(
+    open_replica: Callable[[], Awaitable[Store]],
+) -> None:
+    gone = await open_replica()
+    await _unfinished_work(gone, "gone")
+    await gone.aclose()  # as a killed process's connections end
+    live = await open_replica()
+    first, second = await open_replica(), await open_replica()
+    try:
+        await _unfinished_work(live, "live")
+        executions = await asyncio.gather(
+            first.fail_unfinished("restarted"), second.fail_unfinished("restarted")
+        )
+        assert sorted(r.id for found in executions for r in found) == ["run-gone"]
+        sandboxes = await asyncio.gather(
+            first.end_running_sandboxes("restarted"), second.end_running_sandboxes("restarted")
+        )
+        assert sorted(s.id for found in sandboxes for _, s in found) == ["sb-gone"]
+        assert [p.id for _, p in await first.unfinished_proposals()] == ["cp-gone"]
+        # The proposal a replica changes becomes its own: once failed by one, it is done.
+        ((tenant, proposal),) = await second.unfinished_proposals()
+        failed = proposal.model_copy(
+            update={"state": ProposalState.FAILED, "version": proposal.version + 1}
+        )
+        assert await first.replace_proposal(tenant, failed)
+        assert not await second.replace_proposal(tenant, failed), "failed twice"
+    finally:
+        for store in (live, first, second):
+            await store.aclose()
+
+
+REPLICA_CHECKS: tuple[ReplicaCheck, ...] = (
+    a_replica_starting_leaves_a_live_replicas_work_alone,
+    a_gone_replicas_work_is_ended_once_by_replicas_starting_together,
+)
