@@ -182,3 +182,36 @@ async def test_no_policy_means_no_proxy_and_no_resolver(
     out = reported(await run(egress_executor, None, python(script)))
     assert out == {"3128": "ECONNREFUSED", "53": "ECONNREFUSED", "dns": "gaierror",
                    "proxy_env": []}  # fmt: skip
+
+
+async def test_a_flood_of_proxy_connections_is_cut_at_the_in_flight_limit(
+    egress_executor: object, http_origin: Origin
+) -> None:
+    from ringfence.network.gateway import MAX_IN_FLIGHT
+
+    policy = rules({"domain": "allowed.test", "cidr": LOOPBACK, "ports": [http_origin.port]})
+    script = f"""
+    import socket, urllib.request
+    held = [socket.create_connection(("127.0.0.1", 3128)) for _ in range({MAX_IN_FLIGHT + 40})]
+    extra = held[-40:]
+    for s in extra:
+        s.settimeout(20)
+    closed = sum(1 for s in extra if s.recv(1) == b"")
+    for s in held:
+        s.close()
+    import time
+    deadline = time.monotonic() + 20  # the held ones end as the server sees them close
+    while True:
+        try:
+            url = "http://allowed.test:{http_origin.port}/"
+            body = urllib.request.urlopen(url, timeout=20).read().decode()
+            break
+        except OSError as e:
+            body = str(e)
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    report({{"closed": closed, "after": body}})
+    """
+    out = reported(await run(egress_executor, policy, python(script)))
+    assert out == {"closed": 40, "after": "hello from origin\n"}

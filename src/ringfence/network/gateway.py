@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 PROXY_PORT = 3128
 DNS_PORT = 53
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
+# Per sandbox, connections and DNS questions in flight at once: past it, new ones are
+# dropped, so a sandbox cannot exhaust the server's descriptors or memory through its proxy.
+MAX_IN_FLIGHT = 256
 
 
 def proxy_env() -> dict[str, str]:
@@ -70,11 +73,15 @@ class Attachment:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _track(self, coroutine: object) -> None:
+    def _track(self, coroutine: object) -> bool:
         assert asyncio.iscoroutine(coroutine)
+        if len(self._tasks) >= MAX_IN_FLIGHT or self._closed:
+            coroutine.close()
+            return False
         task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return True
 
 
 class EgressGateway:
@@ -107,10 +114,12 @@ class EgressGateway:
             session = attachment.session
 
             def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-                attachment._track(serve_client(session, self.resolver, reader, writer))
+                if not attachment._track(serve_client(session, self.resolver, reader, writer)):
+                    writer.close()
 
             def on_dns_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-                attachment._track(self._dns_over_tcp(session, reader, writer))
+                if not attachment._track(self._dns_over_tcp(session, reader, writer)):
+                    writer.close()
 
             attachment._servers.append(await asyncio.start_server(on_client, sock=proxy))
             attachment._servers.append(await asyncio.start_server(on_dns_stream, sock=resolver_tcp))
