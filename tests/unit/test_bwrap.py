@@ -107,4 +107,12 @@ def test_cwd_defaults_to_the_workspace() -> None:
 def test_the_environment_is_the_defaults_overridden_by_the_request() -> None:
     env = sandbox_env({"PATH": "/bin", "API": "x"})
     assert env["PATH"] == "/bin" and env["API"] == "x" and env["HOME"] == WORKSPACE
-    assert set(sandbox_env({})) == {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM"}
+    assert set(sandbox_env({})) == {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "TERM",
+        "PIP_BREAK_SYSTEM_PACKAGES",
+    }

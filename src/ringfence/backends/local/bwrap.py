@@ -62,6 +62,9 @@ def sandbox_env(env: Mapping[str, str], network: NetworkPolicy | None = None) ->
         "LOGNAME": "user",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
+        # PEP 668 guards a system pip could break; a sandbox's system is its read-only
+        # template, so pip (Debian's refuses by default) installs into ~/.local instead.
+        "PIP_BREAK_SYSTEM_PACKAGES": "1",
         **egress,
         **env,
     }
