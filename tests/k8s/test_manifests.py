@@ -16,7 +16,7 @@ from ringfence.backends.kubernetes.manifests import (
 )
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
-from ringfence.models import ExecutionRequest, Mount, ResourceLimits
+from ringfence.models import EgressRule, ExecutionRequest, Mount, NetworkPolicy, ResourceLimits
 
 from .conftest import SCHEMA_VERSION, assert_valid
 
@@ -205,6 +205,14 @@ def test_host_mounts_and_host_directories_are_refused(config: Config) -> None:
         job_manifest(REQUEST.model_copy(update={"mounts": [Mount.parse("/etc:/x")]}), config)
     with pytest.raises(InvalidRequest):
         job_manifest(REQUEST.model_copy(update={"image": "/srv/rootfs"}), config)
+
+
+def test_egress_rules_are_refused_rather_than_ignored(config: Config) -> None:
+    allowing = NetworkPolicy(rules=[EgressRule(domain="pypi.org")])
+    with pytest.raises(InvalidRequest) as caught:
+        job_manifest(REQUEST.model_copy(update={"network": allowing}), config)
+    assert caught.value.code == "invalid_request"
+    assert_valid(job_manifest(REQUEST.model_copy(update={"network": NetworkPolicy()}), config))
 
 
 def test_sandbox_pod_runs_the_daemon_on_its_port(config: Config) -> None:

@@ -30,8 +30,8 @@ from ringfence.backends.kubernetes._watch import watch
 from ringfence.backends.kubernetes.manifests import pod_manifest
 from ringfence.backends.kubernetes.status import PodPhase, pod_view
 from ringfence.config import Config
-from ringfence.errors import ExecutionNotFound, RingfenceError, SandboxError
-from ringfence.models import ExecutionResult, Status
+from ringfence.errors import ExecutionNotFound, InvalidRequest, RingfenceError, SandboxError
+from ringfence.models import ExecutionResult, NetworkMode, Status
 
 __all__ = ["PodSandbox", "PodSandboxRuntime", "pod_ready"]
 
@@ -149,6 +149,11 @@ class PodSandboxRuntime:
             SandboxError: it could not be created or never became ready (the message says why).
             InvalidRequest: the image is a host directory.
         """
+        if spec.network is not None and spec.network.mode is not NetworkMode.NONE:
+            raise InvalidRequest(
+                "network: the job backend has no egress proxy; its sandboxes reach only DNS "
+                "and the API server (the sandbox NetworkPolicy)"
+            )
         sandbox_id = uuid.uuid4().hex
         manifest = pod_manifest(sandbox_id, spec.image, spec.env, spec.limits, self._config)
         name = manifest["metadata"]["name"]

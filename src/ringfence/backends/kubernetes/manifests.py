@@ -18,7 +18,7 @@ from typing import Any
 
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
-from ringfence.models import ExecutionRequest, ResourceLimits
+from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
 
 __all__ = [
     "DAEMON_MOUNT",
@@ -77,6 +77,11 @@ def job_manifest(request: ExecutionRequest, config: Config) -> Manifest:
     """
     if request.mounts:
         raise InvalidRequest("mounts: the job backend cannot grant host paths to a sandbox")
+    if request.network is not None and request.network.mode is not NetworkMode.NONE:
+        raise InvalidRequest(
+            "network: the job backend has no egress proxy; its sandboxes reach only DNS and "
+            "the API server (the sandbox NetworkPolicy)"
+        )
     namespace = request.namespace or config.namespace
     timeout = request.timeout or config.default_timeout
     limits = request.limits.merged_over(config.default_limits)
