@@ -221,13 +221,18 @@ class _Supervision:
         follow = asyncio.ensure_future(self._follow())
         try:
             await asyncio.wait({cancel, follow}, return_when=asyncio.FIRST_COMPLETED)
-            if cancel.done():
-                follow.cancel()
-                await self._executor._delete(self._namespace, self._name)
-                await self._job_gone()
-                outcome = Outcome(Status.CANCELLED)
-            else:
-                outcome = follow.result()
+            try:
+                if cancel.done():
+                    follow.cancel()
+                    await self._executor._delete(self._namespace, self._name)
+                    await self._job_gone()
+                    outcome = Outcome(Status.CANCELLED)
+                else:
+                    outcome = follow.result()
+            except RingfenceError as exc:  # the API failed midway: report it, leave nothing
+                with contextlib.suppress(RingfenceError):
+                    await self._executor._delete(self._namespace, self._name)
+                outcome = Outcome(Status.FAILED, error=f"lost track of the Job: {exc.message}")
         finally:
             cancel.cancel()
             follow.cancel()
