@@ -366,7 +366,11 @@ class ExecutionRequest(BaseModel):
         default_factory=list, max_length=64, description="Host paths granted to the sandbox."
     )
     network: NetworkPolicy | None = Field(
-        None, description="Egress policy; default the tenant's default, else none."
+        None,
+        description="Egress policy; default the tenant's default, else none.",
+        # Left out when unset, so a request serializes (and hashes: proposals' digests) as
+        # it did before policies existed.
+        exclude_if=lambda network: network is None,
     )
 
     @field_validator("command", "args")
