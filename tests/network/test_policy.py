@@ -211,3 +211,19 @@ def test_the_resolver_answers_only_names_some_rule_allows() -> None:
     assert not name_resolvable(p, "blocked.example.com")
     assert not name_resolvable(p, "example.com")
     assert not name_resolvable(p, "evil.example")
+
+
+def test_a_request_without_a_policy_hashes_as_before_policies_existed() -> None:
+    import hashlib
+    import json
+
+    from ringfence.models import ExecutionRequest
+    from ringfence.proposals import request_digest
+
+    request = ExecutionRequest(id="r1", command=["kubectl", "scale"], args=["--replicas=3"])
+    dumped = request.model_dump(mode="json")
+    assert "network" not in dumped, "approvals of proposals stored earlier must still match"
+    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":")).encode()
+    assert request_digest(request) == hashlib.sha256(canonical).hexdigest()
+    with_policy = request.model_copy(update={"network": policy({"domain": "a.example"})})
+    assert request_digest(with_policy) != request_digest(request)
