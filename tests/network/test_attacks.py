@@ -86,6 +86,11 @@ async def test_nothing_leaves_but_through_the_proxy(
     assert out["resolve6:allowed.test"] == "gaierror", "no IPv6 answers: IPv6 has no way out"
     dns = {(r.details["name"], r.outcome) for r in await audited(audit, "network.dns")}
     assert ("denied.test", "denied") in dns and ("allowed.test", "allowed") in dns
+    # The kernel refused the direct attempts; their number is on the record all the same.
+    (blocked,) = await audited(audit, "network.blocked")
+    assert (blocked.target, blocked.outcome) == ("execution:test", "denied")
+    assert blocked.details["ipv4_no_route"] >= 6, blocked.details  # TCP, UDP, DNS, v4-mapped
+    assert blocked.details["ipv6_no_route"] >= 2, blocked.details
 
 
 _THROUGH_PROXY = """

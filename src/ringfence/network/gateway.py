@@ -15,13 +15,14 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import socket
 import struct
 from typing import cast
 
 from ringfence.models import NetworkPolicy
 from ringfence.network import dns
-from ringfence.network.netns import ListenSpec, listen_in_netns
+from ringfence.network.netns import ListenSpec, listen_in_netns, no_route_counts, open_netns
 from ringfence.network.policy import check_addresses, decide, name_resolvable
 from ringfence.network.proxy import serve_client
 from ringfence.network.resolver import Resolver
@@ -58,6 +59,7 @@ class Attachment:
         self._transports: list[asyncio.BaseTransport] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._netns: int | None = None  # held to read its counters at the end
 
     async def aclose(self) -> None:
         """Stop listening and cut every connection of this sandbox."""
@@ -65,6 +67,7 @@ class Attachment:
             return
         self._closed = True
         self._gateway._forget(self)
+        self._record_blocked()
         for server in self._servers:
             server.close()
         for transport in self._transports:
@@ -72,6 +75,26 @@ class Attachment:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _record_blocked(self) -> None:
+        """Direct attempts never reach Ringfence (the kernel refuses them: no route), but
+        the namespace counts them: their number goes on the audit record."""
+        if self._netns is None:
+            return
+        try:
+            counts = no_route_counts(self._netns)
+        except OSError as exc:
+            log.warning("cannot read the sandbox's network counters: %s", exc)
+            counts = {}
+        finally:
+            os.close(self._netns)
+            self._netns = None
+        if any(counts.values()):
+            details = {
+                "ipv4_no_route": counts.get("ipv4", 0),
+                "ipv6_no_route": counts.get("ipv6", 0),
+            }
+            self.session.record("network.blocked", "denied", details)
 
     def _track(self, coroutine: object) -> bool:
         assert asyncio.iscoroutine(coroutine)
@@ -110,6 +133,7 @@ class EgressGateway:
         )  # fmt: skip
         attachment = Attachment(self, EgressSession(requester, policy))
         try:
+            attachment._netns = open_netns(pid)
             loop = asyncio.get_running_loop()
             session = attachment.session
 

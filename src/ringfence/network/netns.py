@@ -14,8 +14,9 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["ListenSpec", "listen_in_netns"]
+__all__ = ["ListenSpec", "listen_in_netns", "no_route_counts", "open_netns"]
 
 _CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -26,6 +27,52 @@ class ListenSpec:
     kind: socket.SocketKind  # SOCK_STREAM or SOCK_DGRAM
     port: int
     host: str = "127.0.0.1"
+
+
+def open_netns(pid: int) -> int:
+    """A descriptor of the network namespace of ``pid`` (close it when done).
+
+    Raises:
+        OSError: no such process, or not allowed.
+    """
+    return os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+
+def _enter(netns: int) -> None:
+    if _libc.setns(netns, _CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"setns into the sandbox's network: {os.strerror(errno)}")
+
+
+def no_route_counts(netns: int) -> dict[str, int]:
+    """How many packets the namespace's kernel refused for want of a route, IPv4 and IPv6:
+    every direct connection or datagram a sandbox tried counts there (there is no route).
+
+    Raises:
+        OSError: the namespace cannot be entered.
+    """
+    found: dict[str, int] = {}
+    failure: list[OSError] = []
+
+    def enter_and_read() -> None:
+        try:
+            _enter(netns)
+            snmp = Path("/proc/thread-self/net/snmp").read_text().splitlines()
+            ip_names, ip_values = snmp[0].split(), snmp[1].split()
+            found["ipv4"] = int(dict(zip(ip_names, ip_values, strict=True))["OutNoRoutes"])
+            for line in Path("/proc/thread-self/net/snmp6").read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "Ip6OutNoRoutes":
+                    found["ipv6"] = int(value.strip())
+        except (OSError, KeyError, IndexError, ValueError) as exc:
+            failure.append(exc if isinstance(exc, OSError) else OSError(str(exc)))
+
+    thread = threading.Thread(target=enter_and_read, name="netns-counters")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return found
 
 
 def listen_in_netns(pid: int, specs: list[ListenSpec]) -> list[socket.socket]:
@@ -40,11 +87,9 @@ def listen_in_netns(pid: int, specs: list[ListenSpec]) -> list[socket.socket]:
 
     def enter_and_bind() -> None:
         try:
-            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_netns(pid)
             try:
-                if _libc.setns(fd, _CLONE_NEWNET) != 0:
-                    errno = ctypes.get_errno()
-                    raise OSError(errno, f"setns into the sandbox's network: {os.strerror(errno)}")
+                _enter(fd)
             finally:
                 os.close(fd)
             for spec in specs:
