@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from ringfence.audit.signing import KEY_FILE, SealKey
 from ringfence.backends.kubernetes.manifests import job_manifest
 from ringfence.cli import main
 from ringfence.config import Config
@@ -19,7 +21,7 @@ from .conftest import assert_valid
 def _render(*args: str) -> list[dict[str, Any]]:
     result = CliRunner().invoke(main, ["k8s", "render", *args])
     assert result.exit_code == 0, result.output
-    documents = [d for d in result.output.split("---\n") if d.strip()]
+    documents = [d for d in result.stdout.split("---\n") if d.strip()]
     objects = [json.loads(d) for d in documents]
     for manifest in objects:
         assert_valid(manifest)
@@ -111,7 +113,7 @@ def test_control_plane_runs_two_hardened_replicas_on_postgres() -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert pod["securityContext"]["runAsNonRoot"] is True
-    secret = _one(objects, "Secret")
+    secret = _one(objects, "Secret", "ringfence-control-plane")
     assert secret["stringData"]["RINGFENCE_DATABASE_URL"].startswith("postgresql+psycopg://")
     service = _one(objects, "Service")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
@@ -131,3 +133,31 @@ def test_a_bad_api_server_address_is_a_usage_error(bad: str) -> None:
     result = CliRunner().invoke(main, ["k8s", "render", "--api-server-cidr", bad])
     assert result.exit_code == 2
     assert "--api-server-cidr" in result.output and "Traceback" not in result.output
+
+
+def test_every_replica_seals_the_audit_log_with_one_key(tmp_path: Path) -> None:
+    SealKey.load_or_create(tmp_path)
+    objects = _render("--seal-key-file", str(tmp_path / KEY_FILE))
+    secret = _one(objects, "Secret", "ringfence-audit-seal-key")
+    assert secret["stringData"][KEY_FILE] == (tmp_path / KEY_FILE).read_text()
+    pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "seal-key"]
+    assert mount == {"name": "seal-key", "mountPath": f"/var/lib/ringfence/{KEY_FILE}",
+                     "subPath": KEY_FILE, "readOnly": True}  # fmt: skip
+    # The file the server loads is the one the Secret holds.
+    (tmp_path / "replica").mkdir()
+    (tmp_path / "replica" / KEY_FILE).write_text(secret["stringData"][KEY_FILE])
+    assert SealKey.load_or_create(tmp_path / "replica").public_key == (
+        SealKey.load_or_create(tmp_path).public_key
+    )
+
+
+def test_without_a_key_file_a_new_key_is_rendered_and_said_so() -> None:
+    result = CliRunner().invoke(main, ["k8s", "render"])
+    assert result.exit_code == 0 and "--seal-key-file" in result.stderr
+
+
+def test_a_file_without_a_key_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "nokey").write_text("not base64 !")
+    result = CliRunner().invoke(main, ["k8s", "render", "--seal-key-file", str(tmp_path / "nokey")])
+    assert result.exit_code == 2 and "holds no seal key" in result.output

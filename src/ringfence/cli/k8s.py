@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import click
 from pydantic import ValidationError
@@ -44,12 +47,19 @@ def k8s() -> None:
     "--database-url",
     help="PostgreSQL URL the control plane's replicas share (goes into a Secret).",
 )
+@click.option(
+    "--seal-key-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The audit seal key every replica signs with (a data directory's audit-seal-key); "
+    "without it a new key is made: keep it, or the next render replaces it.",
+)
 @click.option("--replicas", default=2, show_default=True, type=click.IntRange(1, 100))
 def render(
     runtime_class: str | None,
     target_namespace: str,
     api_server_cidrs: tuple[str, ...],
     database_url: str | None,
+    seal_key_file: Path | None,
     replicas: int,
 ) -> None:
     """Print the manifests (a YAML stream; each document is JSON) for kubectl apply -f -.
@@ -80,6 +90,41 @@ def render(
     )
     if database_url:
         options = dataclasses.replace(options, database_url=database_url)
+    options = dataclasses.replace(options, seal_key=_seal_key(seal_key_file))
     for manifest in cluster_manifests(options):
         click.echo("---")
         click.echo(json.dumps(manifest, indent=2))
+
+
+def _seal_key(path: Path | None) -> str:
+    """The seal key's file text: read from ``path`` (checked), or a new key's."""
+    from ringfence.audit.signing import KEY_FILE, SealKey
+
+    if path is None:
+        directory = Path(tempfile.mkdtemp())
+        try:
+            SealKey.load_or_create(directory)
+            text = (directory / KEY_FILE).read_text()
+        finally:
+            shutil.rmtree(directory)
+        click.echo(
+            "ringfence: a new audit seal key is in the Secret ringfence-audit-seal-key; "
+            "render again with --seal-key-file to keep it",
+            err=True,
+        )
+        return text
+    try:
+        text = path.read_text()
+        _check_seal_key(text)
+    except (OSError, ValueError) as exc:
+        fail(f"--seal-key-file: {path} holds no seal key: {exc}", _EXIT_USAGE)
+    return text
+
+
+def _check_seal_key(text: str) -> None:
+    """Raises ``ValueError`` unless ``text`` is a seal key's file."""
+    import base64
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    Ed25519PrivateKey.from_private_bytes(base64.b64decode(text.strip(), validate=True))

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ringfence.audit.signing import KEY_FILE
 from ringfence.backends.kubernetes.manifests import MANAGED_BY, Manifest
 from ringfence.config import Config
 
-__all__ = ["CONTROL_PLANE", "ClusterSettings", "cluster_manifests"]
+__all__ = ["CONTROL_PLANE", "SEAL_KEY_SECRET", "ClusterSettings", "cluster_manifests"]
 
 CONTROL_PLANE = "ringfence-control-plane"
 _PORT = 8080
@@ -33,6 +34,9 @@ class ClusterSettings:
     runtime_class: str | None = None  # "gvisor" → handler runsc; "kata" → handler kata
     target_namespace: str = "default"
     database_url: str = "postgresql+psycopg://ringfence:CHANGE-ME@postgres:5432/ringfence"
+    # The audit log's seal key, as its file holds it (base64 of the Ed25519 seed). Every
+    # replica must seal with the same key: a replica with another refuses to start.
+    seal_key: str = ""
     replicas: int = 2
     pods: int = 50  # sandbox Pods and Job Pods alive at once, in all
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -58,6 +62,7 @@ def cluster_manifests(settings: ClusterSettings) -> list[Manifest]:
     objects += [
         _config_map(system, settings),
         _secret(system, settings.database_url),
+        _seal_key_secret(system, settings.seal_key),
         _deployment(system, settings),
         _service(system),
     ]
@@ -274,6 +279,19 @@ def _secret(system: str, database_url: str) -> Manifest:
     }
 
 
+SEAL_KEY_SECRET = "ringfence-audit-seal-key"
+
+
+def _seal_key_secret(system: str, seal_key: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(SEAL_KEY_SECRET, system),
+        "type": "Opaque",
+        "stringData": {KEY_FILE: seal_key.strip() + "\n"},
+    }
+
+
 def _deployment(system: str, settings: ClusterSettings) -> Manifest:
     selector = {"app.kubernetes.io/name": CONTROL_PLANE}
     container = {
@@ -300,6 +318,12 @@ def _deployment(system: str, settings: ClusterSettings) -> Manifest:
         },
         "volumeMounts": [
             {"name": "data", "mountPath": "/var/lib/ringfence"},
+            {
+                "name": "seal-key",
+                "mountPath": f"/var/lib/ringfence/{KEY_FILE}",
+                "subPath": KEY_FILE,
+                "readOnly": True,
+            },
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -320,11 +344,16 @@ def _deployment(system: str, settings: ClusterSettings) -> Manifest:
                         "runAsNonRoot": True,
                         "runAsUser": 10001,
                         "runAsGroup": 10001,
+                        "fsGroup": 10001,  # the seal key's file is readable by the group
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [container],
                     "volumes": [
                         {"name": "data", "emptyDir": {"sizeLimit": "64Mi"}},
+                        {
+                            "name": "seal-key",
+                            "secret": {"secretName": SEAL_KEY_SECRET, "defaultMode": 0o440},
+                        },
                         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
                     ],
                 },
