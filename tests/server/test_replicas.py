@@ -33,7 +33,9 @@ _LOCK_CLASS = 0x7266
 
 
 @pytest.mark.parametrize("check", REPLICA_CHECKS, ids=lambda c: c.__name__)
-async def test_replicas_stores_meet_the_contract(postgres_database: str, check: ReplicaCheck):
+async def test_replicas_stores_meet_the_contract(
+    postgres_database: str, check: ReplicaCheck
+) -> None:
     async def open_replica() -> SqlStore:
         return await SqlStore.open(postgres_database)
 
@@ -312,3 +314,20 @@ def test_a_claim_refills_only_the_claiming_replicas_pool(
     assert on_b[hits] == 0 and on_b[ready] == 1 and on_b["ringfence_sandboxes_running"] == 0
     # The claimed sandbox is a's, seen as running by both (one record, one owner).
     assert _get(b, f"/v1/sandboxes/{created.json()['id']}", admin)["state"] == "running"
+
+
+def test_a_sandbox_expires_once_on_the_replica_that_runs_it(replicas: Replicas) -> None:
+    a, b = replicas.start("a", "b")
+    admin = replicas.admin()
+    created = _post(a, "/v1/sandboxes", admin, {"timeout": 2})
+    assert created.status_code in (200, 201), created.text
+    sandbox_id = created.json()["id"]
+    ended = _until(
+        "the sandbox expires",
+        lambda: (s := _get(b, f"/v1/sandboxes/{sandbox_id}", admin))["state"] != "running" and s,
+    )
+    assert ended["state"] == "expired" and ended["error"] is None
+    ends = _until(
+        "its end is audited", lambda: _audit(b, admin, "sandbox.end", f"sandbox:{sandbox_id}")
+    )
+    assert [record["outcome"] for record in ends] == ["expired"]
