@@ -239,3 +239,23 @@ async def test_headers_are_not_added_inside_tls_tunnels(
         egress_executor, policy, curl(f"https://allowed.test:{tls_origin.port}/", "-k")
     )
     assert result.status is Status.SUCCEEDED, result.logs
+
+
+async def test_each_dns_question_is_audited_once(
+    egress_executor: object, http_origin: Origin, audit: AuditLog
+) -> None:
+    policy = rules({"domain": "allowed.test", "cidr": LOOPBACK, "ports": [http_origin.port]})
+    script = """
+    import socket
+    for _ in range(20):
+        for name in ("allowed.test", "denied.test"):
+            try:
+                socket.getaddrinfo(name, 80, socket.AF_INET)
+            except socket.gaierror:
+                pass
+    report("done")
+    """
+    assert reported(await run(egress_executor, policy, python(script), audit)) == "done"
+    questions = [(r.details["name"], r.details["type"], r.outcome)
+                 for r in await audited(audit, "network.dns")]  # fmt: skip
+    assert sorted(questions) == [("allowed.test", 1, "allowed"), ("denied.test", 1, "denied")]

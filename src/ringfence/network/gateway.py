@@ -95,6 +95,10 @@ class Attachment:
                 "ipv6_no_route": counts.get("ipv6", 0),
             }
             self.session.record("network.blocked", "denied", details)
+        if self.session.unrecorded_questions:
+            self.session.record(
+                "network.dns", "unrecorded", {"questions": self.session.unrecorded_questions}
+            )
 
     def _track(self, coroutine: object) -> bool:
         assert asyncio.iscoroutine(coroutine)
@@ -172,7 +176,9 @@ class EgressGateway:
             return dns.format_error(query)
         name, policy = question.name, session.policy
         if not name_resolvable(policy, name):
-            session.record("network.dns", "denied", {"name": name, "type": question.qtype})
+            session.record_question(
+                name, question.qtype, "denied", {"name": name, "type": question.qtype}
+            )
             return dns.answer(question, dns.NXDOMAIN)
         addresses: list[ipaddress.IPv4Address] = []
         if question.qtype == dns.TYPE_A:
@@ -186,9 +192,9 @@ class EgressGateway:
                 addresses = [a for a in checked.addresses if isinstance(a, ipaddress.IPv4Address)]
                 if addresses:
                     break
-        session.record(
-            "network.dns", "allowed", {"name": name, "type": question.qtype,
-                                       "answers": [str(a) for a in addresses]},
+        session.record_question(
+            name, question.qtype, "allowed",
+            {"name": name, "type": question.qtype, "answers": [str(a) for a in addresses]},
         )  # fmt: skip
         return dns.answer(question, dns.NOERROR, addresses)
 

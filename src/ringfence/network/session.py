@@ -28,6 +28,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_MAX_QUESTIONS_RECORDED = 4096
+
 
 class AuditSink(Protocol):
     """Where attempts are recorded (``service.audit.AuditLog``). Must not block or raise."""
@@ -88,6 +90,8 @@ class EgressSession:
         self.requester = requester
         self._policy = policy
         self._asked: dict[tuple[str, int], asyncio.Future[bool]] = {}
+        self._questions: set[tuple[str, int, str]] = set()
+        self.unrecorded_questions = 0  # past _MAX_QUESTIONS_RECORDED distinct questions
 
     @property
     def policy(self) -> NetworkPolicy:
@@ -133,6 +137,20 @@ class EgressSession:
             "network.ask", "approved" if approved else "rejected", {"host": host, "port": port}
         )
         return approved
+
+    def record_question(
+        self, name: str, qtype: int, outcome: str, details: Mapping[str, Any]
+    ) -> None:
+        """Audit a DNS question, once per name, type and outcome for the session's life (a
+        resolver is asked the same thing over and over: the log keeps what was asked)."""
+        key = (name, qtype, outcome)
+        if key in self._questions:
+            return
+        if len(self._questions) >= _MAX_QUESTIONS_RECORDED:
+            self.unrecorded_questions += 1
+            return
+        self._questions.add(key)
+        self.record("network.dns", outcome, details)
 
     def record(self, action: str, outcome: str, details: Mapping[str, Any]) -> None:
         audit = self.requester.audit
