@@ -81,8 +81,7 @@ class Replicas:
 
     def replica_locks(self) -> int:
         """How many replicas hold their lock on this database now."""
-        url = self.database_url.replace("+psycopg", "+psycopg")
-        engine = sa.create_engine(url, poolclass=sa.NullPool)
+        engine = sa.create_engine(self.database_url, poolclass=sa.NullPool)  # psycopg, sync
         try:
             with engine.connect() as connection:
                 return int(
