@@ -259,3 +259,50 @@ async def test_each_dns_question_is_audited_once(
     questions = [(r.details["name"], r.details["type"], r.outcome)
                  for r in await audited(audit, "network.dns")]  # fmt: skip
     assert sorted(questions) == [("allowed.test", 1, "allowed"), ("denied.test", 1, "denied")]
+
+
+async def test_an_allowed_destination_that_does_not_answer_is_a_502(
+    egress_executor: object, audit: AuditLog
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        policy = rules({"domain": "allowed.test", "cidr": LOOPBACK, "ports": [port]})
+        command = ["sh", "-c", f"curl -sS -o /dev/null -w '%{{http_code}}' -m 20 "
+                   f"http://allowed.test:{port}/"]  # fmt: skip
+        result = await run(egress_executor, policy, command, audit)
+    assert result.logs == "502"
+    (record,) = await audited(audit, "network.connect")
+    assert record.outcome == "failed" and "did not answer" in record.details["reason"]
+
+
+async def test_a_server_that_speaks_first_works_through_a_tunnel(
+    egress_executor: object,
+) -> None:
+    import asyncio
+
+    async def banner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"SSH-2.0-RingfenceTest\r\n")
+        line = await reader.readline()
+        writer.write(b"echo " + line)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(banner, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    policy = rules({"domain": "allowed.test", "cidr": LOOPBACK, "ports": [port]})
+    script = f"""
+    import socket
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(b"CONNECT allowed.test:{port} HTTP/1.1\\r\\n\\r\\n")
+    f = s.makefile("rb")
+    status = f.readline(); f.readline()
+    first = f.readline()
+    s.sendall(b"hi\\n")
+    report([status.decode().strip(), first.decode().strip(), f.readline().decode().strip()])
+    """
+    async with server:
+        out = reported(await run(egress_executor, policy, python(script)))
+    assert out == ["HTTP/1.1 200 Connection established", "SSH-2.0-RingfenceTest", "echo hi"]
