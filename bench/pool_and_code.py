@@ -661,8 +661,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        import jupyter_client  # noqa: F401  (the baseline; checked before minutes of work)
         import ipykernel  # noqa: F401
+        import jupyter_client  # noqa: F401  (the baseline; checked before minutes of work)
     except ImportError as exc:
         sys.exit(f"pool_and_code: the Jupyter baseline needs the bench extra ({exc.name} is "
                  "missing): .venv/bin/pip install -e '.[dev,bench]'")
