@@ -46,6 +46,7 @@ _ALIASES = {"code-interpreter-v1": "code-interpreter"}
 _FALLBACK = "base"
 # E2B network options that would grant something (denyOut only restates the default).
 _NETWORK_GRANTS = ("allowOut", "rules", "allowPublicTraffic", "egressProxy", "dnsServers")
+_SWEEP_SLACK = 256  # grants remembered beyond twice the running sandboxes before a sweep
 _LIST_CEILING = 10_000  # sandboxes of one tenant considered by one list request
 
 
@@ -117,6 +118,8 @@ async def create(body: NewSandbox, request: Request, x_api_key: ApiKey = None) -
         )
         raise InvalidRequest(problems) from None
     sandbox = await context.sandboxes.create(caller.tenant, spec, actor=caller.key_id)
+    if len(context.grants) > 2 * context.sandboxes.running_count() + _SWEEP_SLACK:
+        await _forget_ended(context)
     return _answer(context, caller, sandbox)
 
 
@@ -226,6 +229,16 @@ async def unsupported(
     """pause, metrics, fork, snapshots, network: not (yet) in Ringfence."""
     await _caller(request, x_api_key)
     raise InvalidRequest(f"{feature}: not supported by Ringfence's E2B compatibility yet")
+
+
+async def _forget_ended(context: E2bContext) -> None:
+    """Drop the grants of sandboxes that ended without a kill through this door (expired,
+    killed natively): signed URLs are resolved by trying each remembered grant."""
+    for grant in context.grants.issued():
+        try:
+            await context.sandboxes.daemon(grant.tenant, grant.sandbox_id)
+        except (SandboxNotRunning, SandboxNotFound):
+            context.grants.forget(grant.sandbox_id)
 
 
 async def _running(context: E2bContext, caller: Principal, sandbox_id: str) -> Sandbox:

@@ -51,15 +51,22 @@ class Grants:
 
     def __init__(self, secret: bytes | None = None) -> None:
         self._secret = secret or secrets.token_bytes(32)
-        self._issued: dict[Grant, None] = {}  # insertion-ordered: the oldest first
+        # grant → its envd token, insertion-ordered: the oldest first
+        self._issued: dict[Grant, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._issued)
 
     def token(self, grant: Grant, purpose: Purpose) -> str:
         """The token for ``grant``; remembered, so that its signed URLs resolve."""
         self._issued.pop(grant, None)
-        self._issued[grant] = None
+        self._issued[grant] = self._token(grant, Purpose.ENVD)
         while len(self._issued) > _MAX_REMEMBERED:
             del self._issued[next(iter(self._issued))]
         return self._token(grant, purpose)
+
+    def issued(self) -> list[Grant]:
+        return list(self._issued)
 
     def check(self, token: str | None, sandbox_id: str, purpose: Purpose) -> Grant | None:
         """The grant behind ``token`` if it was minted for ``sandbox_id`` and ``purpose``."""
@@ -76,9 +83,8 @@ class Grants:
         self, path: str, operation: str, user: str, signature: str, expiration: str | None
     ) -> Grant | None:
         """The handed-out grant whose envd token signed this file URL, if any (expiry is
-        the caller's to check)."""
-        for grant in list(self._issued):
-            token = self._token(grant, Purpose.ENVD)
+        the caller's to check). One SHA-256 per remembered grant: ``forget`` ended ones."""
+        for grant, token in list(self._issued.items()):
             expected = file_signature(path, operation, user, token, expiration)
             if hmac.compare_digest(expected.encode(), signature.encode()):
                 return grant
