@@ -132,6 +132,11 @@ class Config(BaseSettings):
         description="Names the egress proxy and resolver answer from this table instead of "
         'the host\'s resolver (JSON, e.g. {"svc.internal": ["10.0.0.5"]}).',
     )
+    network_intercept: bool = Field(
+        False,
+        description="Terminate TLS in the egress proxy, with a CA of its own trusted inside "
+        "sandboxes, for tunnels whose allow rule adds headers (so HTTPS requests get them).",
+    )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
         description="Where the server keeps its database (SQLite) and its first admin key.",
