@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 
+import anyio
 import httpx
 
 from tests.mcp.conftest import Connect, LiveServer, structured, tool_error
@@ -320,3 +321,36 @@ async def test_a_remediation_proposed_over_mcp_waits_for_a_human(
             await asyncio.sleep(0.05)
         assert status["state"] == "succeeded", status
         assert status["approvals"] == 1 and status["execution"]["logs"] == "restarted web\n"
+
+
+async def test_a_cancelled_call_kills_its_command(live: LiveServer, connect: Connect) -> None:
+    async with connect(live.key) as client:
+        sid = structured(await client.call_tool("sandbox_create", {"timeout": 300}))["sandbox_id"]
+
+        async def running() -> int:
+            # [m] keeps pgrep from finding the shell that runs it
+            check = {"sandbox_id": sid, "command": "pgrep -f 'cancel-[m]arker' | wc -l"}
+            return int(structured(await client.call_tool("run_command", check))["stdout"])
+
+        async def waited(count: int) -> int:
+            for _ in range(400):  # bounded; each look is a round trip
+                if (seen := await running()) == count:
+                    break
+                await anyio.sleep(0.05)
+            return seen
+
+        try:
+            call = anyio.CancelScope()
+
+            async def long_call() -> None:
+                with call:
+                    command = {"sandbox_id": sid, "command": "exec -a cancel-marker sleep 1000"}
+                    await client.call_tool("run_command", {**command, "timeout": 900})
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(long_call)
+                assert await waited(1) == 1, "the command runs"
+                call.cancel()
+            assert await waited(0) == 0, "the cancelled call's command was killed"
+        finally:
+            await client.call_tool("sandbox_kill", {"sandbox_id": sid})

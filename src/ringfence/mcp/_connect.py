@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import anyio
 import httpx
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.mcpserver import Context
@@ -171,6 +172,7 @@ async def session(connector: Connector, ctx: Context) -> AsyncIterator[Connectio
         try:
             yield connection
         finally:
-            await connection.aclose()
+            with anyio.CancelScope(shield=True):  # closed even when the call is cancelled
+                await connection.aclose()
     except RingfenceError as exc:
         raise tool_error(exc) from exc

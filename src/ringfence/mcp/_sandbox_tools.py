@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Annotated, Literal
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import Field
@@ -290,8 +291,12 @@ async def _outcome(
             return True, None, "timed out"
         return False, result.exit_code, result.error
     except asyncio.CancelledError:
-        with contextlib.suppress(RingfenceError):
-            await asyncio.shield(handle.kill())
+        # The MCP server cancels with anyio, which cancels every await in the scope: only
+        # a shielded scope lets the command be killed and its reader be ended here.
+        with anyio.CancelScope(shield=True):
+            with contextlib.suppress(RingfenceError):
+                await handle.kill()
+            await handle.disconnect()
         raise
     finally:
         watch.cancel()
