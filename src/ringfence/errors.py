@@ -42,6 +42,7 @@ __all__ = [
     "NotFound",
     "ProposalNotFound",
     "RingfenceError",
+    "SandboxElsewhere",
     "SandboxError",
     "SandboxNotFound",
     "SandboxNotRunning",
@@ -124,6 +125,12 @@ class SandboxNotRunning(RingfenceError):
     code = "sandbox_not_running"
 
 
+class SandboxElsewhere(RingfenceError):
+    """The sandbox runs, but on another server replica: only that one can reach it."""
+
+    code = "sandbox_on_another_replica"
+
+
 class TooManyRequests(RingfenceError):
     """Too many requests at once (for example to one sandbox); retry later."""
 
@@ -174,6 +181,7 @@ HTTP_STATUS: dict[str, int] = {
     BackendUnavailable.code: 503,
     SandboxError.code: 500,
     SandboxNotRunning.code: 409,
+    SandboxElsewhere.code: 421,  # Misdirected Request: a router sent it to the wrong replica
     TooManyRequests.code: 429,
     StoreError.code: 503,
     Unauthenticated.code: 401,
@@ -182,6 +190,6 @@ HTTP_STATUS: dict[str, int] = {
 
 _ALL: tuple[type[RingfenceError], ...] = (
     InvalidRequest, NotFound, DuplicateExecution, Conflict, UnknownBackend, BackendUnavailable,
-    SandboxError, SandboxNotRunning, TooManyRequests, StoreError, Unauthenticated, Forbidden,
-    ServerUnreachable,
+    SandboxError, SandboxNotRunning, SandboxElsewhere, TooManyRequests, StoreError,
+    Unauthenticated, Forbidden, ServerUnreachable,
 )  # fmt: skip

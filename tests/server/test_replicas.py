@@ -191,6 +191,14 @@ def test_a_replica_starting_beside_a_live_one_ends_nothing_of_it(replicas: Repli
         assert _get(reader, f"/v1/sandboxes/{work['sandbox']}", admin)["state"] == "running"
         assert _get(reader, "/v1/executions/long", admin)["status"] == "running"
         assert _get(reader, f"/v1/proposals/{work['proposal']}", admin)["state"] == "executing"
+    # Only the replica that runs the sandbox can reach it; the other says so, killing nothing.
+    for misdirected in (
+        httpx.delete(f"{b.url}/v1/sandboxes/{work['sandbox']}", headers=admin, timeout=30),
+        _post(b, f"/v1/sandboxes/{work['sandbox']}/timeout", admin, {"timeout": 60}),
+    ):
+        assert misdirected.status_code == 421, misdirected.text
+        assert misdirected.json()["error"]["code"] == "sandbox_on_another_replica"
+    assert _get(a, f"/v1/sandboxes/{work['sandbox']}", admin)["state"] == "running"
     # The replica that runs them ends them, as it would have without b.
     killed = httpx.delete(f"{a.url}/v1/sandboxes/{work['sandbox']}", headers=admin, timeout=30)
     assert killed.json()["state"] == "killed" and killed.json()["error"] is None

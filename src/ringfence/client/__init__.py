@@ -40,7 +40,7 @@ from ringfence.client._types import (
     OutputChunk,
     ProcessInfo,
 )
-from ringfence.errors import SandboxNotFound, SandboxNotRunning
+from ringfence.errors import SandboxElsewhere, SandboxNotFound, SandboxNotRunning
 from ringfence.proposals import Proposal, ProposalState, Risk
 
 __all__ = [
@@ -80,6 +80,7 @@ __all__ = [
     "Ringfence",
     "Risk",
     "Sandbox",
+    "SandboxElsewhere",
     "SandboxInfo",
     "SandboxNotFound",
     "SandboxNotRunning",

@@ -25,6 +25,7 @@ from ringfence.errors import (
     ExecutionNotFound,
     InvalidRequest,
     RingfenceError,
+    SandboxElsewhere,
     SandboxError,
     SandboxNotFound,
     SandboxNotRunning,
@@ -409,7 +410,7 @@ class SandboxService:
         """
         entry = self._live.get(sandbox_id)
         if entry is None or entry.tenant != tenant:
-            return await self.get(tenant, sandbox_id)
+            return _ended_here(await self.get(tenant, sandbox_id))
         self.record(tenant, actor, "sandbox.kill", sandbox_id)
         await entry.sandbox.kill()
         return await asyncio.shield(entry.ended)
@@ -451,7 +452,7 @@ class SandboxService:
         entry = self._live.get(sandbox_id)
         if entry is not None and entry.tenant == tenant and not entry.ended.done():
             return entry
-        sandbox = await self.get(tenant, sandbox_id)  # SandboxNotFound, for any tenant's id
+        sandbox = _ended_here(await self.get(tenant, sandbox_id))  # SandboxNotFound, too
         raise SandboxNotRunning(f"sandbox {sandbox_id} has ended ({sandbox.state.value})")
 
     async def _watch(self, sandbox: Sandbox, entry: _Live) -> None:
@@ -504,6 +505,21 @@ def _ending(result: ExecutionResult) -> tuple[SandboxState, str | None]:
         return SandboxState.FAILED, result.error
     tail = result.logs.strip().splitlines()[-1:] or [""]
     return SandboxState.FAILED, f"the sandbox daemon exited ({result.exit_code}): {tail[0][:300]}"
+
+
+def _ended_here(sandbox: Sandbox) -> Sandbox:
+    """``sandbox`` (not live in this process), unless the store says it runs: then another
+    replica runs it (a restart marks this process's own as failed before it serves).
+
+    Raises:
+        SandboxElsewhere: it runs on another replica.
+    """
+    if sandbox.state is SandboxState.RUNNING:
+        raise SandboxElsewhere(
+            f"sandbox {sandbox.id} runs on another Ringfence replica, which alone can reach "
+            "it: send its requests there (route by sandbox id)"
+        )
+    return sandbox
 
 
 def _unrecorded(entry: _Live) -> BaseException | None:

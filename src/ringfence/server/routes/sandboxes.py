@@ -44,8 +44,15 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorBody, "description": "Missing or invalid API key"},
     404: {"model": ErrorBody, "description": "No such sandbox in your tenant"},
 }
+_ELSEWHERE: dict[int | str, dict[str, object]] = {
+    421: {
+        "model": ErrorBody,
+        "description": "Another server replica runs the sandbox (sandbox_on_another_replica)",
+    },
+}
 _LIVE_ERRORS: dict[int | str, dict[str, object]] = {
     **_ERRORS,
+    **_ELSEWHERE,
     409: {"model": ErrorBody, "description": "The sandbox has ended (sandbox_not_running)"},
 }
 
@@ -141,7 +148,7 @@ async def set_timeout(
 @router.delete(
     "/{sandbox_id}",
     response_model=Sandbox,
-    responses=_ERRORS,
+    responses={**_ERRORS, **_ELSEWHERE},
     summary="Kill the sandbox: every process, and everything it wrote",
 )
 async def kill_sandbox(sandbox_id: SandboxId, caller: Caller, request: Request) -> Sandbox:
