@@ -100,3 +100,31 @@ def test_commands_are_on_the_audit_record(e2b_server: E2bServer, sbx: Sandbox) -
     records = audit_records(e2b_server, f"sandbox:{sbx.sandbox_id}", "sandbox.Start", "audited-e2b")
     assert any("audited-e2b-command" in str(r["details"]["command"]) for r in records)  # type: ignore[index]
     assert {r["actor"] for r in records} == {e2b_server.key.split("_")[1]}
+
+
+def test_stream_input_feeds_stdin_in_order(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.stream_input(handle.pid, iter(["one\n", b"two\n"]))
+    sbx.commands.close_stdin(handle.pid)
+    assert handle.wait().stdout == "one\ntwo\n"
+
+
+def test_disconnect_leaves_the_command_running(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("sleep 600", background=True)
+    handle.disconnect()
+    assert handle.pid in {p.pid for p in sbx.commands.list()}
+    assert sbx.commands.kill(handle.pid) is True
+
+
+def test_git_helpers_run_the_sandboxs_git(sbx: Sandbox) -> None:
+    sbx.git.init("/home/user/repo")
+    sbx.files.write("/home/user/repo/a.txt", "a")
+    status = sbx.git.status("/home/user/repo")
+    assert status.current_branch and [f.name for f in status.file_status] == ["a.txt"]
+
+
+def test_a_pty_is_refused_as_unimplemented(sbx: Sandbox) -> None:
+    from e2b import PtySize
+
+    with pytest.raises(SandboxException, match=r"(?i)unimplemented"):
+        sbx.pty.create(PtySize(rows=24, cols=80))

@@ -137,3 +137,10 @@ def test_uploads_are_on_the_audit_record(e2b_server: E2bServer, sbx: Sandbox) ->
         e2b_server, f"sandbox:{sbx.sandbox_id}", "sandbox.write_file", "audited-upload"
     )
     assert "audited-upload.txt" in str([r["details"] for r in records])
+
+
+def test_gzip_and_metadata_uploads_are_accepted(sbx: Sandbox) -> None:
+    sbx.files.write("gz.txt", "zipped on the wire", gzip=True)
+    assert sbx.files.read("gz.txt") == "zipped on the wire"
+    info = sbx.files.write("meta.txt", io.BytesIO(b"m"), metadata={"k": "v"})
+    assert info.path == "/home/user/meta.txt" and sbx.files.read("meta.txt") == "m"

@@ -140,3 +140,19 @@ def test_lifecycle_is_on_the_audit_record_under_the_callers_key(e2b_server: E2bS
     for action in ("sandbox.create", "sandbox.set_timeout", "sandbox.kill"):
         records = audit_records(e2b_server, target, action)
         assert [r["actor"] for r in records] == [key_id], action
+
+
+def test_features_ringfence_lacks_answer_not_supported(e2b_server: E2bServer) -> None:
+    with Sandbox.create() as sbx:
+        for attempt in (
+            sbx.get_metrics,
+            sbx.fork,
+            sbx.create_snapshot,
+            sbx.beta_pause,
+            lambda: sbx.update_network({"allow_out": ["1.1.1.1"]}),
+            lambda: Sandbox.list_snapshots().next_items(),
+            lambda: Sandbox.delete_snapshot("snap"),
+        ):
+            with pytest.raises(SandboxException, match="not supported"):
+                attempt()
+        assert sbx.is_running(), "none of them touched the sandbox"

@@ -231,6 +231,15 @@ async def unsupported(
     raise InvalidRequest(f"{feature}: not supported by Ringfence's E2B compatibility yet")
 
 
+@router.api_route("/snapshots", methods=["GET"], status_code=400)
+@router.api_route("/templates/{name:path}", methods=["GET", "POST", "DELETE"], status_code=400)
+async def unsupported_collection(request: Request, x_api_key: ApiKey = None) -> JSONResponse:
+    """Snapshots and E2B's template management: not (yet) in Ringfence."""
+    await _caller(request, x_api_key)
+    what = request.url.path.strip("/").split("/")[0]
+    raise InvalidRequest(f"{what}: not supported by Ringfence's E2B compatibility yet")
+
+
 async def _forget_ended(context: E2bContext) -> None:
     """Drop the grants of sandboxes that ended without a kill through this door (expired,
     killed natively): signed URLs are resolved by trying each remembered grant."""

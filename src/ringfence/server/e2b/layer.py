@@ -37,7 +37,7 @@ from ringfence.store import Store
 
 __all__ = ["E2bLayer"]
 
-_CONTROL_PATHS = re.compile(r"/(v2/)?sandboxes(/.*)?")
+_CONTROL_PATHS = re.compile(r"/((v2/)?sandboxes|snapshots|templates)(/.*)?")
 # Bodies streamed to the sandbox as they come (its disk and the daemon bound them).
 _STREAMED = re.compile(r"/files|/process\.Process/StreamInput")
 
