@@ -109,6 +109,7 @@ async def _tls(origin: Origin, reader: asyncio.StreamReader, writer: asyncio.Str
     with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
         head = await reader.readuntil(b"\r\n\r\n")
         origin.received += len(head)
+        origin.heads.append(head)
         body = b"hello over tls\n"
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         await writer.drain()
@@ -173,3 +174,24 @@ async def audit() -> AsyncIterator[AuditLog]:
 async def audited(audit: AuditLog, action: str = "network.") -> list[AuditRecord]:
     await audit.flush()
     return await audit.query(AuditQuery(action=action, limit=1000))
+
+
+@pytest.fixture
+async def intercepting_executor(
+    local_host: object, tls_files: tuple[Path, Path]
+) -> AsyncIterator[object]:
+    """A local executor whose proxy intercepts TLS for header rules; it trusts the test
+    origins' certificate upstream (the host's trust store would not)."""
+    from ringfence.backends.local import LocalExecutor
+    from ringfence.backends.local.probe import Host
+    from ringfence.network.intercept import Interceptor
+
+    assert isinstance(local_host, Host)
+    config = Config()
+    upstream = ssl.create_default_context(cafile=str(tls_files[0]))
+    interceptor = Interceptor(config.runtime_dir, upstream)
+    resolver = Resolver({name: ["127.0.0.1"] for name in TEST_NAMES}, system=False)
+    executor = LocalExecutor(config, host=local_host, egress=EgressGateway(resolver, interceptor))
+    yield executor
+    await executor.aclose()
+    interceptor.close()

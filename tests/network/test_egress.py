@@ -306,3 +306,54 @@ async def test_a_server_that_speaks_first_works_through_a_tunnel(
     async with server:
         out = reported(await run(egress_executor, policy, python(script)))
     assert out == ["HTTP/1.1 200 Connection established", "SSH-2.0-RingfenceTest", "echo hi"]
+
+
+async def test_with_interception_https_requests_get_the_rules_headers(
+    intercepting_executor: object, tls_origin: Origin, audit: AuditLog
+) -> None:
+    secret = "rf-tls-secret-" + "5eed" * 6
+    port = tls_origin.port
+    policy = rules(
+        {"domain": "secret.test", "cidr": LOOPBACK, "ports": [port],
+         "headers": {"X-Api-Key": secret}},
+        {"domain": "allowed.test", "cidr": LOOPBACK, "ports": [port]},
+    )  # fmt: skip
+    script = f"""
+    import os, subprocess
+    out = {{}}
+    # No -k: the sandbox trusts Ringfence's CA through the system bundle.
+    out["intercepted"] = subprocess.run(
+        ["curl", "-sS", "-f", "-m", "20", "https://secret.test:{port}/api?x=1"],
+        capture_output=True, text=True).stdout
+    # A rule without headers: passed through untouched, the origin's own certificate.
+    out["passthrough_verified"] = subprocess.run(
+        ["curl", "-sS", "-m", "20", "https://allowed.test:{port}/"],
+        capture_output=True, text=True).returncode
+    out["passthrough"] = subprocess.run(
+        ["curl", "-sS", "-k", "-m", "20", "https://allowed.test:{port}/"],
+        capture_output=True, text=True).stdout
+    needle = ({secret[:12]!r} + {secret[12:]!r}).encode()
+    places = ["/proc/self/environ", "/proc/1/environ", "/etc/ssl/certs/ca-certificates.crt"]
+    for directory, _, files in os.walk("/tmp"):
+        places += [os.path.join(directory, f) for f in files]
+    out["found"] = [p for p in places if needle in open(p, "rb").read()]
+    bundle = open("/etc/ssl/certs/ca-certificates.crt", "rb").read()
+    out["ca_key_visible"] = b"PRIVATE KEY" in bundle
+    report(out)
+    """
+    out = reported(await run(intercepting_executor, policy, python(script), audit))
+    assert out["intercepted"] == "hello over tls\n"
+    assert out["passthrough_verified"] == 60, "the origin's self-signed cert: not intercepted"
+    assert out["passthrough"] == "hello over tls\n"
+    assert out["found"] == [] and out["ca_key_visible"] is False
+    intercepted = tls_origin.heads[0].decode()
+    assert intercepted.startswith("GET /api?x=1 HTTP/1.1\r\n")
+    assert f"X-Api-Key: {secret}\r\n" in intercepted and "Host: secret.test:" in intercepted
+    assert all(secret not in head.decode() for head in tls_origin.heads[1:])
+    records = await audited(audit, "network.connect")
+    methods = sorted((r.details["host"], r.details["method"], r.outcome) for r in records)
+    assert methods == [
+        ("allowed.test", "CONNECT", "allowed"),
+        ("allowed.test", "CONNECT", "allowed"),
+        ("secret.test", "CONNECT+GET", "allowed"),
+    ]

@@ -22,6 +22,7 @@ from typing import cast
 
 from ringfence.models import NetworkPolicy
 from ringfence.network import dns
+from ringfence.network.intercept import Interceptor
 from ringfence.network.netns import ListenSpec, listen_in_netns, no_route_counts, open_netns
 from ringfence.network.policy import check_addresses, decide, name_resolvable
 from ringfence.network.proxy import serve_client
@@ -115,8 +116,12 @@ class EgressGateway:
     """Attaches the proxy and the resolver to sandboxes, and finds a running sandbox's
     session to change its policy."""
 
-    def __init__(self, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self, resolver: Resolver | None = None, interceptor: Interceptor | None = None
+    ) -> None:
+        """``interceptor``: open TLS tunnels whose rule adds headers (None: never)."""
         self.resolver = resolver or Resolver()
+        self.interceptor = interceptor
         self._attached: dict[tuple[str, str], Attachment] = {}
 
     def session(self, tenant: str, subject: str) -> EgressSession | None:
@@ -142,7 +147,8 @@ class EgressGateway:
             session = attachment.session
 
             def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-                if not attachment._track(serve_client(session, self.resolver, reader, writer)):
+                served = serve_client(session, self.resolver, reader, writer, self.interceptor)
+                if not attachment._track(served):
                     writer.close()
 
             def on_dns_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

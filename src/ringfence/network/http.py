@@ -51,8 +51,9 @@ def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def parse_head(data: bytes) -> RequestHead:
-    """Parse a proxy request head (up to and excluding the blank line).
+def parse_head(data: bytes, authority: tuple[str, int] | None = None) -> RequestHead:
+    """Parse a proxy request head (up to and excluding the blank line). With ``authority``
+    (host, port), an origin-form request inside a tunnel to it (``GET /path``).
 
     Raises:
         BadRequest: not a request a forward proxy can pass on.
@@ -72,6 +73,10 @@ def parse_head(data: bytes) -> RequestHead:
         if not colon or not _TOKEN.match(name):
             raise BadRequest(f"bad header line {line[:200]!r}")
         headers.append((name, value.strip()))
+    if authority is not None:
+        if not target.startswith("/"):
+            raise BadRequest("inside a tunnel, requests are origin-form (GET /path)")
+        return RequestHead(method, target, version, tuple(headers), *authority, target)
     if method == "CONNECT":
         host, port = _split_authority(target, 443)
         return RequestHead(method, target, version, tuple(headers), host, port, "")
@@ -81,10 +86,10 @@ def parse_head(data: bytes) -> RequestHead:
             "only http:// URLs (absolute form) and CONNECT go through this proxy; "
             "for https, use CONNECT (HTTPS_PROXY does)"
         )
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
+    url_authority, slash, path = rest.partition("/")
+    if "@" in url_authority:
         raise BadRequest("credentials in the URL are not passed on")
-    host, port = _split_authority(authority, 80)
+    host, port = _split_authority(url_authority, 80)
     return RequestHead(method, target, version, tuple(headers), host, port, slash + path)
 
 
@@ -101,7 +106,7 @@ def origin_head(head: RequestHead, extra: Mapping[str, str]) -> bytes:
             continue
         lines.append(f"{name}: {value}")
     host = f"[{head.host}]" if ":" in head.host else head.host
-    lines.append(f"Host: {host}" + ("" if head.port == 80 else f":{head.port}"))
+    lines.append(f"Host: {host}" + ("" if head.port in (80, 443) else f":{head.port}"))
     lines += [f"{name}: {value}" for name, value in extra.items()]
     lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ringfence.models import EgressAction
@@ -24,6 +26,7 @@ from ringfence.network.http import (
     parse_head,
     response,
 )
+from ringfence.network.intercept import Interceptor, TlsStream
 from ringfence.network.policy import Verdict, check_addresses, decide, normalize_host
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import EgressSession
@@ -70,8 +73,10 @@ async def serve_client(
     resolver: Resolver,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
+    interceptor: Interceptor | None = None,
 ) -> None:
-    """Serve one connection from the sandbox; every attempt ends on the audit record."""
+    """Serve one connection from the sandbox; every attempt ends on the audit record.
+    With ``interceptor``, TLS tunnels whose rule adds headers are opened to add them."""
     attempt = _Attempt()
     upstream: asyncio.StreamWriter | None = None
     try:
@@ -84,6 +89,12 @@ async def serve_client(
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             attempt.tunnelled = True
             first = await _first_bytes(reader, up_reader, writer, head, attempt)
+            rule = verdict.rule
+            if interceptor is not None and rule is not None and rule.headers and _is_tls(first):
+                await _intercepted(interceptor, head, rule.headers, (reader, writer),
+                                   (up_reader, upstream), first, attempt)  # fmt: skip
+                session.record("network.connect", "allowed", attempt.details(verdict.reason))
+                return
         else:
             extra = verdict.rule.headers if verdict.rule is not None else {}
             request_head = origin_head(head, extra)
@@ -209,6 +220,78 @@ def _check_server_name(server_name: str | None, head: RequestHead, attempt: _Att
             f"egress denied by Ringfence: TLS server name {server_name!r} is not the "
             f"CONNECT host {host!r}",
         )
+
+
+def _is_tls(first: bytes) -> bool:
+    return parse_client_hello(first).state is HelloState.PARSED
+
+
+async def _intercepted(
+    interceptor: Interceptor,
+    head: RequestHead,
+    headers: Mapping[str, str],
+    client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    origin: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    hello: bytes,
+    attempt: _Attempt,
+) -> None:
+    """Open the client's TLS with Ringfence's CA and the origin's with the host's trust,
+    add ``headers`` to the request, relay the rest. One request per tunnel: the origin is
+    told ``Connection: close``, and clients open another tunnel for the next."""
+    host = normalize_host(head.host)
+    tls = TlsStream(interceptor.server_context(host), client[0], client[1], hello)
+    try:
+        await asyncio.wait_for(tls.handshake(), _HELLO_SECONDS)
+    except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
+        raise _Refused(403, f"TLS with the sandbox failed (is Ringfence's CA trusted?): {exc}",
+                       "failed") from None  # fmt: skip
+    try:
+        await asyncio.wait_for(
+            origin[1].start_tls(interceptor.upstream, server_hostname=host), _CONNECT_SECONDS
+        )
+    except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
+        await _tls_refusal(tls, 502, f"the origin's TLS failed: {exc}")
+        raise _Refused(
+            502, f"egress allowed, but the origin's TLS failed: {exc}", "failed"
+        ) from None
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        chunk = await asyncio.wait_for(tls.read(), _HEAD_SECONDS)
+        if not chunk:
+            raise asyncio.IncompleteReadError(buffer, None)
+        buffer += chunk
+        if len(buffer) > MAX_HEAD_BYTES:
+            await _tls_refusal(tls, 431, "request head too large")
+            raise _Refused(431, "request head too large")
+    raw, rest = buffer.split(b"\r\n\r\n", 1)
+    try:
+        request = parse_head(raw, (host, head.port))
+    except BadRequest as exc:
+        await _tls_refusal(tls, 400, f"egress refused: {exc}")
+        raise _Refused(400, f"egress refused: {exc}") from None
+    sent = origin_head(request, headers) + rest
+    origin[1].write(sent)
+    attempt.sent += len(sent)
+    attempt.method = f"CONNECT+{request.method}"
+
+    async def up() -> None:
+        while chunk := await tls.read():
+            attempt.sent += len(chunk)
+            origin[1].write(chunk)
+            await origin[1].drain()
+
+    upward = asyncio.ensure_future(up())
+    try:
+        while chunk := await origin[0].read(_CHUNK):
+            attempt.received += len(chunk)
+            await tls.write(chunk)
+    finally:
+        upward.cancel()
+
+
+async def _tls_refusal(tls: TlsStream, status: int, reason: str) -> None:
+    with contextlib.suppress(ConnectionError, ssl.SSLError):
+        await tls.write(response(status, reason, reason + "\n"))
 
 
 async def _relay(

@@ -23,6 +23,7 @@ import os
 import struct
 import termios
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ringfence.backends._child import Child
@@ -36,6 +37,7 @@ from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
 from ringfence.network.gateway import Attachment, EgressGateway
+from ringfence.network.intercept import Interceptor
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import current_requester
 
@@ -57,7 +59,17 @@ class LocalExecutor(SupervisingExecutor):
         super().__init__(config)
         self._host = host or require(config)
         self._host_layout = layout_for(HOST_IMAGE, self._host.files)
-        self.egress = egress or EgressGateway(Resolver(config.network_hosts))
+        self._own_interceptor: Interceptor | None = None
+        if egress is None:
+            if config.network_intercept:
+                self._own_interceptor = Interceptor(config.runtime_dir)
+            egress = EgressGateway(Resolver(config.network_hosts), self._own_interceptor)
+        self.egress = egress
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._own_interceptor is not None:  # its CA dies with it: so does the bundle
+            self._own_interceptor.close()
 
     def check(self, request: ExecutionRequest) -> None:
         self._layout(request)
@@ -89,7 +101,9 @@ class LocalExecutor(SupervisingExecutor):
             gate = _Gate(gate_w)
             undo.callback(gate.close)
             fds = Fds(seccomp=seccomp, info=info_w, block=gate_r)
-            args = memfd_with("bwrap-args", pack_args(bwrap_args(layout, request, limits, fds)))
+            bundle = self._trust_bundle(request)
+            argv_ = bwrap_args(layout, request, limits, fds, trust_bundle=bundle)
+            args = memfd_with("bwrap-args", pack_args(argv_))
             after_spawn.callback(os.close, args)
             argv = [*self._host.drop_privileges, self._host.bwrap, "--args", str(args)]
             child = Child.spawn(
@@ -113,6 +127,20 @@ class LocalExecutor(SupervisingExecutor):
         finally:
             gate.close()
         return sandbox
+
+    def _trust_bundle(self, request: ExecutionRequest) -> str | None:
+        """The bundle with the egress CA, for a sandbox with a policy when the proxy
+        intercepts TLS and the root has a bundle to show it over (else None)."""
+        interceptor = self.egress.interceptor
+        if interceptor is None or request.network is None:
+            return None
+        if request.network.mode is NetworkMode.NONE:
+            return None
+        image = request.image or self.config.default_image
+        etc = self._host.files.host_etc if image == HOST_IMAGE else Path(image, "etc")
+        if not (etc / "ssl/certs/ca-certificates.crt").is_file():
+            return None
+        return str(interceptor.bundle)
 
     async def _attach_egress(self, request: ExecutionRequest, pid: int) -> Attachment | None:
         """Ringfence's proxy and resolver on the sandbox's loopback, if its policy allows

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ringfence.backends.local.rootfs import Entry, Kind
 from ringfence.models import ExecutionRequest, Mount, NetworkMode, NetworkPolicy, ResourceLimits
 from ringfence.network.gateway import proxy_env
+from ringfence.network.intercept import SANDBOX_BUNDLE
 
 __all__ = [
     "DEFAULT_PATH",
@@ -51,10 +52,15 @@ class Fds:
     block: int | None = None
 
 
-def sandbox_env(env: Mapping[str, str], network: NetworkPolicy | None = None) -> dict[str, str]:
+def sandbox_env(
+    env: Mapping[str, str], network: NetworkPolicy | None = None, intercepting: bool = False
+) -> dict[str, str]:
     """The sandbox's whole environment: defaults overridden by the request's own variables.
-    With a network policy, the proxy variables point tools at Ringfence's proxy."""
+    With a network policy, the proxy variables point tools at Ringfence's proxy (and, when
+    it intercepts TLS, node at the trust bundle that holds its CA)."""
     egress = proxy_env() if network is not None and network.mode is NetworkMode.RULES else {}
+    if egress and intercepting:
+        egress["NODE_EXTRA_CA_CERTS"] = SANDBOX_BUNDLE
     return {
         "PATH": DEFAULT_PATH,
         "HOME": WORKSPACE,
@@ -75,8 +81,11 @@ def bwrap_args(
     request: ExecutionRequest,
     limits: ResourceLimits,
     fds: Fds,
+    trust_bundle: str | None = None,
 ) -> list[str]:
     """Every bubblewrap option that runs ``request`` with ``limits`` (the command follows).
+    ``trust_bundle``: a CA bundle shown at /etc/ssl/certs/ca-certificates.crt instead of
+    the root's (the host's plus the egress proxy's CA, when it intercepts TLS).
 
     They reach bwrap through ``--args FD``, not its command line: the environment is part of
     them, and a command line is visible to every local user. bwrap itself runs with an empty
@@ -95,6 +104,8 @@ def bwrap_args(
     ]  # fmt: skip
     for entry in layout:
         argv += _entry_args(entry)
+    if trust_bundle is not None:
+        argv += ["--ro-bind", trust_bundle, SANDBOX_BUNDLE]
     argv += [
         "--proc", "/proc",
         "--dev", "/dev",
@@ -115,7 +126,8 @@ def bwrap_args(
     if fds.block is not None:
         argv += ["--block-fd", str(fds.block)]
     argv.append("--clearenv")
-    for name, value in sandbox_env(request.env, request.network).items():
+    env = sandbox_env(request.env, request.network, intercepting=trust_bundle is not None)
+    for name, value in env.items():
         argv += ["--setenv", name, value]
     return argv
 
