@@ -354,3 +354,23 @@ async def test_a_cancelled_call_kills_its_command(live: LiveServer, connect: Con
             assert await waited(0) == 0, "the cancelled call's command was killed"
         finally:
             await client.call_tool("sandbox_kill", {"sandbox_id": sid})
+
+
+async def test_a_cells_picture_comes_back_as_an_image(live: LiveServer, connect: Connect) -> None:
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
+    cell = f"class Picture:\n    def _repr_png_(self): return {png!r}\ndisplay(Picture())\n'done'"
+    async with connect(live.key) as client:
+        sid = structured(await client.call_tool("sandbox_create", {}))["sandbox_id"]
+        try:
+            result = await client.call_tool("run_code", {"sandbox_id": sid, "code": cell})
+        finally:
+            await client.call_tool("sandbox_kill", {"sandbox_id": sid})
+    outcome = structured(result)
+    assert outcome["text"] == "done"
+    pictures = [r for r in outcome["results"] if r["image_attached"]]
+    assert len(pictures) == 1 and "png" in pictures[0]["formats"]
+    images = [block for block in result.content if block.type == "image"]
+    assert len(images) == 1 and images[0].mime_type == "image/png"
+    assert base64.b64decode(images[0].data) == png

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable
 from typing import Annotated, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import Field
 
-from ringfence.client import AsyncCommandHandle, CommandTimeout
+from ringfence.client import AsyncCommandHandle, CommandTimeout, Result
 from ringfence.errors import InvalidRequest, RingfenceError
 from ringfence.mcp._bounds import OutputCap, clip
 from ringfence.mcp._connect import Connector, session, tool_error
@@ -34,6 +35,8 @@ __all__ = ["MAX_COMMAND_OUTPUT", "SandboxTools"]
 # command printing without end would only keep the server busy.
 MAX_COMMAND_OUTPUT = 16 << 20
 DEFAULT_OUTPUT_CHARS = 20_000
+MAX_IMAGES = 4  # images a cell's answer carries, each at most MAX_IMAGE_CHARS of base64
+MAX_IMAGE_CHARS = 2_000_000
 MAX_OUTPUT_CHARS = 200_000
 
 SandboxId = Annotated[str, Field(description="The sandbox, as sandbox_create returned it.")]
@@ -219,11 +222,11 @@ class SandboxTools:
             float, Field(gt=0, le=3600, description="Seconds; then the cell is interrupted.")
         ] = 60,
         max_output_chars: OutputChars = DEFAULT_OUTPUT_CHARS,
-    ) -> CodeRun:
+    ) -> Annotated[CallToolResult, CodeRun]:
         """Run a cell of code in a persistent interpreter (Jupyter-like): variables,
         imports and the working directory stay for the next cell of the same context. The
-        value of the last expression comes back as text; an exception is data (error), not a
-        tool error."""
+        value of the last expression comes back as text, and a plot (matplotlib figure or any
+        PNG/JPEG value) as an image; an exception is data (error), not a tool error."""
         async with session(self._connector, ctx) as rf:
             sandbox = await rf.running(sandbox_id)
             run = await sandbox.run_code(
@@ -232,22 +235,29 @@ class SandboxTools:
         stdout, out_cut = clip("".join(run.logs.stdout), max_output_chars)
         stderr, err_cut = clip("".join(run.logs.stderr), max_output_chars)
         results = []
+        images: list[ImageContent] = []
         for result in run.results:
             text, cut = clip(result.text, max_output_chars) if result.text else (None, False)
+            image = _image(result) if len(images) < MAX_IMAGES else None
+            if image is not None:
+                images.append(image)
             results.append(
                 CodeResult(text=text, text_truncated=cut, formats=result.formats(),
-                           is_main_result=result.is_main_result)
+                           is_main_result=result.is_main_result, image_attached=bool(image))
             )  # fmt: skip
         error = None
         if run.error is not None:
             traceback, _ = clip(run.error.traceback, max_output_chars)
             error = CodeError(name=run.error.name, value=run.error.value, traceback=traceback)
         main = next((r.text for r in results if r.is_main_result), None)
-        return CodeRun(
+        outcome = CodeRun(
             sandbox_id=sandbox_id, context_id=context_id, text=main, results=results,
             stdout=stdout, stdout_truncated=out_cut, stderr=stderr, stderr_truncated=err_cut,
             error=error, execution_count=run.execution_count,
         )  # fmt: skip
+        payload = outcome.model_dump(mode="json")
+        text_form = TextContent(type="text", text=json.dumps(payload, indent=2))
+        return CallToolResult(content=[text_form, *images], structured_content=payload)
 
     async def code_context_create(
         self,
@@ -302,3 +312,11 @@ async def _outcome(
         watch.cancel()
         if not ended.done():
             ended.cancel()
+
+
+def _image(result: Result) -> ImageContent | None:
+    """The result as an image for the model to see, if it is one of a bounded size."""
+    for data, mime in ((result.png, "image/png"), (result.jpeg, "image/jpeg")):
+        if data and len(data) <= MAX_IMAGE_CHARS:
+            return ImageContent(type="image", data=data, mime_type=mime)
+    return None

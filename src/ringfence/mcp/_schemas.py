@@ -94,6 +94,9 @@ class CodeResult(BaseModel):
     text_truncated: bool
     formats: list[str] = Field(description="Other forms the value has (html, png, ...).")
     is_main_result: bool = Field(description="The value of the cell's last expression.")
+    image_attached: bool = Field(
+        False, description="Its PNG or JPEG form is in the answer's content, as an image."
+    )
 
 
 class CodeError(BaseModel):
