@@ -132,6 +132,12 @@ class Config(BaseSettings):
         description="Names the egress proxy and resolver answer from this table instead of "
         'the host\'s resolver (JSON, e.g. {"svc.internal": ["10.0.0.5"]}).',
     )
+    network_internal_cidrs: list[str] = Field(
+        default_factory=list,
+        description="Loopback or private networks that API clients may name in egress rules "
+        '(JSON list, e.g. ["10.20.0.0/16"] for an internal mirror); none by default: the '
+        "host's own services stay out of reach.",
+    )
     network_intercept: bool = Field(
         False,
         description="Terminate TLS in the egress proxy, with a CA of its own trusted inside "
