@@ -1,11 +1,16 @@
-"""Which policy applies: the one given, else the tenant's default, else none."""
+"""Which policy applies (the one given, else the tenant's default, else none), and what an
+API client may put in one."""
 
 from __future__ import annotations
 
-from ringfence.config import Config
-from ringfence.models import NetworkPolicy
+import ipaddress
 
-__all__ = ["policy_for"]
+from ringfence.config import Config
+from ringfence.errors import InvalidRequest
+from ringfence.models import NetworkPolicy
+from ringfence.network.policy import internal_networks
+
+__all__ = ["check_tenant_policy", "policy_for"]
 
 
 def policy_for(tenant: str, given: NetworkPolicy | None, config: Config) -> NetworkPolicy:
@@ -16,3 +21,26 @@ def policy_for(tenant: str, given: NetworkPolicy | None, config: Config) -> Netw
         return given
     defaults = config.network_defaults
     return defaults.get(tenant) or defaults.get("*") or NetworkPolicy()
+
+
+def check_tenant_policy(policy: NetworkPolicy | None, config: Config) -> None:
+    """API clients are not trusted with the host: a rule's CIDR may not reach loopback or
+    private networks (the host's own services, the cloud's metadata address) unless the
+    operator listed them in ``network_internal_cidrs``. Deny rules may name anything.
+
+    Raises:
+        InvalidRequest: a rule reaches an internal network the operator did not allow.
+    """
+    if policy is None:
+        return
+    allowed = [ipaddress.ip_network(cidr, strict=False) for cidr in config.network_internal_cidrs]
+    for index, rule in enumerate(policy.rules):
+        if rule.cidr is None or rule.action.value == "deny":
+            continue
+        network = ipaddress.ip_network(rule.cidr)
+        for internal in internal_networks(network):
+            if not any(internal.subnet_of(a) for a in allowed if a.version == internal.version):  # type: ignore[arg-type]
+                raise InvalidRequest(
+                    f"network.rules[{index}].cidr: {rule.cidr} reaches {internal}, an internal "
+                    "network (the operator can allow it with RINGFENCE_NETWORK_INTERNAL_CIDRS)"
+                )

@@ -22,6 +22,7 @@ __all__ = [
     "check_addresses",
     "decide",
     "domain_matches",
+    "internal_networks",
     "is_internal",
     "name_resolvable",
     "normalize_host",
@@ -72,6 +73,18 @@ def is_internal(address: Address) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return any(address in net for net in _INTERNAL if net.version == address.version)
+
+
+def internal_networks(
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network,
+) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The part of ``network`` that lies in internal ranges, as networks (empty: none)."""
+    found: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for internal in _INTERNAL:
+        if internal.version != network.version or not network.overlaps(internal):
+            continue
+        found.append(network if network.subnet_of(internal) else internal)  # type: ignore[arg-type]
+    return found
 
 
 def _literal(host: str) -> Address | None:
