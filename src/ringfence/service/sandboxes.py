@@ -41,7 +41,7 @@ from ringfence.models import (
     SandboxState,
     Status,
 )
-from ringfence.network.defaults import policy_for
+from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.gateway import EgressGateway
 from ringfence.network.session import Asker, Requester, requesting
 from ringfence.service.audit import AuditLog
@@ -130,7 +130,8 @@ class SandboxService:
         """The root filesystem of the spec's template, if the spec is allowed here.
 
         Raises:
-            InvalidRequest: no such template, or limits or timeout above the ceilings.
+            InvalidRequest: no such template, limits or timeout above the ceilings, or a
+                network policy that reaches internal networks the operator did not allow.
         """
         try:
             image = self.image_for(spec.template)
@@ -138,6 +139,7 @@ class SandboxService:
             raise InvalidRequest(f"template: {exc.message}") from exc
         check_limits(spec.limits, self._config)
         check_timeout(spec.timeout, self._config)
+        check_tenant_policy(spec.network, self._config)
         return image
 
     def image_for(self, template: str) -> str:
@@ -379,6 +381,7 @@ class SandboxService:
             SandboxNotRunning: it has ended.
             InvalidRequest: it was created without network (nothing to change in place).
         """
+        check_tenant_policy(policy, self._config)
         entry = await self._running(tenant, sandbox_id)
         gateway = self.egress_gateway
         session = gateway.session(tenant, f"sandbox:{sandbox_id}") if gateway else None
