@@ -28,7 +28,7 @@ from ringfence.errors import (
     RingfenceError,
 )
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
-from ringfence.network.defaults import policy_for
+from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, requesting
 from ringfence.service.audit import AuditLog
 from ringfence.service.policy import check_limits, check_timeout
@@ -49,6 +49,7 @@ class _Submission:
     """An execution this process accepted and has not finished yet."""
 
     internal_id: str
+    actor: str = SYSTEM  # who submitted it (egress asks name them)
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Future[ExecutionResult] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -111,6 +112,7 @@ class ExecutionService:
             )
         check_limits(request.limits, config)
         check_timeout(request.timeout, config)
+        check_tenant_policy(request.network, config)
 
     async def submit(
         self,
@@ -138,7 +140,7 @@ class ExecutionService:
         key = (tenant, request.id)
         if key in self._live:  # being recorded right now by a concurrent submit
             raise DuplicateExecution(f"an execution with id {request.id!r} already exists")
-        submission = _Submission(internal.id)
+        submission = _Submission(internal.id, actor)
         self._live[key] = submission  # before the first await: a cancel can find it now
         try:
             await self._store.add_execution(tenant, request, _pending(request.id))
@@ -222,7 +224,10 @@ class ExecutionService:
                 # execute() registers the run before its first await, so from here on a
                 # cancel reaches the executor.
                 subject = f"execution:{execution_id}"
-                with requesting(Requester(tenant, subject, SYSTEM, self._audit, self.egress_asker)):
+                requester = Requester(
+                    tenant, subject, submission.actor, self._audit, self.egress_asker
+                )
+                with requesting(requester):
                     result = await self._executor.execute(internal, on_start=on_start)
         except Exception as exc:  # boundary: whatever happens, the execution must end
             log.exception("execution %s/%s failed inside Ringfence", tenant, execution_id)
