@@ -66,7 +66,10 @@ async def net_api(
         {"rules": [{"domain": "allowed.test", "cidr": "127.0.0.1/32",
                     "ports": [http_origin.port]}]}
     )  # fmt: skip
-    config = Config(network_defaults={"globex": default}, pool_sizes={})
+    # The test origins are on the host's loopback: the operator lets tenants name it here.
+    config = Config(
+        network_defaults={"globex": default}, pool_sizes={}, network_internal_cidrs=["127.0.0.1/32"]
+    )
     database: Path | None = None
     if request.param == "sqlite":
         database = tmp_path / "data"
@@ -353,3 +356,32 @@ async def test_ask_rules_wait_for_a_human_and_remember_the_answer(
     ]  # fmt: skip
     connects = await net_api.audit.query(AuditQuery(action="network.connect", limit=50))
     assert [r.outcome for r in connects] == ["allowed", "denied", "allowed", "denied"]
+
+
+async def test_tenants_cannot_reach_internal_networks_the_operator_did_not_allow(
+    net_api: NetApi, http_origin: Origin
+) -> None:
+    for cidr in ("10.0.0.0/8", "169.254.169.254/32", "127.0.0.0/8", "192.168.1.0/24", "::1/128"):
+        body = {"rules": [{"domain": "allowed.test", "cidr": cidr}]}
+        created = await net_api.client.post(
+            "/v1/sandboxes", json={"network": body}, headers=net_api.acme
+        )
+        assert created.status_code == 400, (cidr, created.text)
+        assert "internal network" in created.json()["error"]["message"]
+        executed = await net_api.client.post(
+            "/v1/executions", json={"command": ["true"], "network": body}, headers=net_api.acme
+        )
+        assert executed.status_code == 400, (cidr, executed.text)
+    sandbox = await create(net_api, net_api.acme, network=policy_json(http_origin.port))
+    widened = await net_api.client.put(
+        f"/v1/sandboxes/{sandbox['id']}/network",
+        json={"rules": [{"cidr": "10.0.0.0/8"}]},
+        headers=net_api.acme,
+    )
+    assert widened.status_code == 400
+    denying = {"rules": [{"cidr": "10.0.0.0/8", "action": "deny"},
+                         {"domain": "allowed.test", "cidr": "127.0.0.1/32"}]}  # fmt: skip
+    allowed = await net_api.client.put(
+        f"/v1/sandboxes/{sandbox['id']}/network", json=denying, headers=net_api.acme
+    )
+    assert allowed.status_code == 200, "deny rules may name any network"

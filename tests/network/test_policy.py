@@ -227,3 +227,20 @@ def test_a_request_without_a_policy_hashes_as_before_policies_existed() -> None:
     assert request_digest(request) == hashlib.sha256(canonical).hexdigest()
     with_policy = request.model_copy(update={"network": policy({"domain": "a.example"})})
     assert request_digest(with_policy) != request_digest(request)
+
+
+def test_tenants_may_name_only_the_internal_networks_the_operator_allows() -> None:
+    from ringfence.config import Config
+    from ringfence.errors import InvalidRequest
+    from ringfence.network.defaults import check_tenant_policy
+
+    none_allowed, mirror = Config(), Config(network_internal_cidrs=["10.20.0.0/16"])
+    for cidr in ("127.0.0.1/32", "10.0.0.0/8", "169.254.169.254/32", "0.0.0.0/8", "fe80::/64"):
+        with pytest.raises(InvalidRequest):
+            check_tenant_policy(policy({"cidr": cidr}), none_allowed)
+    check_tenant_policy(policy({"cidr": "203.0.113.0/24"}), none_allowed)
+    check_tenant_policy(policy({"cidr": "10.0.0.0/8", "action": "deny"}), none_allowed)
+    check_tenant_policy(policy({"domain": "mirror.internal", "cidr": "10.20.1.0/24"}), mirror)
+    with pytest.raises(InvalidRequest):
+        check_tenant_policy(policy({"cidr": "10.0.0.0/8"}), mirror)
+    check_tenant_policy(None, none_allowed)
