@@ -51,13 +51,13 @@ async def test_async_sandbox_commands_and_files(e2b_server: E2bServer) -> None:
 
 async def test_async_watch_dir_streams_events(e2b_server: E2bServer) -> None:
     async with await AsyncSandbox.create() as sbx:
-        await sbx.files.make_dir("w")
+        await sbx.files.make_dir("w/deeper")
         seen: asyncio.Queue[FilesystemEvent] = asyncio.Queue()
-        handle = await sbx.files.watch_dir("w", on_event=seen.put_nowait)
+        handle = await sbx.files.watch_dir("w", on_event=seen.put_nowait, recursive=True)
         try:
-            await sbx.files.write("w/f.txt", "x")
+            await sbx.files.write("w/deeper/f.txt", "x")
             async with asyncio.timeout(10):
-                while (event := await seen.get()).name != "f.txt":
+                while not (event := await seen.get()).name.endswith("f.txt"):
                     pass
             assert event.type in {FilesystemEventType.CREATE, FilesystemEventType.WRITE}
         finally:

@@ -94,3 +94,38 @@ def test_run_code_is_on_the_audit_record(e2b_server: E2bServer, sbx: Sandbox) ->
         e2b_server, f"sandbox:{sbx.sandbox_id}", "sandbox.run_code", "audited-e2b-code"
     )
     assert "audited-e2b-code" in str(records)
+
+
+def test_javascript_runs_when_the_template_has_node(sbx: Sandbox) -> None:
+    execution = sbx.run_code("const a = 40; a + 2", language="javascript")
+    assert execution.error is None and execution.text == "42"
+    assert sbx.run_code("a * 1", language="javascript").text == "40", "stateful too"
+
+
+def test_result_and_error_callbacks_envs_and_rich_results(sbx: Sandbox) -> None:
+    results: list[object] = []
+    errors: list[object] = []
+    execution = sbx.run_code(
+        "import os, pandas as pd\npd.DataFrame({'who': [os.environ['WHO']]})",
+        envs={"WHO": "ringfence"},
+        on_result=results.append,
+        on_error=errors.append,
+    )
+    assert execution.error is None and len(results) == 1 and not errors
+    main = execution.results[0]
+    assert (
+        main.is_main_result and "ringfence" in (main.html or "") and "<table" in (main.html or "")
+    )
+    failing = sbx.run_code("raise ValueError('nope')", on_error=errors.append)
+    assert failing.error is not None and [e.name for e in errors] == ["ValueError"]  # type: ignore[attr-defined]
+
+
+def test_run_code_timeout_stops_the_wait_and_keeps_the_context(sbx: Sandbox) -> None:
+    """The SDK's timeout is its own (it sends none): it stops waiting; the cell runs on to
+    its end, and the context keeps its state."""
+    from e2b import TimeoutException
+
+    sbx.run_code("kept = 'still here'")
+    with pytest.raises(TimeoutException):
+        sbx.run_code("import time; time.sleep(3)", timeout=1)
+    assert sbx.run_code("kept").text == "still here"
