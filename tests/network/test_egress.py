@@ -357,3 +357,18 @@ async def test_with_interception_https_requests_get_the_rules_headers(
         ("allowed.test", "CONNECT", "allowed"),
         ("secret.test", "CONNECT+GET", "allowed"),
     ]
+
+
+async def test_concurrent_starts_all_get_their_proxy(
+    egress_executor: object, http_origin: Origin
+) -> None:
+    # bubblewrap brings the loopback up from inside after it reports the pid, so the proxy
+    # binds before the address exists (IP_FREEBIND): under load, that race is common.
+    import asyncio
+
+    policy = rules({"domain": "allowed.test", "cidr": LOOPBACK, "ports": [http_origin.port]})
+    url = f"http://allowed.test:{http_origin.port}/"
+    results = await asyncio.gather(*(run(egress_executor, policy, curl(url)) for _ in range(16)))
+    assert [(r.status, r.logs) for r in results] == [
+        (Status.SUCCEEDED, "hello from origin\n")
+    ] * 16, [r.error or r.logs for r in results if r.status is not Status.SUCCEEDED]

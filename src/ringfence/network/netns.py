@@ -19,6 +19,7 @@ from pathlib import Path
 __all__ = ["ListenSpec", "listen_in_netns", "no_route_counts", "open_netns"]
 
 _CLONE_NEWNET = 0x40000000
+_IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -96,6 +97,10 @@ def listen_in_netns(pid: int, specs: list[ListenSpec]) -> list[socket.socket]:
                 sock = socket.socket(socket.AF_INET, spec.kind)
                 made.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                # bubblewrap brings the loopback up from inside only after it reported the
+                # pid: bind before the address exists; it serves once it does (before the
+                # command is released, which bubblewrap does after its loopback setup).
+                sock.setsockopt(socket.IPPROTO_IP, _IP_FREEBIND, 1)
                 sock.bind((spec.host, spec.port))
                 if spec.kind == socket.SOCK_STREAM:
                     sock.listen(128)
