@@ -152,3 +152,34 @@ def test_after_kill_its_token_reaches_nothing(e2b_server: E2bServer) -> None:
     with pytest.raises(SandboxNotRunningException):
         sbx.commands.run("true")
     assert not sbx.is_running()
+
+
+def test_bodies_are_bounded_through_this_door_too(
+    e2b_server: E2bServer, victim: CodeSandbox
+) -> None:
+    """Only uploads stream to the sandbox; any other body past the server's limit is
+    refused before it is read whole (the native API's 4 MiB)."""
+    headers = {
+        "E2b-Sandbox-Id": victim.sandbox_id,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": victim._envd_access_token or "",
+        "Content-Type": "application/json",
+    }
+    huge = b'{"path": "' + b"a" * (5 << 20) + b'"}'
+    rpc = httpx.post(
+        f"{e2b_server.url}/filesystem.Filesystem/ListDir", content=huge, headers=headers
+    )
+    assert rpc.status_code == 413
+    code = httpx.post(
+        f"{e2b_server.url}/execute",
+        content=huge,
+        headers={**headers, "E2b-Sandbox-Port": "49999"},
+    )
+    assert code.status_code == 413
+    control = httpx.post(
+        f"{e2b_server.url}/v2/sandboxes",
+        content=huge,
+        headers={"X-API-KEY": e2b_server.key, "Content-Type": "application/json"},
+    )
+    assert control.status_code == 413
+    assert victim.is_running()
