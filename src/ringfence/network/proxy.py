@@ -38,6 +38,9 @@ _HEAD_SECONDS = 30.0
 _CONNECT_SECONDS = 10.0
 _HELLO_SECONDS = 30.0
 _CHUNK = 64 * 1024
+# A plaintext TLS alert record: fatal (2), access_denied (49). Clients report it as
+# "tlsv1 alert access denied".
+_ACCESS_DENIED_ALERT = bytes([0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 49])
 
 
 @dataclass
@@ -50,6 +53,7 @@ class _Attempt:
     started: float = field(default_factory=time.monotonic)
     server_name: str | None = None
     tunnelled: bool = False  # the client was told 200: an HTTP refusal cannot follow
+    hello_refused: bool = False  # its ClientHello was refused: answer with a TLS alert
 
     def details(self, reason: str) -> dict[str, object]:
         return {
@@ -108,9 +112,13 @@ async def serve_client(
         session.record("network.connect", "allowed", attempt.details(verdict.reason))
     except _Refused as refused:
         session.record("network.connect", refused.outcome, attempt.details(refused.reason))
-        if not writer.is_closing() and not attempt.tunnelled:
+        if not writer.is_closing():
             with contextlib.suppress(ConnectionError):
-                writer.write(response(refused.status, refused.reason, refused.reason + "\n"))
+                if not attempt.tunnelled:
+                    writer.write(response(refused.status, refused.reason, refused.reason + "\n"))
+                elif attempt.hello_refused:
+                    # Past the 200 the client speaks TLS: tell it in TLS ("access denied").
+                    writer.write(_ACCESS_DENIED_ALERT)
                 await writer.drain()
     except (ConnectionError, asyncio.IncompleteReadError) as exc:
         session.record("network.connect", "failed", attempt.details(f"connection lost: {exc}"))
@@ -182,6 +190,7 @@ async def _first_bytes(
             if hello.state is HelloState.NOT_TLS:
                 return bytes(data)
             if hello.state is HelloState.MALFORMED:
+                attempt.hello_refused = True
                 raise _Refused(403, "egress denied by Ringfence: a malformed TLS ClientHello")
             if hello.state is HelloState.PARSED:
                 _check_server_name(hello.server_name, head, attempt)
@@ -215,6 +224,7 @@ def _check_server_name(server_name: str | None, head: RequestHead, attempt: _Att
     if server_name is None:
         return  # no name claimed: the tunnel goes only where CONNECT said
     if normalize_host(server_name) != host:
+        attempt.hello_refused = True
         raise _Refused(
             403,
             f"egress denied by Ringfence: TLS server name {server_name!r} is not the "
