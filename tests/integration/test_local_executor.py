@@ -78,7 +78,9 @@ async def test_only_the_requested_environment_is_set(local_executor: LocalExecut
     )
     env = dict(line.split("=", 1) for line in result.logs.splitlines())
     assert env.pop("GREETING") == "hi" and env.pop("LANG") == "C"
-    assert set(env) <= {"PATH", "HOME", "USER", "LOGNAME", "TERM", "PWD", "SHLVL", "_"}
+    assert set(env) <= {
+        "PATH", "HOME", "USER", "LOGNAME", "TERM", "PWD", "SHLVL", "_", "PIP_BREAK_SYSTEM_PACKAGES"
+    }  # fmt: skip
     assert env["HOME"] == "/home/user" and env["USER"] == "user"
 
 
