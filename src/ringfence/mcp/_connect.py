@@ -66,13 +66,28 @@ class Connector(Protocol):
 
 
 class RemoteConnector:
-    """Every call goes to one server with one key (``ringfence mcp`` over stdio)."""
+    """Every call goes to one server with one key (``ringfence mcp`` over stdio), over one
+    connection pool for the process: a client per call would set up TLS and connect anew
+    each time, which costs more than the call."""
 
     def __init__(self, url: str, api_key: str) -> None:
-        self._target = Target(url.rstrip("/"), api_key)
+        self._target = Target(url.rstrip("/"), api_key, _Shared(httpx.AsyncHTTPTransport()))
 
     def target(self, ctx: Context) -> Target:
         return self._target
+
+
+class _Shared(httpx.AsyncBaseTransport):
+    """A transport that the clients of each call use, and do not close."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
+        self._transport = transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        pass  # it lives as long as the process
 
 
 class CallerConnector:
