@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import IO
 
 import click
 from pydantic import ValidationError
 
 from ringfence.backends import BACKENDS, Executor, create_executor
 from ringfence.cli._common import fail, settings, validation_message
+from ringfence.cli._network_options import network_options, policy_from_options
 from ringfence.errors import BackendUnavailable, RingfenceError, UnknownBackend
 from ringfence.models import ExecutionRequest, ExecutionResult, Mount, ResourceLimits, Status
 
@@ -54,6 +56,7 @@ EXIT_INTERRUPTED = 130
 @click.option("--image", help="'host' or a directory root filesystem [default: host].")
 @click.option("--cwd", help="Working directory in the sandbox [default: /home/user].")
 @click.option("--id", "execution_id", help="Execution id [default: generated].")
+@network_options
 @click.option("--json", "as_json", is_flag=True, help="Print only the result, as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_command(
@@ -68,6 +71,9 @@ def exec_command(
     image: str | None,
     cwd: str | None,
     execution_id: str | None,
+    allow_domains: tuple[str, ...],
+    deny_domains: tuple[str, ...],
+    network_file: IO[str] | None,
     as_json: bool,
     command: tuple[str, ...],
 ) -> None:
@@ -79,7 +85,13 @@ def exec_command(
     \b
     Example:
       ringfence exec --timeout 10 --memory 128M -- python3 -c 'print(1)'
+      ringfence exec --allow-domain pypi.org --allow-domain files.pythonhosted.org \\
+          -- pip install --target /tmp/lib six
+
+    The sandbox has no network unless --allow-domain or --network gives it a policy
+    (then this process runs the egress proxy; 'process' has the host's network).
     """
+    network = policy_from_options(allow_domains, deny_domains, network_file)
     try:
         request = ExecutionRequest(
             command=list(command),
@@ -89,6 +101,7 @@ def exec_command(
             image=image,
             cwd=cwd,
             limits=ResourceLimits(memory=memory, pids=pids, cpus=cpus, disk=disk),
+            network=network,
             **({"id": execution_id} if execution_id else {}),
         )
     except (ValidationError, ValueError) as exc:

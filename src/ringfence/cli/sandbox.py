@@ -11,11 +11,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import click
 
 from ringfence.cli._common import fail
+from ringfence.cli._network_options import network_options, policy_from_options, read_policy
 
 __all__ = ["api_options", "client_errors", "sandbox"]
 
@@ -76,6 +77,7 @@ def sandbox() -> None:
 @click.option("--pids", type=int, help="Most processes and threads at once.")
 @click.option("--cpus", type=float, help="CPU limit in cores, e.g. 0.5.")
 @click.option("--disk", help="Size of each writable filesystem, e.g. 256M.")
+@network_options
 @click.option("--json", "as_json", is_flag=True, help="Print the whole record as JSON.")
 @api_options
 def create(
@@ -87,11 +89,19 @@ def create(
     pids: int | None,
     cpus: float | None,
     disk: str | None,
+    allow_domains: tuple[str, ...],
+    deny_domains: tuple[str, ...],
+    network_file: IO[str] | None,
     as_json: bool,
     url: str | None,
     api_key: str | None,
 ) -> None:
-    """Create a sandbox and print its id. It runs until its timeout or 'sandbox kill'."""
+    """Create a sandbox and print its id. It runs until its timeout or 'sandbox kill'.
+
+    \b
+    Example (pip works inside, nothing else is reachable):
+      ringfence sandbox create --allow-domain pypi.org --allow-domain files.pythonhosted.org
+    """
     from ringfence.client import Sandbox
 
     limits = {
@@ -100,10 +110,11 @@ def create(
         if value is not None
     }
     env, metadata = _pairs(env_items, "--env"), _pairs(metadata_items, "--metadata")
+    network = policy_from_options(allow_domains, deny_domains, network_file)
     with client_errors():
         sbx = Sandbox.create(
             template, timeout=timeout, env=env, metadata=metadata, limits=limits,
-            url=url, api_key=api_key,
+            network=network, url=url, api_key=api_key,
         )  # fmt: skip
         info = sbx.info()
         sbx.close()
@@ -184,6 +195,38 @@ def set_timeout(sandbox_id: str, seconds: float, url: str | None, api_key: str |
         sbx.close()
     expires = info.expires_at.isoformat() if info.expires_at else "-"
     click.echo(f"{info.id} expires at {expires}")
+
+
+@sandbox.command("network")
+@click.argument("sandbox_id")
+@click.option(
+    "--set",
+    "new_policy",
+    type=click.File("r"),
+    metavar="FILE.json",
+    help="Replace the policy with this one ('-': stdin); connections opened from then on "
+    "follow it.",
+)
+@api_options
+def network(
+    sandbox_id: str, new_policy: IO[str] | None, url: str | None, api_key: str | None
+) -> None:
+    """Print the sandbox's egress policy as JSON (header values redacted), or replace it.
+
+    \b
+    Example:
+      echo '{"rules": [{"domain": "pypi.org"}]}' | ringfence sandbox network sb123 --set -
+    """
+    from ringfence.client import Sandbox
+
+    policy = None if new_policy is None else read_policy(new_policy)
+    with client_errors():
+        sbx = Sandbox.connect(sandbox_id, url=url, api_key=api_key)
+        try:
+            shown = sbx.get_network() if policy is None else sbx.set_network(policy)
+        finally:
+            sbx.close()
+    click.echo(shown.model_dump_json(indent=2))
 
 
 @sandbox.command("exec")

@@ -72,11 +72,14 @@ class AsyncExecutions:
         self, command: Sequence[str] | ExecutionRequest, *, wait: bool = True, **fields: Any
     ) -> ExecutionResult:
         """Run ``command`` (a list, or a whole ``ExecutionRequest``); keyword arguments are
-        its other fields (``timeout=``, ``env=``, ``limits=``, ``id=``...). With
+        its other fields (``timeout=``, ``env=``, ``limits=``, ``id=``, ``network=``...).
+        ``network``: the egress policy (``{"rules": [{"domain": "pypi.org"}]}`` or a
+        ``NetworkPolicy``); without it, the tenant's default, else no network. With
         ``wait=False`` it returns at once with status ``pending``.
 
         Raises:
-            InvalidRequest, DuplicateExecution, Unauthenticated, ServerUnreachable.
+            InvalidRequest (a bad field or policy, checked before sending), DuplicateExecution,
+            Unauthenticated, ServerUnreachable.
         """
         request = _base.build_request(command, fields)
         response = await self._client._send(_base.submit_call(request, wait))

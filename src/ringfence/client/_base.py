@@ -21,7 +21,7 @@ from ringfence.errors import (
     ServerUnreachable,
     error_for,
 )
-from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.models import ExecutionRequest, ExecutionResult, NetworkPolicy, Status
 
 __all__ = [
     "Call",
@@ -31,6 +31,7 @@ __all__ = [
     "checked",
     "get_call",
     "list_call",
+    "network_policy",
     "read_result",
     "read_results",
     "submit_call",
@@ -82,10 +83,29 @@ def build_request(
     """
     if isinstance(command, ExecutionRequest):
         return command
+    if fields.get("network") is not None:
+        fields = {**fields, "network": network_policy(fields["network"])}
     try:
         return ExecutionRequest(command=list(command), **fields)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise InvalidRequest(str(exc)) from exc
+
+
+def network_policy(policy: NetworkPolicy | Mapping[str, Any]) -> NetworkPolicy:
+    """An egress policy from a ``NetworkPolicy`` or its JSON form
+    (``{"rules": [{"domain": "pypi.org"}]}``), checked before anything is sent.
+
+    Raises:
+        InvalidRequest: it is not a valid policy (a pattern too broad, a bad port...).
+    """
+    if isinstance(policy, NetworkPolicy):
+        return policy
+    if not isinstance(policy, Mapping):
+        raise InvalidRequest(f"network: a NetworkPolicy or a mapping, not {type(policy).__name__}")
+    try:
+        return NetworkPolicy.model_validate(dict(policy))
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise InvalidRequest(f"network: {exc}") from exc
 
 
 def submit_call(request: ExecutionRequest, wait: bool) -> Call:

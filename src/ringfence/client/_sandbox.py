@@ -30,7 +30,7 @@ from ringfence.client._commands import AsyncCommands
 from ringfence.client._files import AsyncFiles
 from ringfence.client._link import Link, http_client
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
-from ringfence.models import ResourceLimits, SandboxSpec, SandboxState
+from ringfence.models import NetworkPolicy, ResourceLimits, SandboxSpec, SandboxState
 from ringfence.models import Sandbox as SandboxInfo
 
 __all__ = ["AsyncSandbox", "SandboxInfo", "list_params", "sandbox_spec"]
@@ -44,18 +44,20 @@ def sandbox_spec(
     env: Mapping[str, str] | None,
     metadata: Mapping[str, str] | None,
     limits: ResourceLimits | Mapping[str, Any] | None,
+    network: NetworkPolicy | Mapping[str, Any] | None = None,
 ) -> SandboxSpec:
     """The request for a new sandbox, checked before anything is sent.
 
     Raises:
         InvalidRequest: a field is invalid.
     """
+    policy = None if network is None else _base.network_policy(network)
     try:
         if limits is not None and not isinstance(limits, ResourceLimits):
             limits = ResourceLimits(**limits)
         return SandboxSpec(
             template=template, timeout=timeout, env=dict(env or {}),
-            metadata=dict(metadata or {}), limits=limits or ResourceLimits(),
+            metadata=dict(metadata or {}), limits=limits or ResourceLimits(), network=policy,
         )  # fmt: skip
     except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
         raise InvalidRequest(str(exc)) from exc
@@ -108,6 +110,7 @@ class AsyncSandbox:
         env: Mapping[str, str] | None = None,
         metadata: Mapping[str, str] | None = None,
         limits: ResourceLimits | Mapping[str, Any] | None = None,
+        network: NetworkPolicy | Mapping[str, Any] | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> AsyncSandbox:
@@ -115,13 +118,16 @@ class AsyncSandbox:
 
         ``timeout``: seconds until it is killed (default 300; ``set_timeout`` moves it).
         ``env``: variables of every command. ``limits``: memory, pids, cpus, disk of the
-        whole sandbox (``{"memory": "1G"}`` or a ``ResourceLimits``).
+        whole sandbox (``{"memory": "1G"}`` or a ``ResourceLimits``). ``network``: its
+        egress policy (``{"rules": [{"domain": "pypi.org"}]}`` or a ``NetworkPolicy``;
+        docs/network.md); without it, the tenant's default, else no network at all.
 
         Raises:
-            InvalidRequest: bad arguments, no API key, limits above the server's ceilings.
+            InvalidRequest: bad arguments (a policy too broad, say), no API key, limits above
+                the server's ceilings, a policy the server refuses (an internal network).
             SandboxError: it failed to start. Unauthenticated, ServerUnreachable.
         """
-        spec = sandbox_spec(template, timeout, env, metadata, limits)
+        spec = sandbox_spec(template, timeout, env, metadata, limits, network)
         settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
         http = http_client(settings)
         try:
@@ -200,6 +206,27 @@ class AsyncSandbox:
             await self._link.rest("POST", "/timeout", {"timeout": timeout})
         )
         return self._info
+
+    async def get_network(self) -> NetworkPolicy:
+        """The egress policy in force (header values shown as ``<redacted>``).
+
+        Raises:
+            SandboxNotFound.
+        """
+        return NetworkPolicy.model_validate(await self._link.rest("GET", "/network"))
+
+    async def set_network(self, network: NetworkPolicy | Mapping[str, Any]) -> NetworkPolicy:
+        """Replace the egress policy: connections opened from now on are decided by it (open
+        ones go on; answers given to ``ask`` rules are kept). Returns it as the server keeps
+        it (header values redacted).
+
+        Raises:
+            InvalidRequest: not a valid policy, one the server refuses, or a sandbox created
+                without network (it has no proxy to decide).
+            SandboxNotFound, SandboxNotRunning.
+        """
+        body = _base.network_policy(network).model_dump(mode="json")
+        return NetworkPolicy.model_validate(await self._link.rest("PUT", "/network", body))
 
     async def kill(self) -> SandboxInfo:
         """Kill it: every process, and everything it wrote. Killing an ended sandbox is no

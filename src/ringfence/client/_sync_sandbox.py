@@ -26,7 +26,7 @@ from ringfence.client._types import (
     OutputChunk,
     ProcessInfo,
 )
-from ringfence.models import ResourceLimits, SandboxState
+from ringfence.models import NetworkPolicy, ResourceLimits, SandboxState
 
 __all__ = ["CommandHandle", "Commands", "Files", "Sandbox", "WatchHandle"]
 
@@ -59,6 +59,7 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         metadata: Mapping[str, str] | None = None,
         limits: ResourceLimits | Mapping[str, Any] | None = None,
+        network: NetworkPolicy | Mapping[str, Any] | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> Sandbox:
@@ -67,7 +68,7 @@ class Sandbox:
             run(
                 AsyncSandbox.create(
                     template, timeout=timeout, env=env, metadata=metadata, limits=limits,
-                    url=url, api_key=api_key,
+                    network=network, url=url, api_key=api_key,
                 )
             )
         )  # fmt: skip
@@ -101,6 +102,14 @@ class Sandbox:
 
     def set_timeout(self, timeout: float) -> SandboxInfo:
         return run(self._inner.set_timeout(timeout))
+
+    def get_network(self) -> NetworkPolicy:
+        """See ``AsyncSandbox.get_network``."""
+        return run(self._inner.get_network())
+
+    def set_network(self, network: NetworkPolicy | Mapping[str, Any]) -> NetworkPolicy:
+        """See ``AsyncSandbox.set_network``."""
+        return run(self._inner.set_network(network))
 
     def kill(self) -> SandboxInfo:
         return run(self._inner.kill())
