@@ -35,3 +35,13 @@ def test_it_ends_quietly_when_its_client_closes_stdin() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and "Traceback" not in done.stderr
+
+
+def test_a_url_that_is_not_http_is_refused_at_once() -> None:
+    for url in ("localhost:8080", "ftp://host", "http://"):
+        done = subprocess.run(
+            [RINGFENCE, "mcp", "--url", url, "--api-key", "rf_x"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2, (url, done.stderr)
+        assert "http://host:port" in done.stderr and "Traceback" not in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from urllib.parse import urlsplit
 
 import click
 
@@ -31,5 +32,9 @@ def mcp(url: str | None, api_key: str | None) -> None:
 
     if not api_key:
         fail("no API key: pass --api-key or set RINGFENCE_API_KEY", EXIT_USAGE)
+    server = url or DEFAULT_URL
+    parts = urlsplit(server)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        fail(f"--url {server!r}: give the server as http://host:port", EXIT_USAGE)
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(run_stdio, url or DEFAULT_URL, api_key)
+        anyio.run(run_stdio, server, api_key)
