@@ -7,6 +7,10 @@ Privileges, each the least its holder needs:
 - the sandbox service account (whose token is not even mounted unless configured) may, in
   the target namespace only, what remediations do: read Pods and Deployments, delete Pods
   (a restart), patch Deployments and their scale (a rollout, a scale-down).
+
+Two NetworkPolicies split the sandbox Pods by their ``ringfence.dev/egress`` label: those
+without an egress policy reach DNS and the API server only; those with one
+(``egress=proxy``) reach nothing but the control plane's Pods on the egress proxy port.
 """
 
 from __future__ import annotations
@@ -15,15 +19,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringfence.audit.signing import KEY_FILE
+from ringfence.backends.kubernetes.egress import EGRESS_LABEL, EGRESS_PROXY_PORT
 from ringfence.backends.kubernetes.manifests import MANAGED_BY, Manifest
 from ringfence.config import Config
 
-__all__ = ["CONTROL_PLANE", "SEAL_KEY_SECRET", "ClusterSettings", "cluster_manifests"]
+__all__ = [
+    "CONTROL_PLANE",
+    "POD_IP_VARIABLE",
+    "SEAL_KEY_SECRET",
+    "ClusterSettings",
+    "cluster_manifests",
+]
 
 CONTROL_PLANE = "ringfence-control-plane"
 _PORT = 8080
 _DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 _API_PORTS = [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]
+# The replica's own Pod IP (downward API): where its sandboxes reach its egress proxy.
+POD_IP_VARIABLE = "RINGFENCE_POD_IP"
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,7 @@ def cluster_manifests(settings: ClusterSettings) -> list[Manifest]:
         *_control_plane_rbac(sandboxes, system),
         *_remediation_rbac(settings.target_namespace, sandboxes, config.service_account),
         _network_policy(sandboxes, system, config),
+        _egress_network_policy(sandboxes, system, config),
         _quota(sandboxes, settings, config),
         _limit_range(sandboxes, config),
     ]
@@ -141,30 +155,39 @@ def _remediation_rbac(target: str, sandboxes: str, account: str) -> list[Manifes
     return [_role(target, name, rules), _binding(target, name, account, sandboxes)]
 
 
+def _control_plane_pods(system: str) -> Manifest:
+    return {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": system}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": CONTROL_PLANE}},
+    }
+
+
+def _from_control_plane(system: str, config: Config) -> list[Manifest]:
+    """Ingress: the control plane, to the daemon port (and nothing else, from nowhere else)."""
+    return [
+        {
+            "from": [_control_plane_pods(system)],
+            "ports": [{"protocol": "TCP", "port": config.kubernetes_daemon_port}],
+        }
+    ]
+
+
 def _network_policy(sandboxes: str, system: str, config: Config) -> Manifest:
-    """Egress: DNS and the API server only. Ingress: the control plane, to the daemon port."""
+    """Sandbox Pods without an egress policy. Egress: DNS and the API server only."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": _meta("ringfence-sandbox-isolation", sandboxes),
         "spec": {
-            "podSelector": {},
+            # Every Pod but those of the egress policy below: policies add up, so a Pod
+            # both selected would reach DNS and the API server around the proxy.
+            "podSelector": {
+                "matchExpressions": [
+                    {"key": EGRESS_LABEL, "operator": "NotIn", "values": ["proxy"]}
+                ]
+            },
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [
-                {
-                    "from": [
-                        {
-                            "namespaceSelector": {
-                                "matchLabels": {"kubernetes.io/metadata.name": system}
-                            },
-                            "podSelector": {
-                                "matchLabels": {"app.kubernetes.io/name": CONTROL_PLANE}
-                            },
-                        }
-                    ],
-                    "ports": [{"protocol": "TCP", "port": config.kubernetes_daemon_port}],
-                }
-            ],
+            "ingress": _from_control_plane(system, config),
             "egress": [
                 {
                     "to": [
@@ -183,6 +206,29 @@ def _network_policy(sandboxes: str, system: str, config: Config) -> Manifest:
                     ],
                     "ports": _API_PORTS,
                 },
+            ],
+        },
+    }
+
+
+def _egress_network_policy(sandboxes: str, system: str, config: Config) -> Manifest:
+    """Sandbox Pods with an egress policy: their only way out is the control plane's proxy.
+    No DNS (the proxy is addressed by IP and resolves for them), no API server."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("ringfence-sandbox-egress-proxy", sandboxes),
+        "spec": {
+            "podSelector": {
+                "matchExpressions": [{"key": EGRESS_LABEL, "operator": "In", "values": ["proxy"]}]
+            },
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": _from_control_plane(system, config),
+            "egress": [
+                {
+                    "to": [_control_plane_pods(system)],
+                    "ports": [{"protocol": "TCP", "port": EGRESS_PROXY_PORT}],
+                }
             ],
         },
     }
@@ -298,7 +344,13 @@ def _deployment(system: str, settings: ClusterSettings) -> Manifest:
         "name": "ringfence",
         "image": settings.config.kubernetes_daemon_image,
         "command": ["ringfence", "serve", "--host", "0.0.0.0", "--port", str(_PORT)],
-        "ports": [{"name": "http", "containerPort": _PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": _PORT, "protocol": "TCP"},
+            {"name": "egress-proxy", "containerPort": EGRESS_PROXY_PORT, "protocol": "TCP"},
+        ],
+        "env": [
+            {"name": POD_IP_VARIABLE, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        ],
         "envFrom": [
             {"configMapRef": {"name": CONTROL_PLANE}},
             {"secretRef": {"name": CONTROL_PLANE}},

@@ -30,8 +30,8 @@ from ringfence.backends.kubernetes._watch import watch
 from ringfence.backends.kubernetes.manifests import pod_manifest
 from ringfence.backends.kubernetes.status import PodPhase, pod_view
 from ringfence.config import Config
-from ringfence.errors import ExecutionNotFound, InvalidRequest, RingfenceError, SandboxError
-from ringfence.models import ExecutionResult, NetworkMode, Status
+from ringfence.errors import ExecutionNotFound, RingfenceError, SandboxError
+from ringfence.models import ExecutionResult, Status
 
 __all__ = ["PodSandbox", "PodSandboxRuntime", "pod_ready"]
 
@@ -147,15 +147,14 @@ class PodSandboxRuntime:
 
         Raises:
             SandboxError: it could not be created or never became ready (the message says why).
-            InvalidRequest: the image is a host directory.
+            InvalidRequest: the image is a host directory; egress rules (no proxy yet).
         """
-        if spec.network is not None and spec.network.mode is not NetworkMode.NONE:
-            raise InvalidRequest(
-                "network: the job backend has no egress proxy; its sandboxes reach only DNS "
-                "and the API server (the sandbox NetworkPolicy)"
-            )
         sandbox_id = uuid.uuid4().hex
-        manifest = pod_manifest(sandbox_id, spec.image, spec.env, spec.limits, self._config)
+        # No egress proxy runs in this control plane yet: a policy with rules is refused
+        # here (docs/kubernetes.md, "Egress"), never a sandbox that ignores it.
+        manifest = pod_manifest(
+            sandbox_id, spec.image, spec.env, spec.limits, self._config, network=spec.network
+        )
         name = manifest["metadata"]["name"]
         await self._cluster.call(
             f"creating sandbox pod {name}",

@@ -6,7 +6,8 @@ Both shapes share one pod spec, which carries every protection of the design: no
 a deadline, the sandbox service account without its token unless configured, a non-root
 user, seccomp RuntimeDefault, no privilege escalation, no capabilities, a read-only root
 filesystem with size-limited emptyDirs as the only writable places, resource limits, and
-the optional RuntimeClass (gVisor, Kata).
+the optional RuntimeClass (gVisor, Kata). A network policy with rules makes the control
+plane's egress proxy the Pod's only way out (``egress``), or is refused where no proxy runs.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import math
 import re
 from typing import Any
 
+from ringfence.backends.kubernetes.egress import EgressProxy, PodEgress, pod_egress
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
-from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
+from ringfence.models import ExecutionRequest, NetworkPolicy, ResourceLimits
 
 __all__ = [
     "DAEMON_MOUNT",
@@ -68,20 +70,19 @@ def sandbox_pod_name(sandbox_id: str) -> str:
     return "rf-s-" + hashlib.sha256(sandbox_id.encode()).hexdigest()[:32]
 
 
-def job_manifest(request: ExecutionRequest, config: Config) -> Manifest:
-    """The Job that runs ``request`` once.
+def job_manifest(
+    request: ExecutionRequest, config: Config, egress_proxy: EgressProxy | None = None
+) -> Manifest:
+    """The Job that runs ``request`` once. ``egress_proxy``: where its Pod reaches the
+    control plane's proxy, if one runs (needed for a network policy with rules).
 
     Raises:
         InvalidRequest: the request asks for what a Job cannot honour (host mounts, a
-            directory as root filesystem).
+            directory as root filesystem, egress rules without a proxy).
     """
     if request.mounts:
         raise InvalidRequest("mounts: the job backend cannot grant host paths to a sandbox")
-    if request.network is not None and request.network.mode is not NetworkMode.NONE:
-        raise InvalidRequest(
-            "network: the job backend has no egress proxy; its sandboxes reach only DNS and "
-            "the API server (the sandbox NetworkPolicy)"
-        )
+    egress = pod_egress(request.network, f"execution:{request.id}", egress_proxy)
     namespace = request.namespace or config.namespace
     timeout = request.timeout or config.default_timeout
     limits = request.limits.merged_over(config.default_limits)
@@ -90,10 +91,12 @@ def job_manifest(request: ExecutionRequest, config: Config) -> Manifest:
         ROLE_LABEL: "execution",
         EXECUTION_LABEL: label_value(request.id),
         **{f"{DOMAIN}/{key.replace('_', '-')}": label_value(value) for key, value in _ids(request)},
+        **egress.labels,
     }
     annotations = {f"{DOMAIN}/execution-id": request.id} | {
         f"{DOMAIN}/{key.replace('_', '-')}": value for key, value in _ids(request)
     }
+    annotations |= egress.annotations
     if request.target_namespace:
         annotations[f"{DOMAIN}/target-namespace"] = request.target_namespace
     container: Manifest = {
@@ -101,11 +104,11 @@ def job_manifest(request: ExecutionRequest, config: Config) -> Manifest:
         "image": image_of(request.image, config),
         "command": list(request.command),
         "args": list(request.args),
-        "env": [{"name": name, "value": value} for name, value in sorted(request.env.items())],
+        "env": _env(egress, request.env),
         "workingDir": request.cwd or WORKSPACE,
         **_hardened_container(limits),
     }
-    pod_spec = _pod_spec(container, limits, config, deadline=timeout)
+    pod_spec = _pod_spec(container, limits, config, deadline=timeout) | egress.pod_spec
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -133,8 +136,12 @@ def pod_manifest(
     env: dict[str, str],
     limits: ResourceLimits,
     config: Config,
+    *,
+    network: NetworkPolicy | None = None,
+    egress_proxy: EgressProxy | None = None,
 ) -> Manifest:
     """The Pod of an interactive sandbox: the daemon listening on the daemon port.
+    ``network`` and ``egress_proxy``: as for ``job_manifest``.
 
     The daemon is standard-library Python: an init container copies it from Ringfence's
     image into a volume the sandbox container sees read-only, so the sandbox image needs
@@ -142,9 +149,13 @@ def pod_manifest(
     the sandbox at its own (movable) timeout, which a Pod's deadline could not follow.
 
     Raises:
-        InvalidRequest: the image is a host directory.
+        InvalidRequest: the image is a host directory; egress rules without a proxy.
     """
-    labels = {**MANAGED_BY, ROLE_LABEL: "sandbox", SANDBOX_LABEL: label_value(sandbox_id)}
+    egress = pod_egress(network, f"sandbox:{sandbox_id}", egress_proxy)
+    labels = {
+        **MANAGED_BY, ROLE_LABEL: "sandbox", SANDBOX_LABEL: label_value(sandbox_id),
+        **egress.labels,
+    }  # fmt: skip
     port = config.kubernetes_daemon_port
     boot = (
         "import socket, sys; "
@@ -157,7 +168,7 @@ def pod_manifest(
         "name": _CONTAINER,
         "image": image_of(image, config),
         "command": ["python3", "-I", "-S", "-B", "-c", boot],
-        "env": [{"name": name, "value": value} for name, value in sorted(env.items())],
+        "env": _env(egress, env),
         "workingDir": WORKSPACE,
         "ports": [{"name": "daemon", "containerPort": port, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1},
@@ -176,7 +187,7 @@ def pod_manifest(
         **_hardened_container(ResourceLimits(memory=64 << 20, cpus=0.5, disk=16 << 20)),
     }
     copier["volumeMounts"] = [{"name": "daemon", "mountPath": DAEMON_MOUNT}]
-    spec = _pod_spec(sandbox, limits, config, deadline=config.max_timeout)
+    spec = _pod_spec(sandbox, limits, config, deadline=config.max_timeout) | egress.pod_spec
     spec["initContainers"] = [copier]
     spec["volumes"].append({"name": "daemon", "emptyDir": {"sizeLimit": "16Mi"}})
     return {
@@ -186,7 +197,7 @@ def pod_manifest(
             "name": sandbox_pod_name(sandbox_id),
             "namespace": config.namespace,
             "labels": labels,
-            "annotations": {f"{DOMAIN}/sandbox-id": sandbox_id},
+            "annotations": {f"{DOMAIN}/sandbox-id": sandbox_id, **egress.annotations},
         },
         "spec": spec,
     }
@@ -205,6 +216,12 @@ def image_of(image: str | None, config: Config) -> str:
             f"image: {image} is a host directory; the job backend runs container images"
         )
     return image
+
+
+def _env(egress: PodEgress, env: dict[str, str]) -> list[Manifest]:
+    """The container's variables: the proxy's, then the request's own (as on ``local``)."""
+    merged = {**egress.env, **env}
+    return [{"name": name, "value": value} for name, value in sorted(merged.items())]
 
 
 def _ids(request: ExecutionRequest) -> list[tuple[str, str]]:

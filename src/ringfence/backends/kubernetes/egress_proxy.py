@@ -1,0 +1,129 @@
+"""The control plane's egress proxy for its sandbox Pods: one listening socket, and each
+connection's sandbox told by its source address (docs/network.md, "Enforcement on
+Kubernetes").
+
+On ``local`` a sandbox's identity is the socket Ringfence made inside its network
+namespace. A sandbox Pod's connections all arrive at one socket of the replica that runs it,
+so the identity is the connection's source address: the Pod's IP, which that replica read
+from its own watch of the Pod it created. It holds because the sandbox NetworkPolicy lets
+such a Pod reach only the control plane's proxy port, the Pod has no capability to forge
+packets (``NET_RAW`` is dropped), the CNI drops packets whose source is not the Pod's own
+address, and a TCP connection needs the answer to come back to that address. An address
+that is no sandbox of this replica (another replica's, a Pod that has ended, anyone else)
+gets an immediate 403.
+
+An address is registered once the Pod is ready and unregistered *before* its Pod is deleted
+(and at the first sign of its deletion by someone else), with its open connections cut, so
+a later Pod given the same address never inherits the policy.
+
+The decisions, the audit and ``ask`` are the local proxy's (``network.proxy``), unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+
+from ringfence.network.gateway import MAX_IN_FLIGHT
+from ringfence.network.http import response
+from ringfence.network.intercept import Interceptor
+from ringfence.network.proxy import serve_client
+from ringfence.network.resolver import Resolver
+from ringfence.network.session import EgressSession
+
+__all__ = ["PodEgressProxy", "pod_address"]
+
+log = logging.getLogger(__name__)
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def pod_address(text: str) -> Address:
+    """A Pod's (or a peer's) address, IPv4-mapped IPv6 seen as the IPv4 address it is.
+
+    Raises:
+        ValueError: not an IP address.
+    """
+    address = ipaddress.ip_address(text.split("%", 1)[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+class _Registration:
+    def __init__(self, session: EgressSession) -> None:
+        self.session = session
+        self.tasks: set[asyncio.Task[None]] = set()
+
+
+class PodEgressProxy:
+    """Serves the sandbox Pods this replica runs, each by its own session and policy."""
+
+    def __init__(self, resolver: Resolver, interceptor: Interceptor | None = None) -> None:
+        self._resolver = resolver
+        self._interceptor = interceptor
+        self._pods: dict[Address, _Registration] = {}
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self, host: str | None, port: int) -> int:
+        """Listen on ``host:port`` (host None: every address of both families; port 0:
+        any); returns the port.
+
+        Raises:
+            OSError: it cannot listen there.
+        """
+        self._server = await asyncio.start_server(self._on_client, host, port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def register(self, pod_ip: str, session: EgressSession) -> None:
+        """Connections from ``pod_ip`` are ``session``'s from now on.
+
+        Raises:
+            ValueError: not an address, or one still registered (its Pod not yet
+                unregistered: two sandboxes never share an address's policy).
+        """
+        address = pod_address(pod_ip)
+        if address in self._pods:
+            raise ValueError(f"{address} is still the address of another sandbox")
+        self._pods[address] = _Registration(session)
+
+    def session(self, pod_ip: str) -> EgressSession | None:
+        """The session of the sandbox at ``pod_ip`` (to change its policy), or None."""
+        registration = self._pods.get(pod_address(pod_ip))
+        return registration.session if registration is not None else None
+
+    async def unregister(self, pod_ip: str) -> None:
+        """Forget ``pod_ip`` and cut its open connections; unknown is fine."""
+        registration = self._pods.pop(pod_address(pod_ip), None)
+        if registration is None:
+            return
+        for task in list(registration.tasks):
+            task.cancel()
+        await asyncio.gather(*registration.tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for address in list(self._pods):
+            await self.unregister(str(address))
+
+    def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        registration = None
+        if isinstance(peer, tuple) and peer:
+            registration = self._pods.get(pod_address(str(peer[0])))
+        if registration is None:
+            log.warning("egress proxy: a connection from %s, no sandbox of this replica", peer)
+            reason = "egress denied by Ringfence: this address is no sandbox of this replica"
+            writer.write(response(403, reason))
+            writer.close()
+            return
+        if len(registration.tasks) >= MAX_IN_FLIGHT:
+            writer.close()
+            return
+        task = asyncio.ensure_future(
+            serve_client(registration.session, self._resolver, reader, writer, self._interceptor)
+        )
+        registration.tasks.add(task)
+        task.add_done_callback(registration.tasks.discard)
