@@ -121,7 +121,7 @@ def test_addresses_are_compared_as_addresses() -> None:
 
 async def test_listening_on_every_address_as_in_a_pod(http_origin: Origin, audit: AuditLog) -> None:
     egress = PodEgressProxy(Resolver({n: ["127.0.0.1"] for n in TEST_NAMES}, system=False))
-    port = await egress.start(None, 0)  # IPv4 and IPv6, every interface
+    port = await egress.start("0.0.0.0", 0)  # every interface, as in the control plane's Pod
     try:
         egress.register("127.0.0.2", _session(audit, "sb-a", http_origin.port))
         url = f"http://allowed.test:{http_origin.port}/"

@@ -52,8 +52,14 @@ def test_runtime_class_gvisor_uses_runsc_and_the_control_plane_asks_for_it() -> 
 
 
 def test_network_policy_allows_only_dns_and_the_api_server() -> None:
-    policy = _one(_render("--api-server-cidr", "172.18.0.2/32"), "NetworkPolicy")["spec"]
-    assert policy["podSelector"] == {} and set(policy["policyTypes"]) == {"Ingress", "Egress"}
+    objects = _render("--api-server-cidr", "172.18.0.2/32")
+    policy = _one(objects, "NetworkPolicy", "ringfence-sandbox-isolation")["spec"]
+    # Every sandbox Pod but those whose only way out is the egress proxy (test_egress_manifests)
+    assert policy["podSelector"] == {
+        "matchExpressions": [{"key": "ringfence.dev/egress", "operator": "NotIn",
+                              "values": ["proxy"]}]
+    }  # fmt: skip
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
     dns, api = policy["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}

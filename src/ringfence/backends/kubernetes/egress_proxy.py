@@ -67,8 +67,8 @@ class PodEgressProxy:
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self, host: str | None, port: int) -> int:
-        """Listen on ``host:port`` (host None: every address of both families; port 0:
-        any); returns the port.
+        """Listen on ``host:port`` (host None: every address of both families, on a port
+        given; port 0: any free one); returns the port.
 
         Raises:
             OSError: it cannot listen there.
