@@ -87,14 +87,17 @@ async def test_an_unregistered_pod_is_refused_and_its_open_tunnels_are_cut(
     egress, port = proxy
     session = _session(audit, "sb-a", raw_origin.port)
     egress.register("127.0.0.2", session)
-    assert egress.session("127.0.0.2") is session
+    assert egress.session_at("127.0.0.2") is session
+    assert egress.session("acme", "sandbox:sb-a") is session  # where set_network finds it
+    assert egress.session("globex", "sandbox:sb-a") is None
     reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
     writer.write(f"CONNECT allowed.test:{raw_origin.port} HTTP/1.1\r\n\r\n".encode())
     assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)).startswith(b"HTTP/1.1 200")
     await egress.unregister("127.0.0.2")
     assert await asyncio.wait_for(reader.read(), WAIT) == b"", "the tunnel was cut"
     writer.close()
-    assert egress.session("127.0.0.2") is None
+    assert egress.session_at("127.0.0.2") is None
+    assert egress.session("acme", "sandbox:sb-a") is None
     url = f"http://allowed.test:{raw_origin.port}/"
     assert (await _get(port, "127.0.0.2", url)).startswith(b"HTTP/1.1 403")
     await egress.unregister("127.0.0.2")  # twice is fine
@@ -108,7 +111,7 @@ async def test_an_address_still_registered_cannot_be_given_to_another_sandbox(
     egress.register("127.0.0.2", first)
     with pytest.raises(ValueError, match="another sandbox"):
         egress.register("::ffff:127.0.0.2", _session(audit, "sb-b", 80))
-    assert egress.session("127.0.0.2") is first
+    assert egress.session_at("127.0.0.2") is first
     with pytest.raises(ValueError):
         egress.register("pod.example", first)
 

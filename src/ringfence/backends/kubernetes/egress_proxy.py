@@ -88,10 +88,19 @@ class PodEgressProxy:
             raise ValueError(f"{address} is still the address of another sandbox")
         self._pods[address] = _Registration(session)
 
-    def session(self, pod_ip: str) -> EgressSession | None:
-        """The session of the sandbox at ``pod_ip`` (to change its policy), or None."""
+    def session_at(self, pod_ip: str) -> EgressSession | None:
+        """The session of the sandbox at ``pod_ip``, or None."""
         registration = self._pods.get(pod_address(pod_ip))
         return registration.session if registration is not None else None
+
+    def session(self, tenant: str, subject: str) -> EgressSession | None:
+        """The session of a running sandbox (to change its policy), or None: the lookup
+        ``EgressGateway.session`` offers on ``local``."""
+        for registration in self._pods.values():
+            requester = registration.session.requester
+            if (requester.tenant, requester.subject) == (tenant, subject):
+                return registration.session
+        return None
 
     async def unregister(self, pod_ip: str) -> None:
         """Forget ``pod_ip`` and cut its open connections; unknown is fine."""
