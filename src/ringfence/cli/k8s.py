@@ -64,9 +64,10 @@ def render(
 ) -> None:
     """Print the manifests (a YAML stream; each document is JSON) for kubectl apply -f -.
 
-    The sandbox namespace with its ServiceAccount, least-privilege Roles, NetworkPolicy
-    (DNS and the API server only), ResourceQuota and LimitRange; the optional RuntimeClass;
-    and the control plane: Deployment, Service, ConfigMap and a Secret with the database URL.
+    The sandbox namespace with its ServiceAccount, least-privilege Roles, NetworkPolicies
+    (DNS and the API server only; for Pods with an egress policy, the control plane's egress
+    proxy only), ResourceQuota and LimitRange; the optional RuntimeClass; and the control
+    plane: Deployment, Service, ConfigMap and a Secret with the database URL.
     """
     from ringfence.backends.kubernetes.cluster import ClusterSettings, cluster_manifests
 
