@@ -80,8 +80,9 @@ def _refuse_unsupported(body: NewSandbox) -> None:
     """What E2B offers and Ringfence cannot honour yet is refused, never dropped."""
     if body.allow_internet_access:
         raise InvalidRequest(
-            "allow_internet_access: Ringfence sandboxes have no network access (an egress "
-            "allowlist is on the roadmap); leave it unset or false"
+            "allow_internet_access: not mapped to Ringfence's egress policy; the sandbox "
+            "gets its tenant's default policy, changed with PUT /v1/sandboxes/{id}/network "
+            "(docs/network.md); leave it unset or false"
         )
     if body.autoPause:
         raise InvalidRequest("autoPause: pausing sandboxes is not supported yet")
@@ -91,8 +92,9 @@ def _refuse_unsupported(body: NewSandbox) -> None:
     granted = [name for name in _NETWORK_GRANTS if network.get(name)]
     if granted:
         raise InvalidRequest(
-            f"network ({', '.join(granted)}): Ringfence sandboxes have no network access "
-            "and take traffic only with their access token; only denying is possible"
+            f"network ({', '.join(granted)}): E2B's network options are not mapped to "
+            "Ringfence's egress policy (use PUT /v1/sandboxes/{id}/network, docs/network.md), "
+            "and sandbox traffic always needs its access token"
         )
     if (body.iam or {}).get("tokens"):
         raise InvalidRequest("iam: workload identity tokens are not supported")
