@@ -37,7 +37,7 @@ class AsyncRingfence:
         self._settings = _base.Settings.resolve(url, api_key, timeout)
         self._http = httpx.AsyncClient(
             base_url=self._settings.url, headers=self._settings.headers(),
-            timeout=timeout, transport=transport,
+            timeout=timeout, transport=transport, verify=_base.tls_context(),
         )  # fmt: skip
         self.executions = AsyncExecutions(self)
         self.proposals = AsyncProposals(self)

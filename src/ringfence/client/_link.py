@@ -42,7 +42,7 @@ MAX_ANSWER = MAX_MESSAGE
 def http_client(settings: _base.Settings) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=settings.url, headers=settings.headers(), timeout=settings.timeout,
-        limits=httpx.Limits(max_keepalive_connections=8),
+        limits=httpx.Limits(max_keepalive_connections=8), verify=_base.tls_context(),
     )  # fmt: skip
 
 
