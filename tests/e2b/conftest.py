@@ -14,13 +14,6 @@ import pytest
 from tests.client.conftest import LiveServer, _serving
 from tests.server.test_serve_process import Server
 
-# The SDK keeps idle connections 300 s; `ringfence serve` (uvicorn) closes them after 5 s, so
-# a request sent on one just as the server closes it is reset (seen once in ~10 runs of the
-# 32-sandbox test). Read when `e2b` is imported, so set before any test module imports it.
-# The fix belongs in the server (a keep-alive longer than the SDK's); until then, the SDK
-# drops idle connections first.
-os.environ["E2B_KEEPALIVE_EXPIRY"] = "2"
-
 __all__ = ["E2bServer", "audit_records"]
 
 E2bServer = LiveServer

@@ -48,6 +48,9 @@ def serve(host: str, port: int, data_dir: Path | None, database_url: str | None)
         pass
 
 
+_KEEP_ALIVE_SECONDS = 330
+
+
 async def _serve(config: Config, host: str, port: int) -> None:
     import uvicorn
 
@@ -101,9 +104,12 @@ async def _serve(config: Config, host: str, port: int) -> None:
         approvals=approvals, owns_store=True,
         max_request_bytes=config.max_request_bytes,
     )  # fmt: skip
+    # E2B's SDKs keep idle connections for 300 s; a server that closes them sooner races
+    # their next request (a reset connection, seen about once in ten 32-sandbox runs).
     config_ = uvicorn.Config(
-        app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5
-    )
+        app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
+        timeout_keep_alive=_KEEP_ALIVE_SECONDS,
+    )  # fmt: skip
 
     async def on_exit() -> None:
         await sandboxes.aclose()
