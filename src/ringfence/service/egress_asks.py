@@ -6,16 +6,19 @@ the approval workflow apply: agent keys cannot decide, nobody decides on an ask 
 sandbox of their own key, every decision is on the audit record before the connection
 goes on, and an ask left undecided for ``approval_ttl`` seconds is denied. The decision is
 remembered for the sandbox's life (by its egress session). Asks live in memory: the
-connection that waits on one does not outlive the server either.
+connection that waits on one does not outlive the server either. A notifier (the webhooks)
+is told when an ask opens and when it closes, whichever way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -26,7 +29,9 @@ from ringfence.service.audit import AuditLog
 from ringfence.service.keys import Principal
 from ringfence.store import Role
 
-__all__ = ["EgressAsk", "EgressAskNotFound", "EgressAskState", "EgressAsks"]
+__all__ = ["AskNotifier", "EgressAsk", "EgressAskNotFound", "EgressAskState", "EgressAsks"]
+
+log = logging.getLogger(__name__)
 
 _DECIDERS = (Role.APPROVER, Role.ADMIN)
 _KEEP_DECIDED = 1000  # decided asks kept for listing, newest
@@ -56,7 +61,14 @@ class EgressAsk(BaseModel):
     created_at: datetime
     expires_at: datetime
     decided_by: str | None = None
+    decided_at: datetime | None = Field(None, description="When it was decided or closed.")
     reason: str | None = None
+
+
+class AskNotifier(Protocol):
+    """Told of asks opening and closing (webhooks). Must not block or raise."""
+
+    def notify_ask(self, event: str, tenant: str, ask: EgressAsk) -> None: ...
 
 
 class EgressAsks:
@@ -66,9 +78,11 @@ class EgressAsks:
         self,
         audit: AuditLog,
         config: Config,
+        notifier: AskNotifier | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._audit = audit
+        self._notifier = notifier
         self._ttl = config.approval_ttl
         self._clock = clock
         self._asks: dict[str, tuple[str, EgressAsk]] = {}  # id -> (tenant, ask)
@@ -91,6 +105,7 @@ class EgressAsks:
             details={"sandbox": requester.subject, "host": host, "port": port,
                      "requested_by": requester.actor},
         )  # fmt: skip
+        self._notify("network.ask.opened", requester.tenant, pending)
         try:
             return await asyncio.wait_for(asyncio.shield(decided), self._ttl)
         except TimeoutError:
@@ -149,7 +164,7 @@ class EgressAsks:
             )  # fmt: skip
             raise error
         state = EgressAskState.APPROVED if approve else EgressAskState.REJECTED
-        decided = self._close(caller.tenant, ask_id, state, caller.key_id, reason)
+        decided = self._close(caller.tenant, ask_id, state, caller.key_id, reason, notify=False)
         # On the record before the connection goes on.
         await self._audit.record_now(
             caller.tenant, caller.key_id, f"network.ask.{verb}", target,
@@ -159,6 +174,7 @@ class EgressAsks:
         waiting = self._waiting.get(ask_id)
         if waiting is not None and not waiting.done():
             waiting.set_result(approve)
+        self._notify(f"network.ask.{state.value}", caller.tenant, decided)
         return decided
 
     def _close(
@@ -168,12 +184,23 @@ class EgressAsks:
         state: EgressAskState,
         by: str | None = None,
         reason: str | None = None,
+        notify: bool = True,
     ) -> EgressAsk:
         ask = self._asks[ask_id][1].model_copy(
-            update={"state": state, "decided_by": by, "reason": reason}
-        )
+            update={"state": state, "decided_by": by, "decided_at": self._clock(),
+                    "reason": reason}
+        )  # fmt: skip
         self._asks[ask_id] = (tenant, ask)
+        if notify:
+            self._notify(f"network.ask.{state.value}", tenant, ask)
         return ask
+
+    def _notify(self, event: str, tenant: str, ask: EgressAsk) -> None:
+        if self._notifier is not None:
+            try:
+                self._notifier.notify_ask(event, tenant, ask)
+            except Exception:  # boundary: a notifier never blocks a connection or a decision
+                log.exception("notifying %s failed", event)
 
     def _trim(self) -> None:
         decided = [i for i, (_, a) in self._asks.items() if a.state is not EgressAskState.PENDING]

@@ -1,7 +1,9 @@
-"""Webhooks: new proposals and decisions, posted to the operator's URLs, signed, retried.
+"""Webhooks: new proposals and egress asks and their decisions, posted to the operator's
+URLs, signed, retried.
 
 Each delivery is a JSON POST with the event, the tenant and the proposal (its request's
-environment reduced to variable names: values may be secrets). It is signed with
+environment reduced to variable names: values may be secrets) or the egress ask. It is
+signed with
 HMAC-SHA256 over ``"<timestamp>.<body>"`` using the configured secret, sent as
 ``Ringfence-Signature: sha256=<hex>`` beside ``Ringfence-Timestamp`` (seconds since the
 epoch), so a receiver can check both the sender and the freshness. A delivery is retried
@@ -27,6 +29,7 @@ from typing import Any
 import httpx
 
 from ringfence.proposals import Proposal
+from ringfence.service.egress_asks import EgressAsk
 
 __all__ = ["WebhookNotifier", "signature"]
 
@@ -53,8 +56,8 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
 
 
 class WebhookNotifier:
-    """Posts proposal events to ``urls``. ``start`` in the event loop; ``aclose`` at the end
-    (deliveries still retrying are abandoned, with a log line)."""
+    """Posts proposal and egress ask events to ``urls``. ``start`` in the event loop;
+    ``aclose`` at the end (deliveries still retrying are abandoned, with a log line)."""
 
     def __init__(
         self,
@@ -79,10 +82,16 @@ class WebhookNotifier:
 
     def notify(self, event: str, tenant: str, proposal: Proposal) -> None:
         """Queue one delivery per URL. Never blocks, never raises."""
-        body = json.dumps(
-            {"event": event, "tenant": tenant, "proposal": _public(proposal)},
-            separators=(",", ":"),
-        ).encode()
+        self._queue_event(event, {"event": event, "tenant": tenant, "proposal": _public(proposal)})
+
+    def notify_ask(self, event: str, tenant: str, ask: EgressAsk) -> None:
+        """Queue one delivery per URL for an egress ask. Never blocks, never raises."""
+        self._queue_event(
+            event, {"event": event, "tenant": tenant, "ask": ask.model_dump(mode="json")}
+        )
+
+    def _queue_event(self, event: str, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload, separators=(",", ":")).encode()
         for url in self._urls:
             delivery = _Delivery(url, event, secrets.token_hex(12), body)
             if self._queue.full():
