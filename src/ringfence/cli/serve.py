@@ -97,7 +97,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
             )
         notifier = WebhookNotifier(config.webhook_urls, config.webhook_secret)
     approvals = ApprovalService(store, service, audit, config, notifier)
-    asks = EgressAsks(audit, config)  # "ask" egress rules wait for a human here
+    asks = EgressAsks(audit, config, notifier)  # "ask" egress rules wait for a human here
     sandboxes.egress_asker = service.egress_asker = asks
     app = create_app(
         store=store, executions=service, sandboxes=sandboxes, audit=audit,
