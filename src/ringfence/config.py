@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, IPvAnyAddress
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ringfence.models import NetworkPolicy, ResourceLimits
@@ -165,6 +165,22 @@ class Config(BaseSettings):
     )
     kubernetes_control_plane_namespace: str = Field(
         "ringfence-system", description="Namespace of the control plane's own Deployment."
+    )
+    pod_ip: IPvAnyAddress | None = Field(
+        None,
+        description="This replica's own Pod IP (the job backend; the rendered Deployment sets "
+        "it from the downward API): where its sandbox Pods reach its egress proxy. Unset: "
+        "egress rules are refused on the job backend.",
+    )
+    kubernetes_egress_proxy_port: int = Field(
+        3128, ge=1024, le=65535, description="Port of the egress proxy for sandbox Pods."
+    )
+    kubernetes_egress_gate_port: int = Field(
+        3129,
+        ge=1024,
+        le=65535,
+        description="Port where a Job's Pod asks whether the egress proxy admits it yet "
+        "(its command starts only then).",
     )
     kubernetes_api_server_cidrs: list[str] = Field(
         default_factory=lambda: ["10.96.0.1/32"],
