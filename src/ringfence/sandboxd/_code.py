@@ -24,6 +24,7 @@ from typing import Any
 
 from ._codec import dumps, loads
 from ._errors import RpcError, invalid
+from ._http import Closed
 from ._paths import resolve
 
 _LANGUAGES = ("python", "bash", "javascript")  # javascript: when the template has node
@@ -113,8 +114,15 @@ class Context:
         self.count = 0
         self._start()
 
-    def run(self, code: str, env: dict[str, str], timeout: float | None, emit: Any) -> None:
-        """Run one cell, passing each output line (a dict) to ``emit`` as it comes."""
+    def run(
+        self, code: str, env: dict[str, str], timeout: float | None, emit: Any, client: Any = None
+    ) -> None:
+        """Run one cell, passing each output line (a dict) to ``emit`` as it comes.
+
+        ``client``: the connection asking (a ``Conn``). Should it go away (closed, or the
+        cell's output cannot be sent), the cell is interrupted as at a deadline: nobody will
+        read what it does, and its context must be free for the next cell.
+        """
         if self.language != "bash":
             self.channel.sendall(dumps({"code": code, "env": env}).encode() + b"\n")
         else:
@@ -126,7 +134,26 @@ class Context:
         names = {self.out: "stdout", self.err: "stderr", self.channel.fileno(): "control"}
         for fd in names:
             poller.register(fd, select.POLLIN)
+        if client is not None:
+            names[client.sock.fileno()] = "client"
+            poller.register(client.sock.fileno(), select.POLLRDHUP)
+        gone = False
+
+        def send(message: dict[str, Any]) -> None:
+            nonlocal gone
+            if not gone:
+                try:
+                    emit(message)
+                except Closed:
+                    gone = True
+
         while True:
+            if gone and interrupted_at is None:
+                if client is not None:
+                    with contextlib.suppress(KeyError):
+                        poller.unregister(client.sock.fileno())
+                interrupted_at = time.monotonic()
+                _interrupt(self)
             wait = -1
             now = time.monotonic()
             if interrupted_at is not None:
@@ -140,24 +167,30 @@ class Context:
                     _interrupt(self)
                     continue
                 self.restart()
-                emit({"type": "error", "name": "TimeoutError",
-                      "value": f"the cell ran past its {timeout:g} s deadline and did not stop "
-                               "when interrupted: its context was restarted (its state is lost)",
+                why = "its client went away" if gone else f"it ran past its {timeout:g} s deadline"
+                send({"type": "error", "name": "TimeoutError",
+                      "value": f"the cell did not stop when interrupted ({why}): its context "
+                               "was restarted (its state is lost)",
                       "traceback": ""})  # fmt: skip
                 return
-            for fd, _ in events:
+            for fd, mask in events:
+                if names[fd] == "client":
+                    gone = gone or bool(mask & (select.POLLHUP | select.POLLERR)) or (
+                        client.peer_closed()
+                    )
+                    continue
                 if names[fd] != "control":
                     data = os.read(fd, _READ)
                     if data:
-                        emit({"type": names[fd], "text": data.decode(errors="replace"),
+                        send({"type": names[fd], "text": data.decode(errors="replace"),
                               "timestamp": _now()})  # fmt: skip
                     continue
-                done = self._control(emit)
+                done = self._control(send)
                 if done is not None:
-                    self._drain(emit)
+                    self._drain(send)
                     self.count = done if self.language != "bash" else self.count + 1
                     if interrupted_at is not None and self.language == "bash":
-                        emit({"type": "error", "name": "KeyboardInterrupt",
+                        send({"type": "error", "name": "KeyboardInterrupt",
                               "value": "interrupted at its deadline", "traceback": ""})  # fmt: skip
                     return
 
@@ -307,7 +340,7 @@ def _execute(request: Any, conn: Any) -> None:
         conn.send_chunk(dumps(message).encode() + b"\n")
 
     with context.busy:
-        context.run(code, {str(k): v for k, v in env.items()}, timeout, emit)
+        context.run(code, {str(k): v for k, v in env.items()}, timeout, emit, client=conn)
     emit({"type": "number_of_executions", "execution_count": context.count})
     emit({"type": "end_of_execution"})
     conn.end_chunked()
