@@ -1,5 +1,7 @@
 """The approval console against a real server over HTTP (SQLite and PostgreSQL), driven
-with httpx and with Debian's headless Chromium through Playwright."""
+with httpx and with Debian's headless Chromium through Playwright. ``ask_console`` is such a
+server whose sandboxes have egress (the test origins and names of tests/network) and whose
+egress asks go to a real webhook receiver."""
 
 from __future__ import annotations
 
@@ -13,11 +15,29 @@ from typing import Any
 import httpx
 import pytest
 
+from ringfence.audit.signing import SealKey
+from ringfence.config import Config
+from ringfence.service.audit import AuditLog
 from ringfence.service.keys import mint_key
+from ringfence.service.webhooks import WebhookNotifier
 from ringfence.store import Role
-from tests.server.conftest import Api, live, postgres_database, sqlite_database
+from ringfence.store.sql import SqlStore
+from tests.integration._attack_helpers import eventually
+from tests.network.conftest import Origin, gateway, http_origin
+from tests.server._envd import run as run_command
+from tests.server.conftest import Api, _uvicorn, live, postgres_database, sqlite_database
+from tests.server.test_webhooks import SECRET, Receiver, receiver
 
-__all__ = ["Console", "live", "postgres_database", "sqlite_database"]
+__all__ = [
+    "AskConsole",
+    "Console",
+    "gateway",
+    "http_origin",
+    "live",
+    "postgres_database",
+    "receiver",
+    "sqlite_database",
+]
 
 CHROMIUM = "/usr/bin/chromium"
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -69,6 +89,141 @@ async def console(live: Api) -> Console:
     approver = await mint_key(live.store, "acme", Role.APPROVER, "console test")
     second = await mint_key(live.store, "acme", Role.APPROVER, "console test, second")
     return Console(live, str(live.client.base_url).rstrip("/"), approver, second)
+
+
+@dataclass
+class AskConsole:
+    """A live server with egress (``ask.test`` and the other test names resolve to the
+    ``http_origin`` on loopback), the console, and a webhook receiver. Tenant acme has an
+    agent key, two approver keys and an admin key; tenant globex an approver key."""
+
+    url: str
+    api: httpx.AsyncClient
+    audit: AuditLog
+    agent: str
+    approver: str
+    second_approver: str
+    admin: str
+    globex_approver: str
+    origin: Origin
+    webhooks: Receiver
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """A fresh browser-like client of the console (its own cookies, no redirects)."""
+        return httpx.AsyncClient(base_url=self.url, timeout=30, **kwargs)
+
+    async def sandbox(self, key: str, *hosts: str) -> str:
+        """A sandbox created with ``key`` whose policy asks about ``hosts`` (the origin's
+        port); its id."""
+        rules = [
+            {"domain": h, "cidr": "127.0.0.1/32", "ports": [self.origin.port], "action": "ask"}
+            for h in hosts
+        ]
+        response = await self.api.post(
+            "/v1/sandboxes", json={"network": {"rules": rules}}, headers=_bearer(key)
+        )
+        assert response.status_code == 201, response.text
+        sandbox_id: str = response.json()["id"]
+        return sandbox_id
+
+    def fetch(self, key: str, sandbox_id: str, host: str) -> asyncio.Task[str]:
+        """curl, inside the sandbox, of the origin under ``host``, started now: what it
+        printed (the body, or its error) once it ends."""
+
+        async def curl() -> str:
+            url = f"http://{host}:{self.origin.port}/"
+            ran = await run_command(
+                self.api, _bearer(key), sandbox_id,
+                ["sh", "-c", f"curl -sS -m 60 -f {url} 2>&1; true"],
+            )  # fmt: skip
+            return ran.stdout
+
+        return asyncio.create_task(curl())
+
+    async def pending_ask(self, host: str) -> dict[str, Any]:
+        """The pending ask (as the API lists it) for ``host``, once it is open."""
+
+        async def found() -> dict[str, Any] | None:
+            listed = await self.api.get(
+                "/v1/network/asks", params={"pending": "true"}, headers=_bearer(self.admin)
+            )
+            assert listed.status_code == 200, listed.text
+            return next((a for a in listed.json() if a["host"] == host), None)
+
+        ask: dict[str, Any] = await eventually(found, timeout=30, what=f"an ask for {host}")
+        return ask
+
+    async def ask(self, ask_id: str) -> dict[str, Any]:
+        listed = await self.api.get("/v1/network/asks", headers=_bearer(self.admin))
+        ask: dict[str, Any] = next(a for a in listed.json() if a["id"] == ask_id)
+        return ask
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def ask_console(
+    request: pytest.FixtureRequest,
+    local_host: object,
+    gateway: object,
+    http_origin: Origin,
+    receiver: Receiver,
+) -> AsyncIterator[AskConsole]:
+    from ringfence.backends.local import LocalExecutor
+    from ringfence.backends.local.interactive import LocalSandboxRuntime
+    from ringfence.backends.local.probe import Host
+    from ringfence.network import EgressGateway
+    from ringfence.server import create_app
+    from ringfence.service.approvals import ApprovalService
+    from ringfence.service.egress_asks import EgressAsks
+    from ringfence.service.executions import ExecutionService
+    from ringfence.service.sandboxes import SandboxService
+
+    assert isinstance(local_host, Host) and isinstance(gateway, EgressGateway)
+    # The test origins are on the host's loopback: the operator lets tenants name it here.
+    config = Config(pool_sizes={}, network_internal_cidrs=["127.0.0.1/32"])
+    store = await SqlStore.open(request.getfixturevalue(f"{request.param}_database"))
+    executor = LocalExecutor(config, host=local_host, egress=gateway)
+    audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
+    sandboxes = SandboxService(store, LocalSandboxRuntime(executor, config), config, audit)
+    sandboxes.egress_gateway = gateway
+    executions = ExecutionService(store, executor, config, audit)
+    notifier = WebhookNotifier([receiver.url], SECRET, first_backoff=0.05)
+    asks = EgressAsks(audit, config, notifier)  # as `ringfence serve` wires them
+    sandboxes.egress_asker = executions.egress_asker = asks
+    app = create_app(
+        store=store, executions=executions, sandboxes=sandboxes, audit=audit,
+        approvals=ApprovalService(store, executions, audit, config, notifier),
+    )  # fmt: skip
+    keys = [
+        await mint_key(store, "acme", Role.AGENT),
+        await mint_key(store, "acme", Role.APPROVER, "console test"),
+        await mint_key(store, "acme", Role.APPROVER, "console test, second"),
+        await mint_key(store, "acme", Role.ADMIN),
+        await mint_key(store, "globex", Role.APPROVER),
+    ]
+    # The app's lifespan runs in a task of its own: entered and left in the same task,
+    # whichever tasks pytest runs the fixture's setup and teardown in.
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+
+    async def serve() -> None:
+        async with app.router.lifespan_context(app), _uvicorn(app) as url:
+            ready.set_result(url)
+            await stop.wait()
+
+    server = asyncio.create_task(serve())
+    try:
+        url = await asyncio.wait_for(asyncio.shield(ready), 30)
+        async with httpx.AsyncClient(base_url=url, timeout=90) as api:
+            yield AskConsole(url, api, audit, *keys, http_origin, receiver)
+    finally:
+        stop.set()
+        await server
+        await notifier.aclose()
+        await store.aclose()
 
 
 def csrf_of(html: str) -> str:

@@ -144,7 +144,7 @@ class EgressAsks:
             Conflict: it is not pending any more.
         """
         ask = self.get(caller.tenant, ask_id)
-        verb = "approve" if approve else "reject"
+        verb, done = ("approve", "approved") if approve else ("reject", "rejected")
         target = f"egress-ask:{ask_id}"
         why: str | None = None
         error: RingfenceError | None = None
@@ -155,7 +155,7 @@ class EgressAsks:
         elif ask.state is not EgressAskState.PENDING:
             why, error = (
                 f"it is {ask.state.value}",
-                Conflict(f"egress ask {ask_id} is {ask.state.value}: it can no longer be {verb}d"),
+                Conflict(f"egress ask {ask_id} is {ask.state.value}: it can no longer be {done}"),
             )
         if why is not None and error is not None:
             await self._audit.record_now(

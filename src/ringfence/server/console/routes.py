@@ -1,9 +1,10 @@
 """``/console``: the approval console's pages and forms.
 
 Every page needs a session (sign in with an approver or admin key); every form post needs
-the session's CSRF token and a same-origin request. The pages call the approval service and
-the audit log, as the JSON API does; what they show an approver is what an approval binds
-to: the approve form carries the digest of the request as this page rendered it.
+the session's CSRF token and a same-origin request. The pages call the approval service,
+the egress asks and the audit log, as the JSON API does; what they show an approver is what
+an approval binds to: the approve form carries the digest of the request as this page
+rendered it (an egress ask is bound by its id: one sandbox, one host, one port).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ringfence.server.console.sessions import (
 )
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
+from ringfence.service.egress_asks import EgressAsk, EgressAsks, EgressAskState
 from ringfence.service.keys import authenticate
 from ringfence.store import AuditQuery, Role
 
@@ -40,6 +42,7 @@ __all__ = ["router"]
 
 _FORM_BYTES = 64 << 10
 _LOGIN_SECONDS = 600
+_LISTED = 200
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _DECIDED = (
     ProposalState.APPROVED,
@@ -92,6 +95,23 @@ def _sessions(request: Request) -> SessionTable:
 def _approvals(request: Request) -> ApprovalService:
     service: ApprovalService = request.app.state.approvals
     return service
+
+
+def _egress_asks(request: Request) -> EgressAsks | None:
+    """The server's egress asks, or None where ``ask`` rules are not enabled."""
+    sandboxes = getattr(request.app.state, "sandboxes", None)
+    asks = getattr(sandboxes, "egress_asker", None)
+    return asks if isinstance(asks, EgressAsks) else None
+
+
+def _asks_of(request: Request, tenant: str, *, pending: bool) -> list[EgressAsk]:
+    asks = _egress_asks(request)
+    if asks is None:
+        return []
+    listed = asks.list(tenant, pending_only=pending)
+    if not pending:
+        listed = [ask for ask in listed if ask.state is not EgressAskState.PENDING]
+    return listed[:_LISTED]
 
 
 def _audit(request: Request) -> AuditLog:
@@ -264,10 +284,18 @@ async def pending(request: Request) -> Response:
     session = _session(request)
     if session is None:
         return redirect("/console/login")
+    tenant = session.principal.tenant
     proposals = await _approvals(request).list(
-        session.principal.tenant, states=[ProposalState.PENDING], limit=200
+        tenant, states=[ProposalState.PENDING], limit=_LISTED
     )
-    return _page(request, "pending.html", session, proposals=[_shown(p) for p in proposals])
+    return _page(
+        request,
+        "pending.html",
+        session,
+        proposals=[_shown(p) for p in proposals],
+        asks=_asks_of(request, tenant, pending=True),
+        asks_enabled=_egress_asks(request) is not None,
+    )
 
 
 @router.get("/proposals/{proposal_id}")
@@ -327,8 +355,16 @@ async def history(request: Request) -> Response:
     session = _session(request)
     if session is None:
         return redirect("/console/login")
-    proposals = await _approvals(request).list(session.principal.tenant, states=_DECIDED, limit=200)
-    return _page(request, "history.html", session, proposals=[_shown(p) for p in proposals])
+    tenant = session.principal.tenant
+    proposals = await _approvals(request).list(tenant, states=_DECIDED, limit=_LISTED)
+    return _page(
+        request,
+        "history.html",
+        session,
+        proposals=[_shown(p) for p in proposals],
+        asks=_asks_of(request, tenant, pending=False),
+        asks_enabled=_egress_asks(request) is not None,
+    )
 
 
 def _shown(proposal: Proposal) -> dict[str, Any]:
@@ -341,6 +377,47 @@ def _shown(proposal: Proposal) -> dict[str, Any]:
         "rendered_digest": rendered,
         "digest_holds": rendered == proposal.digest,
     }
+
+
+# --- egress asks ---------------------------------------------------------------------------
+
+
+@router.post("/asks/{ask_id}/approve")
+async def approve_ask(ask_id: str, request: Request) -> Response:
+    return await _decide_ask(request, ask_id, approve=True)
+
+
+@router.post("/asks/{ask_id}/reject")
+async def reject_ask(ask_id: str, request: Request) -> Response:
+    return await _decide_ask(request, ask_id, approve=False)
+
+
+async def _decide_ask(request: Request, ask_id: str, *, approve: bool) -> Response:
+    """Decide through the egress asks service, whose rules (deciders' roles, never the
+    requester's own key, pending only) and audit records are the API's."""
+    checked = await _checked_post(request)
+    if isinstance(checked, Response):
+        return checked
+    session, form = checked
+    asks = _egress_asks(request)
+    if asks is None:
+        return _error(request, 404, "Egress asks are not enabled on this server.")
+    reason = form.get("reason", "")[:10_000]
+    verb = "approved" if approve else "rejected"
+    if not approve and not reason.strip():
+        session.flash.append(("error", "Not rejected: a rejection needs a reason."))
+        return redirect("/console")
+    try:
+        decided = await asks.decide(session.principal, ask_id, approve, reason)
+    except RingfenceError as exc:
+        session.flash.append(("error", f"Not {verb}: {exc.message}"))
+    else:
+        where = f"{decided.host}:{decided.port}"
+        if approve:
+            session.flash.append(("ok", f"Approved: {decided.sandbox} may reach {where}."))
+        else:
+            session.flash.append(("ok", f"Rejected: {decided.sandbox} may not reach {where}."))
+    return redirect("/console")
 
 
 # --- audit --------------------------------------------------------------------------------
