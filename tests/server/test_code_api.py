@@ -126,3 +126,35 @@ async def test_javascript_when_the_template_has_node(live: Api) -> None:
     stopped = await _run(live, sandbox_id, "while (true) {}", language="js", timeout=0.5)
     assert any(line["type"] == "error" for line in stopped)
     assert _main(await _run(live, sandbox_id, "total", language="js"))["text"] == "40"
+
+
+async def test_a_cell_is_interrupted_when_its_caller_goes_away(live: Api) -> None:
+    """Through the server's hop too: a client that stops reading (an SDK's own timeout, a
+    cancelled agent) must not leave its cell running in the sandbox."""
+    import asyncio
+
+    sandbox_id = await _sandbox(live)
+    await _run(live, sandbox_id, "kept = 42")
+    ticking = (
+        "import time\nprint('started', flush=True)\n"
+        "for i in range(100000):\n    open('/tmp/ticks', 'w').write(str(i)); time.sleep(0.02)"
+    )
+    async with live.client.stream(
+        "POST", f"/v1/sandboxes/{sandbox_id}/code/execute", headers=live.acme,
+        json={"code": ticking},
+    ) as answer:  # fmt: skip
+        lines = answer.aiter_lines()
+        assert json.loads(await anext(lines))["type"] == "stdout"
+    # The caller has gone away: its connection to the server is closed.
+
+    async def ticks() -> str:
+        return _stdout(await _run(live, sandbox_id, "cat /tmp/ticks", language="bash"))
+
+    for _ in range(100):
+        before = await ticks()
+        await asyncio.sleep(0.3)
+        if await ticks() == before:
+            break
+    else:
+        raise AssertionError("the cell ran on after its caller left")
+    assert _main(await _run(live, sandbox_id, "kept"))["text"] == "42", "the context was kept"
