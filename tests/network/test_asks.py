@@ -49,6 +49,19 @@ async def test_an_ask_whose_connection_went_away_is_abandoned(audit: AuditLog) -
     assert asks.get("acme", ask_id).state is EgressAskState.ABANDONED
 
 
+async def test_a_connection_gone_before_its_ask_is_on_the_record_leaves_none_pending(
+    audit: AuditLog,
+) -> None:
+    asks = EgressAsks(audit, Config())
+    waiting = asyncio.create_task(asks.ask(REQUESTER, "pay.example", 443))
+    await asyncio.sleep(0)  # it runs until it waits for the audit record of the opening
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await audit.flush()
+    assert asks.list("acme", pending_only=True) == [], "nothing left for a human to decide"
+
+
 async def test_who_may_decide(audit: AuditLog) -> None:
     asks = EgressAsks(audit, Config())
     waiting = asyncio.create_task(asks.ask(REQUESTER, "pay.example", 443))

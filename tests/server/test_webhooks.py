@@ -1,8 +1,10 @@
-"""Webhooks against a real HTTP receiver on loopback: signed, retried, never blocking."""
+"""Webhooks against a real HTTP receiver on loopback: signed, retried, never blocking; for
+proposals and for egress asks."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -16,13 +18,19 @@ import uvicorn
 from ringfence.audit.signing import SealKey
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest
+from ringfence.network import Requester
 from ringfence.proposals import ProposalSpec, Risk
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
+from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import Principal
 from ringfence.service.webhooks import WebhookNotifier, signature
 from ringfence.store import MemoryStore, Role
+from tests.integration._attack_helpers import eventually
+from tests.network.conftest import audit
+
+__all__ = ["audit"]
 
 SECRET = "webhook-secret"
 
@@ -140,4 +148,86 @@ async def test_an_unreachable_webhook_gives_up_quietly(local_executor: object) -
     rejected = await service.reject(APPROVER, proposal.id, "no")
     assert rejected.state.value == "rejected"
     await asyncio.sleep(0.2)
+    await notifier.aclose()
+
+
+# -- egress asks: the same deliveries ---------------------------------------------------------
+
+REQUESTER = Requester("acme", "sandbox:sb1", "agentkey")
+
+
+async def _delivered(receiver: Receiver, count: int) -> list[tuple[dict[str, str], bytes]]:
+    await eventually(lambda: len(receiver.received) >= count, timeout=10, what="deliveries")
+    return receiver.received
+
+
+async def test_egress_asks_are_delivered_signed_and_retried(
+    receiver: Receiver, audit: AuditLog
+) -> None:
+    receiver.fail_first = 2
+    notifier = WebhookNotifier([receiver.url], SECRET, first_backoff=0.05)
+    asks = EgressAsks(audit, Config(), notifier)
+    waiting = asyncio.create_task(asks.ask(REQUESTER, "pay.example", 443))
+    received = await _delivered(receiver, 3)  # two failures, then delivered
+    assert len({h["ringfence-delivery"] for h, _ in received}) == 1, "one delivery, retried"
+    headers, body = received[-1]
+    assert hmac.compare_digest(
+        headers["ringfence-signature"], signature(SECRET, headers["ringfence-timestamp"], body)
+    )
+    assert headers["ringfence-event"] == "network.ask.opened"
+    opened = json.loads(body)
+    assert opened["event"] == "network.ask.opened" and opened["tenant"] == "acme"
+    ask = opened["ask"]
+    assert (ask["state"], ask["host"], ask["port"]) == ("pending", "pay.example", 443)
+    assert (ask["sandbox"], ask["requested_by"]) == ("sandbox:sb1", "agentkey")
+    assert ask["created_at"] and ask["expires_at"] and ask["decided_by"] is None
+
+    await asks.decide(APPROVER, ask["id"], False, "not this one")
+    assert await waiting is False
+    headers, body = (await _delivered(receiver, 4))[-1]
+    assert headers["ringfence-event"] == "network.ask.rejected"
+    assert hmac.compare_digest(
+        headers["ringfence-signature"], signature(SECRET, headers["ringfence-timestamp"], body)
+    )
+    decided = json.loads(body)["ask"]
+    assert (decided["id"], decided["state"]) == (ask["id"], "rejected")
+    assert (decided["decided_by"], decided["reason"]) == ("approverkey", "not this one")
+    assert decided["decided_at"]
+    await notifier.aclose()
+
+
+async def test_asks_that_close_undecided_are_delivered_too(
+    receiver: Receiver, audit: AuditLog
+) -> None:
+    notifier = WebhookNotifier([receiver.url], SECRET, first_backoff=0.05)
+    assert await EgressAsks(audit, Config(approval_ttl=0.05), notifier).ask(
+        REQUESTER, "pay.example", 443
+    ) is False  # fmt: skip
+    asks = EgressAsks(audit, Config(), notifier)
+    waiting = asyncio.create_task(asks.ask(REQUESTER, "gone.example", 443))
+    await eventually(lambda: asks.list("acme", pending_only=True), what="an ask")
+    waiting.cancel()  # the connection went away
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    received = await _delivered(receiver, 4)
+    events = [(json.loads(b)["ask"]["host"], h["ringfence-event"]) for h, b in received]
+    assert sorted(events) == [
+        ("gone.example", "network.ask.abandoned"), ("gone.example", "network.ask.opened"),
+        ("pay.example", "network.ask.expired"), ("pay.example", "network.ask.opened"),
+    ]  # fmt: skip
+    await notifier.aclose()
+
+
+async def test_a_stuck_webhook_never_holds_an_ask_or_its_decision(
+    receiver: Receiver, audit: AuditLog
+) -> None:
+    receiver.hold = asyncio.Event()  # the receiver answers nothing until the test says so
+    notifier = WebhookNotifier([receiver.url], SECRET, first_backoff=0.05)
+    asks = EgressAsks(audit, Config(), notifier)
+    waiting = asyncio.create_task(asks.ask(REQUESTER, "pay.example", 443))
+    await receiver.arrived.wait()
+    (ask,) = asks.list("acme", pending_only=True)
+    decided = await asks.decide(APPROVER, ask.id, True, "ok")
+    assert decided.state.value == "approved" and await waiting is True
+    receiver.hold.set()
     await notifier.aclose()

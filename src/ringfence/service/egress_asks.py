@@ -97,14 +97,16 @@ class EgressAsks:
             requested_by=requester.actor, created_at=now,
             expires_at=now + timedelta(seconds=self._ttl),
         )  # fmt: skip
-        decided: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._asks[pending.id] = (requester.tenant, pending)
-        self._waiting[pending.id] = decided
         await self._audit.record_now(
             requester.tenant, requester.subject, "network.ask.open", f"egress-ask:{pending.id}",
             details={"sandbox": requester.subject, "host": host, "port": port,
                      "requested_by": requester.actor},
         )  # fmt: skip
+        # Listed (and decidable) only once on the record, and from here to the ``try`` with
+        # no await: a connection that goes away at any point leaves no ask pending.
+        decided: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._asks[pending.id] = (requester.tenant, pending)
+        self._waiting[pending.id] = decided
         self._notify("network.ask.opened", requester.tenant, pending)
         try:
             return await asyncio.wait_for(asyncio.shield(decided), self._ttl)
