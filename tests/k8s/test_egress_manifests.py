@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ringfence.backends.kubernetes.egress import EGRESS_PROXY_PORT, EgressProxy
+from ringfence.backends.kubernetes.egress import (
+    EGRESS_GATE_PORT,
+    EGRESS_PROXY_PORT,
+    GATE_CONTAINER,
+    EgressProxy,
+)
 from ringfence.backends.kubernetes.manifests import job_manifest, pod_manifest
 from ringfence.cli import main
 from ringfence.config import Config
@@ -104,8 +109,8 @@ def test_the_policys_owner_and_proxy_are_annotated() -> None:
 # -- the rendered NetworkPolicies ------------------------------------------------------------
 
 
-def _render(*args: str) -> list[dict[str, Any]]:
-    result = CliRunner().invoke(main, ["k8s", "render", *args])
+def _render(*args: str, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    result = CliRunner().invoke(main, ["k8s", "render", *args], env=env)
     assert result.exit_code == 0, result.output
     objects = [json.loads(d) for d in result.stdout.split("---\n") if d.strip()]
     for manifest in objects:
@@ -160,7 +165,10 @@ def test_pods_with_rules_reach_only_the_control_planes_proxy_port() -> None:
     spec = policy["spec"]
     assert set(spec["policyTypes"]) == {"Ingress", "Egress"}
     (rule,) = spec["egress"]  # no DNS, no API server, no ipBlock
-    assert rule["ports"] == [{"protocol": "TCP", "port": EGRESS_PROXY_PORT}]
+    assert rule["ports"] == [  # the proxy, and the gate that holds a Job until it admits
+        {"protocol": "TCP", "port": EGRESS_PROXY_PORT},
+        {"protocol": "TCP", "port": EGRESS_GATE_PORT},
+    ]
     assert rule["to"] == [{
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ringfence-system"}},
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ringfence-control-plane"}},
@@ -174,6 +182,9 @@ def test_the_control_plane_serves_the_proxy_on_its_own_pod_address() -> None:
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert {"name": "egress-proxy", "containerPort": EGRESS_PROXY_PORT, "protocol": "TCP"} in (
+        container["ports"]
+    )
+    assert {"name": "egress-gate", "containerPort": EGRESS_GATE_PORT, "protocol": "TCP"} in (
         container["ports"]
     )
     pod_ip = {"fieldRef": {"fieldPath": "status.podIP"}}
@@ -191,3 +202,32 @@ def test_nobody_the_sandbox_could_be_can_relabel_a_pod() -> None:
         for rule in role["rules"]:
             if "pods" in rule["resources"]:
                 assert not {"patch", "update"} & set(rule["verbs"]), role["metadata"]["name"]
+
+
+def test_moved_ports_move_everywhere_the_replica_and_its_pods_meet() -> None:
+    """The replicas listen on the ports of their ConfigMap; the NetworkPolicy opens those."""
+    moved = {"RINGFENCE_KUBERNETES_EGRESS_PROXY_PORT": "4128",
+             "RINGFENCE_KUBERNETES_EGRESS_GATE_PORT": "4129"}  # fmt: skip
+    objects = _render(env=moved)
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert moved.items() <= config_map["data"].items()
+    (policy,) = [o for o in objects if o["metadata"]["name"] == "ringfence-sandbox-egress-proxy"]
+    assert [p["port"] for p in policy["spec"]["egress"][0]["ports"]] == [4128, 4129]
+
+
+def test_a_jobs_command_waits_behind_the_gate_until_the_proxy_admits_its_pod() -> None:
+    """A Job's command starts with its container: an init container (Ringfence's image,
+    hardened like the rest) holds it until this replica's proxy has admitted the Pod's
+    address for this execution, for a bounded time."""
+    (container,) = _job(POLICY)["spec"]["initContainers"]
+    assert container["name"] == GATE_CONTAINER
+    assert container["image"] == Config().kubernetes_daemon_image
+    command = container["command"]
+    assert command[-4:] == ["10.244.1.7", str(EGRESS_GATE_PORT), "execution:x-1", "60"]
+    security = container["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+    assert "initContainers" not in _job(None)["spec"]  # no rules: nothing to wait for
+    assert "initContainers" not in _job(NetworkPolicy())["spec"]
+    # A sandbox Pod runs nothing of its own before the replica admits it: no gate.
+    assert [c["name"] for c in _pod(POLICY)["spec"]["initContainers"]] == ["daemon"]

@@ -6,6 +6,10 @@ takes its log with it), then waits, with a watch on the Job, for the condition t
 Cancel deletes the Job with foreground propagation: the Job is gone only once its Pods are.
 ``get_status`` answers from this process's table, else finds the Job by its labels (an
 execution started by another replica, or before a restart).
+
+With egress rules (and this replica's egress, ``replica_egress``), the Pod's address is
+admitted to the proxy at the first watch event that shows it, while the Pod's gate holds
+its command, and released before any delete and once the Pod ends or goes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from ringfence.backends._protocol import OutputCallback, StartCallback
 from ringfence.backends._runs import Run, RunTable
 from ringfence.backends.kubernetes._client import Cluster
 from ringfence.backends.kubernetes._watch import stream_log, watch
+from ringfence.backends.kubernetes.egress import EgressProxy
+from ringfence.backends.kubernetes.egress_proxy import PodEgressProxy
 from ringfence.backends.kubernetes.manifests import (
     DOMAIN,
     EXECUTION_LABEL,
@@ -27,6 +33,7 @@ from ringfence.backends.kubernetes.manifests import (
     job_manifest,
     label_value,
 )
+from ringfence.backends.kubernetes.replica_egress import ReplicaEgress, has_rules
 from ringfence.backends.kubernetes.status import (
     CONTAINER,
     Outcome,
@@ -41,8 +48,9 @@ from ringfence.errors import (
     ExecutionNotFound,
     InvalidRequest,
     RingfenceError,
+    SandboxError,
 )
-from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.models import ExecutionRequest, ExecutionResult, NetworkPolicy, Status
 
 __all__ = ["JobExecutor", "execution_selector", "result_from_cluster"]
 
@@ -71,9 +79,20 @@ class JobExecutor:
         self._runs = RunTable(
             ttl=config.ttl_seconds_after_finished, max_finished=config.max_retained_results
         )
+        self._egress: ReplicaEgress | None = None
+        # Where the sandbox service finds a running sandbox's session (``set_network``).
+        self.egress: PodEgressProxy | None = None
+
+    def use_egress(self, egress: ReplicaEgress) -> None:
+        """Enforce egress rules with this replica's proxy (without it they are refused)."""
+        self._egress, self.egress = egress, egress.proxy
 
     def check(self, request: ExecutionRequest) -> None:
-        job_manifest(request, self.config)
+        job_manifest(request, self.config, self._egress_at)
+
+    @property
+    def _egress_at(self) -> EgressProxy | None:
+        return self._egress.at if self._egress is not None else None
 
     async def execute(
         self,
@@ -82,7 +101,7 @@ class JobExecutor:
         on_output: OutputCallback | None = None,
         on_start: StartCallback | None = None,
     ) -> ExecutionResult:
-        manifest = job_manifest(request, self.config)
+        manifest = job_manifest(request, self.config, self._egress_at)
         name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
         with contextlib.suppress(ExecutionNotFound):
             self._runs.get(request.id)
@@ -108,7 +127,7 @@ class JobExecutor:
         try:
             outcome = await _Supervision(
                 self, run, namespace, manifest["spec"]["activeDeadlineSeconds"], on_output,
-                on_start,
+                on_start, request.network if has_rules(request.network) else None,
             ).run()  # fmt: skip
         except BaseException:
             # Cancelled (or a bug): nothing of the sandbox may remain.
@@ -151,6 +170,8 @@ class JobExecutor:
         for run in running:
             run.cancel_requested.set()
         await asyncio.gather(*(run.done.wait() for run in running))
+        if self._egress is not None:
+            await self._egress.proxy.aclose()
         # The cluster stays open: the sandbox runtime shares it and closes after us.
 
     async def _find(self, execution_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -194,6 +215,10 @@ class JobExecutor:
         run.done.set()
 
 
+class _NotAdmitted(Exception):
+    """The proxy would not take the Pod's address (still another sandbox's)."""
+
+
 class _Supervision:
     """Follows one execution from its created Job to its end."""
 
@@ -205,7 +230,9 @@ class _Supervision:
         deadline: int,
         on_output: OutputCallback | None,
         on_start: StartCallback | None,
+        network: NetworkPolicy | None = None,
     ) -> None:
+        """``network``: a policy with rules, whose Pod this replica's proxy admits."""
         self._executor = executor
         self._deadline = deadline
         self._cluster = executor.cluster
@@ -215,6 +242,8 @@ class _Supervision:
         self._on_output = on_output
         self._on_start = on_start
         self._logs: asyncio.Task[None] | None = None
+        self._network = network
+        self._admitted: str | None = None  # the Pod address admitted to the proxy
 
     async def run(self) -> Outcome:
         cancel = asyncio.ensure_future(self._run.cancel_requested.wait())
@@ -224,18 +253,23 @@ class _Supervision:
             try:
                 if cancel.done():
                     follow.cancel()
-                    await self._executor._delete(self._namespace, self._name)
+                    await self._delete()
                     await self._job_gone()
                     outcome = Outcome(Status.CANCELLED)
                 else:
                     outcome = follow.result()
+            except _NotAdmitted as exc:  # its gate never opened: its command never ran
+                with contextlib.suppress(RingfenceError):
+                    await self._delete()
+                outcome = Outcome(Status.FAILED, error=str(exc))
             except RingfenceError as exc:  # the API failed midway: report it, leave nothing
                 with contextlib.suppress(RingfenceError):
-                    await self._executor._delete(self._namespace, self._name)
+                    await self._delete()
                 outcome = Outcome(Status.FAILED, error=f"lost track of the Job: {exc.message}")
         finally:
             cancel.cancel()
             follow.cancel()
+            await asyncio.shield(self._release())
         if self._logs is not None:
             with contextlib.suppress(TimeoutError, RingfenceError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self._logs), _LOG_DRAIN_SECONDS)
@@ -244,8 +278,9 @@ class _Supervision:
 
     async def _follow(self) -> Outcome:
         pod = await self._pod_until_it_ends()
+        await self._release()  # its command has ended (or never will run)
         if pod is not None and pod.phase is PodPhase.BROKEN:
-            await self._executor._delete(self._namespace, self._name)
+            await self._delete()
             return Outcome(Status.FAILED, error=pod.error)
         return await self._job_end(pod)
 
@@ -261,9 +296,12 @@ class _Supervision:
                 label_selector=execution_selector(self._run.id),
                 timeout_seconds=int(min(left, _WATCH_SLICE_SECONDS)) + 1,
             ):  # fmt: skip
+                if kind == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    await self._release()
                 if kind == "DELETED":
                     return last if last is not None and last.phase is PodPhase.ENDED else None
                 last = pod_view(pod)
+                self._admit(pod, last)
                 if last.phase in (PodPhase.RUNNING, PodPhase.ENDED):
                     self._started(pod["metadata"]["name"])
                 if last.phase in (PodPhase.ENDED, PodPhase.BROKEN):
@@ -281,7 +319,7 @@ class _Supervision:
             outcome = job_outcome(job, pod)
             if outcome is not None:
                 return outcome
-        await self._executor._delete(self._namespace, self._name)
+        await self._delete()
         return Outcome(Status.FAILED, error="the Job did not report its end in time; deleted")
 
     async def _job_gone(self) -> None:
@@ -292,6 +330,36 @@ class _Supervision:
         ):  # fmt: skip
             if kind == "DELETED":
                 return
+
+    def _admit(self, pod: dict[str, Any], view: PodView) -> None:
+        """Admit the Pod's address to the proxy once it has one (its gate waits for this).
+
+        Raises:
+            _NotAdmitted: the address is still another sandbox's.
+        """
+        egress, network = self._executor._egress, self._network
+        if egress is None or network is None or self._admitted is not None:
+            return
+        address = (pod.get("status") or {}).get("podIP")
+        deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+        if not address or deleting or view.phase in (PodPhase.ENDED, PodPhase.BROKEN):
+            return
+        try:
+            egress.admit(address, network, f"execution:{self._run.id}")
+        except SandboxError as exc:
+            raise _NotAdmitted(exc.message) from exc
+        self._admitted = address
+
+    async def _release(self) -> None:
+        """Release the Pod's address (before any delete: the address outlives no Pod)."""
+        egress, address = self._executor._egress, self._admitted
+        if egress is not None and address is not None:
+            self._admitted = None
+            await egress.release(address)
+
+    async def _delete(self) -> None:
+        await self._release()
+        await self._executor._delete(self._namespace, self._name)
 
     def _started(self, pod_name: str) -> None:
         if self._logs is not None:

@@ -10,7 +10,8 @@ Privileges, each the least its holder needs:
 
 Two NetworkPolicies split the sandbox Pods by their ``ringfence.dev/egress`` label: those
 without an egress policy reach DNS and the API server only; those with one
-(``egress=proxy``) reach nothing but the control plane's Pods on the egress proxy port.
+(``egress=proxy``) reach nothing but the control plane's Pods on the egress proxy's port
+and its gate's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringfence.audit.signing import KEY_FILE
-from ringfence.backends.kubernetes.egress import EGRESS_LABEL, EGRESS_PROXY_PORT
+from ringfence.backends.kubernetes.egress import EGRESS_LABEL
 from ringfence.backends.kubernetes.manifests import MANAGED_BY, Manifest
 from ringfence.config import Config
 
@@ -227,7 +228,10 @@ def _egress_network_policy(sandboxes: str, system: str, config: Config) -> Manif
             "egress": [
                 {
                     "to": [_control_plane_pods(system)],
-                    "ports": [{"protocol": "TCP", "port": EGRESS_PROXY_PORT}],
+                    "ports": [
+                        {"protocol": "TCP", "port": config.kubernetes_egress_proxy_port},
+                        {"protocol": "TCP", "port": config.kubernetes_egress_gate_port},
+                    ],
                 }
             ],
         },
@@ -299,6 +303,9 @@ def _config_env(settings: ClusterSettings) -> dict[str, str]:
         "RINGFENCE_SERVICE_ACCOUNT": config.service_account,
         "RINGFENCE_KUBERNETES_IMAGE": config.kubernetes_image,
         "RINGFENCE_KUBERNETES_DAEMON_IMAGE": config.kubernetes_daemon_image,
+        # The ports the egress NetworkPolicy opens: the replicas listen on these.
+        "RINGFENCE_KUBERNETES_EGRESS_PROXY_PORT": str(config.kubernetes_egress_proxy_port),
+        "RINGFENCE_KUBERNETES_EGRESS_GATE_PORT": str(config.kubernetes_egress_gate_port),
         "RINGFENCE_DATA_DIR": "/var/lib/ringfence",
     }
     if settings.runtime_class:
@@ -346,7 +353,16 @@ def _deployment(system: str, settings: ClusterSettings) -> Manifest:
         "command": ["ringfence", "serve", "--host", "0.0.0.0", "--port", str(_PORT)],
         "ports": [
             {"name": "http", "containerPort": _PORT, "protocol": "TCP"},
-            {"name": "egress-proxy", "containerPort": EGRESS_PROXY_PORT, "protocol": "TCP"},
+            {
+                "name": "egress-proxy",
+                "containerPort": settings.config.kubernetes_egress_proxy_port,
+                "protocol": "TCP",
+            },
+            {
+                "name": "egress-gate",
+                "containerPort": settings.config.kubernetes_egress_gate_port,
+                "protocol": "TCP",
+            },
         ],
         "env": [
             {"name": POD_IP_VARIABLE, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}

@@ -28,12 +28,16 @@ from ringfence.errors import InvalidRequest
 from ringfence.models import NetworkMode, NetworkPolicy
 
 __all__ = [
+    "EGRESS_GATE_PORT",
     "EGRESS_LABEL",
     "EGRESS_OWNER_ANNOTATION",
     "EGRESS_PROXY_ANNOTATION",
     "EGRESS_PROXY_PORT",
+    "GATE_CONTAINER",
+    "GATE_SECONDS",
     "EgressProxy",
     "PodEgress",
+    "gate_command",
     "pod_egress",
 ]
 
@@ -42,6 +46,9 @@ EGRESS_LABEL = f"{DOMAIN}/egress"  # "proxy": its only way out; "none": no egres
 EGRESS_OWNER_ANNOTATION = f"{DOMAIN}/egress-owner"
 EGRESS_PROXY_ANNOTATION = f"{DOMAIN}/egress-proxy"
 EGRESS_PROXY_PORT = 3128
+EGRESS_GATE_PORT = 3129  # where a Job's Pod asks whether the proxy admits it yet
+GATE_CONTAINER = "egress-gate"
+GATE_SECONDS = 60  # a Job's Pod not admitted by then fails, its command never started
 _NO_PROXY = "localhost,127.0.0.1,::1"
 
 
@@ -53,6 +60,7 @@ class EgressProxy:
 
     address: str
     port: int = EGRESS_PROXY_PORT
+    gate_port: int = EGRESS_GATE_PORT
 
     def __post_init__(self) -> None:
         ipaddress.ip_address(self.address)  # raises ValueError: an address, not a name
@@ -114,3 +122,32 @@ def _nowhere_dns() -> dict[str, object]:
         "searches": [],
         "options": [{"name": "attempts", "value": "1"}, {"name": "timeout", "value": "1"}],
     }
+
+
+# The gate: the init container of a Job with egress rules. It asks the replica's gate, by
+# the execution's owner, until the proxy has registered the Pod's address for it, so the
+# command (in the next container) starts with its network in place. Standard-library Python
+# (Ringfence's image), a bounded wait, and a non-zero exit (the Pod fails) when not admitted.
+_GATE = """\
+import socket, sys, time
+host, port, owner, seconds = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        with socket.create_connection((host, port), timeout=2) as s:
+            s.sendall(owner.encode() + b"\\n")
+            if s.makefile("rb").readline(16) == b"open\\n":
+                sys.exit(0)
+    except OSError:
+        pass
+    time.sleep(0.1)
+sys.exit(f"egress gate: the proxy did not admit this pod within {seconds:g} s")
+"""
+
+
+def gate_command(proxy: EgressProxy, owner: str, seconds: float = GATE_SECONDS) -> list[str]:
+    """The gate's command: exits 0 once ``proxy`` admits ``owner`` from this Pod's address."""
+    return [
+        "python3", "-I", "-S", "-B", "-c", _GATE,
+        proxy.address, str(proxy.gate_port), owner, f"{seconds:g}",
+    ]  # fmt: skip

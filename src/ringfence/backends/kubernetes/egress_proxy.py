@@ -16,6 +16,10 @@ An address is registered once the Pod is ready and unregistered *before* its Pod
 (and at the first sign of its deletion by someone else), with its open connections cut, so
 a later Pod given the same address never inherits the policy.
 
+A second, tiny listener, the gate, answers one question for a Job's Pod (whose command
+starts with its container, before the replica has seen its address): "does the proxy admit
+my address for this owner yet?" (``egress.gate_command``). It tells nothing else.
+
 The decisions, the audit and ``ask`` are the local proxy's (``network.proxy``), unchanged.
 """
 
@@ -51,9 +55,14 @@ def pod_address(text: str) -> Address:
     return address
 
 
+_GATE_READ_SECONDS = 5.0
+_GATE_LINE_BYTES = 1024
+
+
 class _Registration:
-    def __init__(self, session: EgressSession) -> None:
+    def __init__(self, session: EgressSession, owner: str) -> None:
         self.session = session
+        self.owner = owner
         self.tasks: set[asyncio.Task[None]] = set()
 
 
@@ -64,7 +73,7 @@ class PodEgressProxy:
         self._resolver = resolver
         self._interceptor = interceptor
         self._pods: dict[Address, _Registration] = {}
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
 
     async def start(self, host: str | None, port: int) -> int:
         """Listen on ``host:port`` (host None: every address of both families, on a port
@@ -73,11 +82,23 @@ class PodEgressProxy:
         Raises:
             OSError: it cannot listen there.
         """
-        self._server = await asyncio.start_server(self._on_client, host, port)
-        return int(self._server.sockets[0].getsockname()[1])
+        server = await asyncio.start_server(self._on_client, host, port)
+        self._servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
 
-    def register(self, pod_ip: str, session: EgressSession) -> None:
-        """Connections from ``pod_ip`` are ``session``'s from now on.
+    async def start_gate(self, host: str | None, port: int) -> int:
+        """Listen for the gate's question on ``host:port`` (as ``start``); returns the port.
+
+        Raises:
+            OSError: it cannot listen there.
+        """
+        server = await asyncio.start_server(self._on_gate, host, port, limit=_GATE_LINE_BYTES)
+        self._servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
+
+    def register(self, pod_ip: str, session: EgressSession, owner: str = "") -> None:
+        """Connections from ``pod_ip`` are ``session``'s from now on. ``owner``: what the
+        gate of its Pod names (``execution:<id>``; default: the session's subject).
 
         Raises:
             ValueError: not an address, or one still registered (its Pod not yet
@@ -86,7 +107,7 @@ class PodEgressProxy:
         address = pod_address(pod_ip)
         if address in self._pods:
             raise ValueError(f"{address} is still the address of another sandbox")
-        self._pods[address] = _Registration(session)
+        self._pods[address] = _Registration(session, owner or session.requester.subject)
 
     def session_at(self, pod_ip: str) -> EgressSession | None:
         """The session of the sandbox at ``pod_ip``, or None."""
@@ -112,16 +133,36 @@ class PodEgressProxy:
         await asyncio.gather(*registration.tasks, return_exceptions=True)
 
     async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for address in list(self._pods):
             await self.unregister(str(address))
 
+    def _registration(self, writer: asyncio.StreamWriter) -> _Registration | None:
+        """The registration of the connection's source address, if any."""
+        peer = writer.get_extra_info("peername")
+        if isinstance(peer, tuple) and peer:
+            return self._pods.get(pod_address(str(peer[0])))
+        return None
+
+    async def _on_gate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One question: ``<owner>\n``; the answer ``open`` when the source address is
+        registered for that owner, else ``wait``."""
+        try:
+            line = await asyncio.wait_for(reader.readline(), _GATE_READ_SECONDS)
+            registration = self._registration(writer)
+            owner = line.rstrip(b"\n").decode("utf-8", "replace")
+            admitted = registration is not None and owner and registration.owner == owner
+            writer.write(b"open\n" if admitted else b"wait\n")
+            await writer.drain()
+        except (TimeoutError, ConnectionError, ValueError):  # slow, gone, or a line too long
+            pass
+        finally:
+            writer.close()
+
     def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        registration = None
-        if isinstance(peer, tuple) and peer:
-            registration = self._pods.get(pod_address(str(peer[0])))
+        registration = self._registration(writer)
         if registration is None:
             log.warning("egress proxy: a connection from %s, no sandbox of this replica", peer)
             reason = "egress denied by Ringfence: this address is no sandbox of this replica"

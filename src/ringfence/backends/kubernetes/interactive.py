@@ -10,6 +10,11 @@ A relay (``_relay``) gives the daemon client the unix socket it expects.
 The sandbox's timeout is kept here, not in the Pod: a Pod's ``activeDeadlineSeconds`` may
 be shortened but never extended, so ``set_timeout`` could not follow it. The Pod's own
 deadline is ``max_timeout``, a backstop for a control plane that dies without cleaning up.
+
+With egress rules (and this replica's egress, ``replica_egress``), the Pod's address is
+admitted to the proxy once the Pod is ready, before ``start`` returns (nothing of the
+sandbox's own runs before), and released before every delete and at the first watch event
+that shows the Pod deleted or ended by someone else.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from ringfence.backends.kubernetes._client import Cluster
 from ringfence.backends.kubernetes._relay import Relay
 from ringfence.backends.kubernetes._watch import watch
 from ringfence.backends.kubernetes.manifests import pod_manifest
+from ringfence.backends.kubernetes.replica_egress import ReplicaEgress, has_rules
 from ringfence.backends.kubernetes.status import PodPhase, pod_view
 from ringfence.config import Config
 from ringfence.errors import ExecutionNotFound, RingfenceError, SandboxError
@@ -100,6 +106,8 @@ class PodSandbox:
             while True:
                 async for kind, pod in self._runtime.watch_pod(self._name, 300):
                     view = pod_view(pod)
+                    if kind == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                        await self._runtime.release(self._name)
                     if kind == "DELETED":
                         return self._result(error)
                     if view.phase in (PodPhase.ENDED, PodPhase.BROKEN) and self._cause is None:
@@ -113,6 +121,7 @@ class PodSandbox:
         finally:
             if self._deadline is not None:
                 self._deadline.cancel()
+            await asyncio.shield(self._runtime.release(self._name))
             await self._relay.aclose()
 
     def _result(self, error: str | None) -> ExecutionResult:
@@ -141,20 +150,27 @@ class PodSandboxRuntime:
         self._relays = relays / f"i{os.getpid()}"
         self._relays.mkdir(mode=0o700, exist_ok=True)
         self._sandboxes: set[PodSandbox] = set()
+        self._egress: ReplicaEgress | None = None
+        self._admitted: dict[str, str] = {}  # Pod name -> its address, admitted to the proxy
+
+    def use_egress(self, egress: ReplicaEgress) -> None:
+        """Enforce egress rules with this replica's proxy (without it they are refused)."""
+        self._egress = egress
 
     async def start(self, spec: LaunchSpec) -> PodSandbox:
-        """Create the Pod; return once its daemon is ready.
+        """Create the Pod; return once its daemon is ready (and, with egress rules, its
+        address admitted to this replica's proxy).
 
         Raises:
             SandboxError: it could not be created or never became ready (the message says why).
-            InvalidRequest: the image is a host directory; egress rules (no proxy yet).
+            InvalidRequest: the image is a host directory; egress rules and no proxy here.
         """
         sandbox_id = uuid.uuid4().hex
-        # No egress proxy runs in this control plane yet: a policy with rules is refused
-        # here (docs/kubernetes.md, "Egress"), never a sandbox that ignores it.
+        egress = self._egress
         manifest = pod_manifest(
-            sandbox_id, spec.image, spec.env, spec.limits, self._config, network=spec.network
-        )
+            sandbox_id, spec.image, spec.env, spec.limits, self._config, network=spec.network,
+            egress_proxy=egress.at if egress is not None else None,
+        )  # fmt: skip
         name = manifest["metadata"]["name"]
         await self._cluster.call(
             f"creating sandbox pod {name}",
@@ -162,6 +178,9 @@ class PodSandboxRuntime:
         )  # fmt: skip
         try:
             address = await self._ready(name)
+            if egress is not None and spec.network is not None and has_rules(spec.network):
+                egress.admit(address, spec.network, f"sandbox:{sandbox_id}")
+                self._admitted[name] = address
             relay = Relay(self._relays / f"{sandbox_id}.sock", address,
                           self._config.kubernetes_daemon_port)  # fmt: skip
             await relay.start()
@@ -179,12 +198,20 @@ class PodSandboxRuntime:
         shutil.rmtree(self._relays, ignore_errors=True)
         self._cluster.close()
 
+    async def release(self, name: str) -> None:
+        """Release the Pod's address from the proxy, cutting its connections; idempotent."""
+        address = self._admitted.pop(name, None)
+        if address is not None and self._egress is not None:
+            await self._egress.release(address)
+
     async def delete(self, name: str) -> None:
-        """Delete the Pod at once (no grace); gone already is fine.
+        """Release the Pod's address, then delete the Pod at once (no grace); gone already
+        is fine.
 
         Raises:
             SandboxError: the API failed.
         """
+        await self.release(name)
         with contextlib.suppress(ExecutionNotFound):
             await self._cluster.call(
                 f"deleting sandbox pod {name}", self._cluster.core.delete_namespaced_pod,

@@ -17,7 +17,14 @@ import math
 import re
 from typing import Any
 
-from ringfence.backends.kubernetes.egress import EgressProxy, PodEgress, pod_egress
+from ringfence.backends.kubernetes.egress import (
+    EGRESS_LABEL,
+    GATE_CONTAINER,
+    EgressProxy,
+    PodEgress,
+    gate_command,
+    pod_egress,
+)
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import ExecutionRequest, NetworkPolicy, ResourceLimits
@@ -109,6 +116,11 @@ def job_manifest(
         **_hardened_container(limits),
     }
     pod_spec = _pod_spec(container, limits, config, deadline=timeout) | egress.pod_spec
+    if egress.labels.get(EGRESS_LABEL) == "proxy" and egress_proxy is not None:
+        # The command starts with its container: before it, wait until the replica's proxy
+        # admits this Pod's address (bounded; not admitted: the Pod fails, nothing ran).
+        owner = f"execution:{request.id}"
+        pod_spec["initContainers"] = [_gate(egress_proxy, owner, config)]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -201,6 +213,18 @@ def pod_manifest(
         },
         "spec": spec,
     }
+
+
+def _gate(proxy: EgressProxy, owner: str, config: Config) -> Manifest:
+    """The init container that holds a Job's command until the proxy admits its Pod."""
+    gate: Manifest = {
+        "name": GATE_CONTAINER,
+        "image": config.kubernetes_daemon_image,  # Ringfence's: python3, whatever the job's
+        "command": gate_command(proxy, owner),
+        **_hardened_container(ResourceLimits(memory=32 << 20, cpus=0.1, disk=1 << 20)),
+    }
+    gate["volumeMounts"] = []
+    return gate
 
 
 def image_of(image: str | None, config: Config) -> str:

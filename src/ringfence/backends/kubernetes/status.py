@@ -13,11 +13,15 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ringfence.backends.kubernetes.egress import GATE_CONTAINER, GATE_SECONDS
 from ringfence.models import Status
 
 __all__ = ["Outcome", "PodPhase", "PodView", "job_outcome", "pod_view"]
 
 CONTAINER = "sandbox"
+GATE_CLOSED = (
+    f"the egress proxy did not admit the pod within {GATE_SECONDS} s; its command never ran"
+)
 POD_DEADLINE = "the pod's deadline passed; it was killed"
 # Waiting reasons that will not resolve by waiting: the image or the container's setup.
 _BROKEN_WAITING = {
@@ -84,6 +88,10 @@ def pod_view(pod: dict[str, Any]) -> PodView:
 def _ended(status: dict[str, Any]) -> PodView:
     if status.get("reason") == "DeadlineExceeded":
         return PodView(PodPhase.ENDED, error=POD_DEADLINE)
+    for container in status.get("initContainerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if container.get("name") == GATE_CONTAINER and terminated.get("exitCode", 0) != 0:
+            return PodView(PodPhase.ENDED, error=GATE_CLOSED)
     for container in status.get("containerStatuses") or []:
         if container.get("name") != CONTAINER:
             continue

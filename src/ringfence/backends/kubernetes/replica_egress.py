@@ -1,0 +1,97 @@
+"""This replica's egress for its sandbox Pods: the proxy it runs (``egress_proxy``), where
+its Pods reach it (``egress.EgressProxy``), and the two moves the Job executor and the Pod
+runtime make on it: ``admit`` a Pod's address with its policy, ``release`` it before the Pod
+goes (docs/network.md, "Enforcement on Kubernetes").
+
+``start_replica_egress`` is what ``ringfence serve`` calls with the ``job`` backend: with the
+replica's Pod IP (``RINGFENCE_POD_IP``) it listens there and hands the egress to the executor
+and the runtime; without one it does nothing, and egress rules stay refused (fail closed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ringfence.backends.kubernetes.egress import EgressProxy
+from ringfence.backends.kubernetes.egress_proxy import PodEgressProxy
+from ringfence.config import Config
+from ringfence.errors import InvalidRequest, SandboxError
+from ringfence.models import NetworkMode, NetworkPolicy
+from ringfence.network.resolver import Resolver
+from ringfence.network.session import EgressSession, current_requester
+
+if TYPE_CHECKING:
+    from ringfence.backends._interactive import SandboxRuntime
+    from ringfence.backends._protocol import Executor
+
+__all__ = ["ReplicaEgress", "has_rules", "start_replica_egress"]
+
+
+def has_rules(network: NetworkPolicy | None) -> bool:
+    """Whether a Pod with ``network`` goes through the proxy (else it has no egress policy)."""
+    return network is not None and network.mode is NetworkMode.RULES
+
+
+@dataclass(frozen=True)
+class ReplicaEgress:
+    proxy: PodEgressProxy
+    at: EgressProxy
+
+    def admit(self, pod_ip: str, network: NetworkPolicy, owner: str) -> None:
+        """Connections from ``pod_ip`` follow ``network`` from now on, on behalf of the
+        requester of the current task (``service``'s ``requesting``); ``owner``: the Pod's
+        ``execution:<id>`` or ``sandbox:<id>``, which its gate names.
+
+        Raises:
+            SandboxError: the address is still another sandbox's (never shared).
+        """
+        requester = current_requester()
+        if not requester.subject:
+            requester = dataclasses.replace(requester, subject=owner)
+        try:
+            self.proxy.register(pod_ip, EgressSession(requester, network), owner)
+        except ValueError as exc:
+            raise SandboxError(f"egress: cannot admit the pod's address: {exc}") from exc
+
+    async def release(self, pod_ip: str) -> None:
+        """Forget ``pod_ip`` and cut its connections (before its Pod is deleted)."""
+        await self.proxy.unregister(pod_ip)
+
+
+async def start_replica_egress(
+    config: Config, executor: Executor, runtime: SandboxRuntime | None
+) -> ReplicaEgress | None:
+    """Start the proxy and its gate on the replica's Pod IP and hand them to ``executor``
+    (which closes them) and ``runtime``; None without a Pod IP.
+
+    Raises:
+        InvalidRequest: TLS interception is configured (no CA reaches sandbox Pods).
+        OSError: it cannot listen there.
+    """
+    from ringfence.backends.kubernetes.backend import JobExecutor
+    from ringfence.backends.kubernetes.interactive import PodSandboxRuntime
+
+    assert isinstance(executor, JobExecutor)  # the job backend's, as serve chose
+    assert runtime is None or isinstance(runtime, PodSandboxRuntime)
+    if config.pod_ip is None:
+        return None
+    if config.network_intercept:
+        raise InvalidRequest(
+            "RINGFENCE_NETWORK_INTERCEPT: the job backend cannot intercept TLS (no Ringfence "
+            "CA is trusted inside sandbox Pods); unset it (headers then go on plain HTTP only)"
+        )
+    address = str(config.pod_ip)
+    proxy = PodEgressProxy(Resolver(config.network_hosts))
+    try:
+        port = await proxy.start(address, config.kubernetes_egress_proxy_port)
+        gate = await proxy.start_gate(address, config.kubernetes_egress_gate_port)
+    except BaseException:
+        await proxy.aclose()
+        raise
+    egress = ReplicaEgress(proxy, EgressProxy(address, port, gate))
+    executor.use_egress(egress)
+    if runtime is not None:
+        runtime.use_egress(egress)
+    return egress
