@@ -86,6 +86,10 @@ async def _serve(config: Config, host: str, port: int) -> None:
         pool = WarmPool(
             runtime, config, config.pool_sizes, lambda name: template_image(name, config)
         )
+    if executor.name == "job":  # its egress proxy, on the replica's Pod IP when given
+        from ringfence.backends.kubernetes.replica_egress import start_replica_egress
+
+        await start_replica_egress(config, executor, runtime)
     sandboxes = SandboxService(store, runtime, config, audit, pool)
     sandboxes.egress_gateway = getattr(executor, "egress", None)  # live policy changes
     notifier = None
