@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import hmac
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from ringfence.server.console.pages import render
+from ringfence.server.console.sessions import SessionTable
+from ringfence.service.egress_asks import EgressAsk, EgressAskState
+from ringfence.service.keys import Principal
 from ringfence.service.webhooks import signature
-from ringfence.store import AuditQuery
+from ringfence.store import AuditQuery, Role
 from tests.console.conftest import AskConsole, csrf_of, sign_in
 from tests.integration._attack_helpers import eventually
 from tests.server.test_webhooks import SECRET
@@ -193,3 +198,25 @@ async def test_forged_forms_agents_other_tenants_and_the_requester_decide_nothin
     ]
     events = [e["event"] for e in await _events(console, ask_id, 2)]
     assert events == ["network.ask.opened", "network.ask.rejected"]
+
+
+def test_ask_text_is_escaped_on_the_pages() -> None:
+    """Hosts come from the sandbox (a wildcard rule matches names it chooses): whatever
+    reaches an ask is rendered as text, hidden characters marked."""
+    hostile = '<script>alert(1)</script>"><img src=x onerror=alert(2)>\u202e.wild.test'
+    now = datetime.now(UTC)
+    ask = EgressAsk(
+        id="na01", state=EgressAskState.REJECTED, sandbox=f"sandbox:{hostile}", host=hostile,
+        port=443, requested_by=hostile, created_at=now, expires_at=now, decided_by=hostile,
+        decided_at=now, reason=hostile,
+    )  # fmt: skip
+    session = SessionTable().create(Principal("acme", Role.APPROVER, "k1"))
+    for template in ("pending.html", "history.html"):
+        html = render(
+            template, session=session, csrf="t", flash=[], now=now, proposals=[],
+            asks=[ask.model_copy(update={"state": EgressAskState.PENDING})]
+            if template == "pending.html" else [ask],
+            asks_enabled=True,
+        ).body.decode()  # fmt: skip
+        assert "<script>" not in html and "<img" not in html and "\u202e" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "\\u202e" in html
