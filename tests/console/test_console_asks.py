@@ -45,8 +45,8 @@ async def _flash(client: httpx.AsyncClient) -> str:
 
 
 async def _events(console: AskConsole, ask_id: str, count: int) -> list[dict[str, Any]]:
-    """The first ``count`` webhook deliveries about ``ask_id``, each checked for its
-    signature, once they have arrived."""
+    """The webhook deliveries about ``ask_id``, each checked for its signature, once
+    ``count`` have arrived."""
 
     def about() -> list[tuple[dict[str, str], bytes]]:
         return [
@@ -62,7 +62,8 @@ async def _events(console: AskConsole, ask_id: str, count: int) -> list[dict[str
         payload = json.loads(body)
         assert headers["ringfence-event"] == payload["event"]
         payloads.append(payload)
-    return payloads
+    # Deliveries run concurrently: in the order of the ask's life, pending first.
+    return sorted(payloads, key=lambda p: p["ask"]["decided_at"] or "")
 
 
 async def test_an_approver_lets_a_waiting_connection_through_from_the_console(
