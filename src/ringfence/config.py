@@ -116,7 +116,7 @@ class Config(BaseSettings):
     )
     webhook_urls: list[str] = Field(
         default_factory=list,
-        description="URLs told of new proposals and decisions (JSON list in the environment).",
+        description="URLs told of proposals, egress asks and their decisions (JSON list).",
     )
     webhook_secret: str | None = Field(
         None, description="HMAC-SHA256 key that signs webhook deliveries (required with URLs)."
