@@ -132,3 +132,52 @@ async def test_listening_on_every_address_as_in_a_pod(http_origin: Origin, audit
         assert (await _get(port, "127.0.0.3", url)).startswith(b"HTTP/1.1 403")
     finally:
         await egress.aclose()
+
+
+async def _ask_gate(port: int, source: str, line: bytes) -> bytes:
+    """The gate's answer to ``line`` from ``source``; b"" when it closed without one."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    try:
+        writer.write(line)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), WAIT)
+    except ConnectionResetError:  # closed with our question unread
+        return b""
+    finally:
+        writer.close()
+
+
+async def test_the_gate_opens_only_for_the_admitted_address_and_its_owner(
+    proxy: tuple[PodEgressProxy, int], audit: AuditLog
+) -> None:
+    egress, _ = proxy
+    gate = await egress.start_gate("127.0.0.1", 0)
+    egress.register("127.0.0.2", _session(audit, "sb-a", 80), "execution:x-1")
+    assert await _ask_gate(gate, "127.0.0.2", b"execution:x-1\n") == b"open\n"
+    assert await _ask_gate(gate, "127.0.0.2", b"execution:x-2\n") == b"wait\n"  # not its own
+    assert await _ask_gate(gate, "127.0.0.3", b"execution:x-1\n") == b"wait\n"  # another Pod
+    assert await _ask_gate(gate, "127.0.0.2", b"\n") == b"wait\n"
+    assert await _ask_gate(gate, "127.0.0.2", b"x" * 4096 + b"\n") == b""  # too long: closed
+    await egress.unregister("127.0.0.2")
+    assert await _ask_gate(gate, "127.0.0.2", b"execution:x-1\n") == b"wait\n"
+
+
+async def test_the_gate_lets_no_address_hoard_connections(
+    proxy: tuple[PodEgressProxy, int], audit: AuditLog
+) -> None:
+    egress, _ = proxy
+    gate = await egress.start_gate("127.0.0.1", 0)
+    egress.register("127.0.0.2", _session(audit, "sb-a", 80), "execution:x-1")
+    silent = [
+        await asyncio.open_connection("127.0.0.1", gate, local_addr=("127.0.0.2", 0))
+        for _ in range(4)
+    ]
+    # The fifth question while four hang silent: closed unanswered; another address is not
+    # held up by it.
+    assert await _ask_gate(gate, "127.0.0.2", b"execution:x-1\n") == b""
+    assert await _ask_gate(gate, "127.0.0.4", b"execution:x-1\n") == b"wait\n"
+    for _, writer in silent:
+        writer.close()
+    async with asyncio.timeout(WAIT):  # the four are answered (closed) once they end
+        while await _ask_gate(gate, "127.0.0.2", b"execution:x-1\n") != b"open\n":
+            await asyncio.sleep(0.01)

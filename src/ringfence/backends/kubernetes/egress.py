@@ -16,7 +16,9 @@ On Kubernetes the proxy is the one in the control-plane replica that runs the sa
   it was given in annotations, for operators and for a replica taking over.
 
 The proxy tells which sandbox a connection comes from by its source address: the Pod IP,
-which the replica that created the Pod learns from its watch (``egress_proxy``).
+which the replica that created the Pod learns from its watch (``egress_proxy``). A Job's
+command starts with its container, before that: its Pod also gets a gate, an init container
+that waits (bounded) until the proxy admits its address (``gate_command``).
 """
 
 from __future__ import annotations
@@ -95,9 +97,9 @@ def pod_egress(network: NetworkPolicy | None, owner: str, proxy: EgressProxy | N
         return PodEgress(labels={EGRESS_LABEL: "none"})
     if proxy is None:
         raise InvalidRequest(
-            "network: the job backend does not enforce egress rules yet (no egress proxy "
-            "in this control plane; docs/kubernetes.md); its sandboxes reach only the API "
-            "server and DNS"
+            "network: the job backend does not enforce egress rules here: this replica runs "
+            "no egress proxy (RINGFENCE_POD_IP is unset; docs/kubernetes.md, Egress); its "
+            "sandboxes reach only the API server and DNS"
         )
     url = proxy.url
     return PodEgress(

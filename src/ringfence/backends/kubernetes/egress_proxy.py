@@ -57,6 +57,7 @@ def pod_address(text: str) -> Address:
 
 _GATE_READ_SECONDS = 5.0
 _GATE_LINE_BYTES = 1024
+_GATE_PER_ADDRESS = 4  # questions in flight from one address; past it, closed at once
 
 
 class _Registration:
@@ -74,6 +75,8 @@ class PodEgressProxy:
         self._interceptor = interceptor
         self._pods: dict[Address, _Registration] = {}
         self._servers: list[asyncio.AbstractServer] = []
+        self._asking: dict[Address, int] = {}  # gate questions in flight, by address
+        self._gate_tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str | None, port: int) -> int:
         """Listen on ``host:port`` (host None: every address of both families, on a port
@@ -135,6 +138,9 @@ class PodEgressProxy:
     async def aclose(self) -> None:
         for server in self._servers:
             server.close()
+        for task in list(self._gate_tasks):
+            task.cancel()
+        await asyncio.gather(*self._gate_tasks, return_exceptions=True)
         for address in list(self._pods):
             await self.unregister(str(address))
 
@@ -145,12 +151,28 @@ class PodEgressProxy:
             return self._pods.get(pod_address(str(peer[0])))
         return None
 
-    async def _on_gate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One question: ``<owner>\n``; the answer ``open`` when the source address is
-        registered for that owner, else ``wait``."""
+    def _on_gate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        if not (isinstance(peer, tuple) and peer):
+            writer.close()
+            return
+        address = pod_address(str(peer[0]))
+        if self._asking.get(address, 0) >= _GATE_PER_ADDRESS:
+            writer.close()  # a Pod asks one question at a time: no descriptors hoarded
+            return
+        self._asking[address] = self._asking.get(address, 0) + 1
+        task = asyncio.ensure_future(self._answer(address, reader, writer))
+        self._gate_tasks.add(task)
+        task.add_done_callback(self._gate_tasks.discard)
+
+    async def _answer(
+        self, address: Address, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """One question, a line naming an owner; the answer ``open`` when the source address
+        is admitted for that owner, else ``wait``. Nothing else is told."""
         try:
             line = await asyncio.wait_for(reader.readline(), _GATE_READ_SECONDS)
-            registration = self._registration(writer)
+            registration = self._pods.get(address)
             owner = line.rstrip(b"\n").decode("utf-8", "replace")
             admitted = registration is not None and owner and registration.owner == owner
             writer.write(b"open\n" if admitted else b"wait\n")
@@ -159,6 +181,8 @@ class PodEgressProxy:
             pass
         finally:
             writer.close()
+            if (left := self._asking.pop(address) - 1) > 0:
+                self._asking[address] = left
 
     def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
