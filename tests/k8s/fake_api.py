@@ -39,6 +39,7 @@ class _Watch:
         timeout_seconds: int,
         field_selector: str | None = None,
         label_selector: str | None = None,
+        resource_version: str | None = None,  # replays what exists either way
     ) -> Iterator[dict[str, Any]]:
         kind = "Pod" if list_function.__name__ == "list_namespaced_pod" else "Job"
 
@@ -108,8 +109,17 @@ class _Api:
     def list_namespaced_pod(self, namespace: str, **_: Any) -> Obj:
         return self._cluster._list("Pod")
 
-    def list_namespaced_job(self, namespace: str, **_: Any) -> Obj:
-        return self._cluster._list("Job")
+    def list_namespaced_job(
+        self, namespace: str, field_selector: str | None = None, **_: Any
+    ) -> Obj:
+        listed = self._cluster._list("Job")
+        if field_selector:
+            listed["items"] = [
+                o
+                for o in listed["items"]
+                if field_selector == f"metadata.name={o['metadata']['name']}"
+            ]
+        return listed
 
     def read_namespaced_pod_log(self, name: str, namespace: str, **_: Any) -> _LogStream:
         return _LogStream()

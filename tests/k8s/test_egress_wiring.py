@@ -307,6 +307,16 @@ async def test_a_cancelled_job_loses_its_address_before_the_job_is_deleted(
     assert (await asyncio.wait_for(running, WAIT)).status is Status.CANCELLED
 
 
+async def test_cancelling_a_job_someone_already_deleted_ends_at_once(
+    wired: Wired, http_origin: Origin, audit: AuditLog
+) -> None:
+    running, name, _ = await _start_job(wired, audit, "x-9", _policy(http_origin.port))
+    wired.cluster._delete("Job", name)  # gone before the cancel: no watch will see it go
+    cancelled = await asyncio.wait_for(wired.executor.cancel("x-9"), WAIT)
+    assert cancelled.status is Status.CANCELLED
+    assert (await asyncio.wait_for(running, WAIT)).status is Status.CANCELLED
+
+
 async def test_a_gate_that_never_opened_fails_the_execution_saying_so(
     wired: Wired, http_origin: Origin, audit: AuditLog
 ) -> None:

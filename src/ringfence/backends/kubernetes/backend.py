@@ -323,10 +323,23 @@ class _Supervision:
         return Outcome(Status.FAILED, error="the Job did not report its end in time; deleted")
 
     async def _job_gone(self) -> None:
+        """Until the Job is deleted. A watch sends nothing about a Job already gone, so the
+        Job is listed first, and watched from that list's version: no deletion is missed."""
+        selector = f"metadata.name={self._name}"
+        listed = self._cluster.plain(
+            await self._cluster.call(
+                f"looking for Job {self._name}", self._cluster.batch.list_namespaced_job,
+                self._namespace, field_selector=selector,
+            )
+        )  # fmt: skip
+        if not listed.get("items"):
+            return
+        version = (listed.get("metadata") or {}).get("resourceVersion")
+        since = {"resource_version": version} if version else {}
         async for kind, _ in watch(
             self._cluster, f"waiting for Job {self._name} to be deleted",
             self._cluster.batch.list_namespaced_job, self._namespace,
-            field_selector=f"metadata.name={self._name}", timeout_seconds=_END_SECONDS,
+            field_selector=selector, timeout_seconds=_END_SECONDS, **since,
         ):  # fmt: skip
             if kind == "DELETED":
                 return
