@@ -22,6 +22,7 @@ __all__ = [
     "AuditSink",
     "EgressSession",
     "Requester",
+    "SessionLookup",
     "current_requester",
     "requesting",
 ]
@@ -159,3 +160,10 @@ class EgressSession:
         requester = self.requester
         audit.record(requester.tenant, requester.subject, action, requester.subject, outcome,
                      details)  # fmt: skip
+
+
+class SessionLookup(Protocol):
+    """Where a running sandbox's egress session is found, to change its policy live: the
+    local backend's ``EgressGateway``, a Kubernetes replica's ``PodEgressProxy``."""
+
+    def session(self, tenant: str, subject: str) -> EgressSession | None: ...

@@ -42,8 +42,7 @@ from ringfence.models import (
     Status,
 )
 from ringfence.network.defaults import check_tenant_policy, policy_for
-from ringfence.network.gateway import EgressGateway
-from ringfence.network.session import Asker, Requester, requesting
+from ringfence.network.session import Asker, Requester, SessionLookup, requesting
 from ringfence.service.audit import AuditLog
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.policy import check_limits, check_timeout
@@ -104,7 +103,7 @@ class SandboxService:
         self._starting: collections.Counter[str] = collections.Counter()  # per tenant
         self._watchers: set[asyncio.Task[None]] = set()
         self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
-        self.egress_gateway: EgressGateway | None = None  # where live policies change
+        self.egress_gateway: SessionLookup | None = None  # where live policies change
 
     def start(self) -> None:
         """Start filling the warm pool (in the event loop that serves)."""
