@@ -10,8 +10,8 @@ import pytest
 
 from ringfence.backends.process import ProcessExecutor
 from ringfence.config import Config
-from ringfence.errors import ExecutionNotFound
-from ringfence.models import ExecutionRequest, Status
+from ringfence.errors import ExecutionNotFound, InvalidRequest
+from ringfence.models import ExecutionRequest, NetworkPolicy, Status
 
 
 @pytest.fixture
@@ -82,3 +82,9 @@ async def _until_running(executor: ProcessExecutor, execution_id: str) -> None:
                 return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{execution_id} never ran")
+
+
+async def test_an_egress_policy_is_refused_not_ignored(executor: ProcessExecutor) -> None:
+    rules = NetworkPolicy.model_validate({"rules": [{"domain": "pypi.org"}]})
+    with pytest.raises(InvalidRequest, match="cannot enforce an egress policy"):
+        await executor.execute(ExecutionRequest(command=["true"], network=rules))

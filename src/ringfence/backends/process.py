@@ -19,7 +19,7 @@ from ringfence.backends._child import Child
 from ringfence.backends._supervisor import SupervisingExecutor
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
-from ringfence.models import ExecutionRequest, ResourceLimits
+from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
 
 __all__ = ["ProcessExecutor"]
 
@@ -43,6 +43,11 @@ class ProcessExecutor(SupervisingExecutor):
     def check(self, request: ExecutionRequest) -> None:
         if request.mounts:
             raise InvalidRequest("the process backend cannot grant mounts (it has no sandbox)")
+        if request.network is not None and request.network.mode is NetworkMode.RULES:
+            raise InvalidRequest(
+                "network: the process backend cannot enforce an egress policy (it has no "
+                "sandbox; its commands have the host's network)"
+            )
         image = request.image or self.config.default_image
         if image != "host":
             raise InvalidRequest(f"the process backend runs on the host only, not image {image!r}")
