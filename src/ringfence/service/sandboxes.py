@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import Collection, Mapping
@@ -266,45 +267,49 @@ class SandboxService:
     ) -> Sandbox:
         """Make a pooled sandbox the claimer's: its id, environment and timeout.
 
-        The claim is answered before the sandbox's record is written (a claim is meant to
-        take milliseconds, and a SQLite write alone takes 2-5 ms here): until it is, this
-        service's own readers (``get``, ``list``, ``set_timeout``, the watcher) wait for it.
-        Should the write fail, the sandbox is killed: none runs unrecorded. A crash before
-        it lands loses a sandbox that died with the server anyway (--die-with-parent).
+        A claim is meant to take milliseconds, so two of its steps finish after it is
+        answered. The record (a SQLite write alone takes 2-5 ms here): until it is written,
+        this service's own readers (``get``, ``list``, ``set_timeout``, the watcher) wait
+        for it. The environment (the daemon's ``/init``, ~1 ms): every request to the
+        daemon waits for it, so nothing runs before it is set. Should either fail, the
+        sandbox is killed: none runs unrecorded or with another claim's environment. A crash
+        before the record lands loses a sandbox that died with the server anyway.
         """
         warm.daemon.sandbox_id = sandbox.id
         entry = _Live(tenant, warm.live, warm.daemon, asyncio.get_running_loop().create_future())
         entry.recorded = asyncio.create_task(self._store.add_sandbox(tenant, sandbox))
-        entry.recorded.add_done_callback(lambda task: self._kill_unrecorded(entry, task))
+        initialized = warm.daemon.start_init({**spec.env, SANDBOX_ID_VARIABLE: sandbox.id})
+        entry.recorded.add_done_callback(
+            functools.partial(self._kill_on_failure, entry, what="its record")
+        )
+        initialized.add_done_callback(
+            functools.partial(self._kill_on_failure, entry, what="its environment")
+        )
         self._live[sandbox.id] = entry
         watcher = asyncio.create_task(self._watch(sandbox, entry))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
-        try:  # both at once
-            await asyncio.gather(
-                warm.live.set_timeout(timeout),
-                warm.daemon.init({**spec.env, SANDBOX_ID_VARIABLE: sandbox.id}),
-            )
+        try:
+            await warm.live.set_timeout(timeout)
         except BaseException as exc:
             entry.failure = entry.failure or f"its claim from the pool failed: {exc}"
             await asyncio.shield(warm.live.kill())
-            unrecorded = _unrecorded(entry)
-            if unrecorded is not None:
-                raise unrecorded from exc
             raise
-        if unrecorded := _unrecorded(entry):  # failed already: it is being killed
-            raise unrecorded
+        for step in (entry.recorded, initialized):  # failed already: it is being killed
+            if (failure := _failure(step)) is not None:
+                raise failure
         details = {"template": spec.template, "timeout": timeout, "pooled": True,
                    "env": sorted(spec.env), "metadata": spec.metadata}  # fmt: skip
         self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", details)
         return sandbox
 
-    def _kill_unrecorded(self, entry: _Live, recorded: asyncio.Task[None]) -> None:
-        failure = _unrecorded(entry)
+    def _kill_on_failure(self, entry: _Live, step: asyncio.Task[None], *, what: str) -> None:
+        """Kill a claimed sandbox whose ``what`` (a step finished after the claim) failed."""
+        failure = _failure(step)
         if failure is None:
             return
-        log.error("a pooled sandbox's record was not written; killing it: %s", failure)
-        entry.failure = f"its record could not be stored: {failure}"
+        log.error("a pooled sandbox's %s failed; killing it: %s", what, failure)
+        entry.failure = entry.failure or f"{what} could not be set up: {failure}"
         killing = asyncio.create_task(_kill(entry.sandbox))
         self._watchers.add(killing)
         killing.add_done_callback(self._watchers.discard)
@@ -524,12 +529,11 @@ def _ended_here(sandbox: Sandbox) -> Sandbox:
     return sandbox
 
 
-def _unrecorded(entry: _Live) -> BaseException | None:
-    """Why the sandbox's record could not be written, if it failed already."""
-    recorded = entry.recorded
-    if recorded is None or not recorded.done() or recorded.cancelled():
+def _failure(step: asyncio.Task[None]) -> BaseException | None:
+    """Why ``step`` failed, if it has (a cancelled step is no failure)."""
+    if not step.done() or step.cancelled():
         return None
-    return recorded.exception()
+    return step.exception()
 
 
 async def _kill(sandbox: LiveSandbox) -> None:
