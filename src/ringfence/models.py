@@ -177,6 +177,7 @@ _RESERVED_HEADERS = frozenset(
      "proxy-connection", "keep-alive", "te", "trailer", "upgrade"}
 )  # fmt: skip
 _MIN_PREFIX = {4: 8, 6: 32}  # broader CIDRs are refused as too broad
+_IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")  # IPv4 addresses written as IPv6
 REDACTED = "<redacted>"
 
 
@@ -203,7 +204,8 @@ class EgressRule(BaseModel):
         None,
         description="Addresses the destination must resolve into (with a domain), or IP "
         "literals the rule matches (alone). Needed to reach loopback or private addresses. "
-        "At most /8 (IPv4) or /32 (IPv6) broad.",
+        "At most /8 (IPv4) or /32 (IPv6) broad; an IPv4-mapped range (::ffff:a.b.c.d/n) "
+        "is stored as the IPv4 range it names.",
     )
     ports: list[int] = Field(
         default_factory=lambda: [80, 443],
@@ -240,6 +242,11 @@ class EgressRule(BaseModel):
             network = ipaddress.ip_network(cidr.strip(), strict=False)
         except ValueError:
             raise ValueError(f"invalid cidr {cidr!r}") from None
+        if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_IPV4_MAPPED):
+            # ::ffff:a.b.c.d is a.b.c.d on the wire: decided, checked and stored as IPv4.
+            network = ipaddress.IPv4Network(
+                (int(network.network_address) & 0xFFFFFFFF, network.prefixlen - 96)
+            )
         if network.prefixlen < _MIN_PREFIX[network.version]:
             raise ValueError(f"cidr {cidr!r} is too broad")
         return str(network)

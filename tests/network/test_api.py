@@ -372,6 +372,14 @@ async def test_tenants_cannot_reach_internal_networks_the_operator_did_not_allow
             "/v1/executions", json={"command": ["true"], "network": body}, headers=net_api.acme
         )
         assert executed.status_code == 400, (cidr, executed.text)
+    # Internal addresses written as IPv6 (mapped, NAT64): refused too, as internal or broad.
+    for cidr in ("::ffff:0.0.0.0/96", "::ffff:10.0.0.1/128", "::ffff:169.254.169.254/128",
+                 "64:ff9b::/96"):  # fmt: skip
+        refused = await net_api.client.post(
+            "/v1/sandboxes", json={"network": {"rules": [{"cidr": cidr}]}}, headers=net_api.acme
+        )
+        assert refused.status_code in (400, 422), (cidr, refused.text)
+        assert cidr in refused.text or "internal network" in refused.text, refused.text
     sandbox = await create(net_api, net_api.acme, network=policy_json(http_origin.port))
     widened = await net_api.client.put(
         f"/v1/sandboxes/{sandbox['id']}/network",

@@ -19,9 +19,11 @@ from ringfence.models import EgressAction, EgressRule, NetworkMode, NetworkPolic
 __all__ = [
     "Address",
     "Verdict",
+    "canonical_address",
     "check_addresses",
     "decide",
     "domain_matches",
+    "embeds_ipv4",
     "internal_networks",
     "is_internal",
     "name_resolvable",
@@ -31,14 +33,25 @@ __all__ = [
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Never reached through an allowed *name*: only a rule whose CIDR names them reaches these.
+# The IPv6 ranges that embed an IPv4 address (mapped, IPv4-compatible, NAT64, 6to4) are
+# here whole: through them an IPv4 address of the host's could be reached by another name.
 _INTERNAL = tuple(
     ipaddress.ip_network(net)
     for net in (
-        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-        "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
-        "::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8",
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "168.63.129.16/32",
+        "169.254.0.0/16", "172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16",
+        "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
+        "::/96", "::1/128", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16",
+        "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
     )
 )  # fmt: skip
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+# IPv6 addresses that reach an IPv4 address through a translator or a tunnel (IPv4-compatible,
+# NAT64, 6to4): never used, whatever the rules say, as they would pass the IPv4 rules by.
+_EMBEDDING_IPV4 = tuple(
+    ipaddress.IPv6Network(net) for net in ("::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16")
+)
+_LOOPBACK6 = ipaddress.IPv6Address("::1")
 
 
 @dataclass(frozen=True)
@@ -68,10 +81,26 @@ def domain_matches(pattern: str, host: str) -> bool:
     return host == pattern
 
 
-def is_internal(address: Address) -> bool:
-    """Loopback, private, link-local, multicast or unspecified (IPv4-mapped included)."""
+def canonical_address(address: Address) -> Address:
+    """An IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) as the IPv4 address it is on the
+    wire; every other address as it is. Decisions are made, and connections opened, on it."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+        return address.ipv4_mapped
+    return address
+
+
+def embeds_ipv4(address: Address) -> bool:
+    """An IPv6 address that stands for an IPv4 one behind a translator or tunnel (NAT64,
+    6to4, IPv4-compatible); ``::1`` and IPv4-mapped addresses are not such."""
+    if not isinstance(address, ipaddress.IPv6Address) or address == _LOOPBACK6:
+        return False
+    return any(address in net for net in _EMBEDDING_IPV4)
+
+
+def is_internal(address: Address) -> bool:
+    """Loopback, private, link-local, multicast, unspecified, special-purpose, or an IPv6
+    address embedding an IPv4 one (IPv4-mapped ones are judged as the IPv4 address)."""
+    address = canonical_address(address)
     return any(address in net for net in _INTERNAL if net.version == address.version)
 
 
@@ -89,13 +118,22 @@ def internal_networks(
 
 def _literal(host: str) -> Address | None:
     try:
-        return ipaddress.ip_address(host)
+        return canonical_address(ipaddress.ip_address(host))
     except ValueError:
         return None
 
 
 def _in_cidr(rule: EgressRule, address: Address) -> bool:
-    return rule.cidr is not None and address in ipaddress.ip_network(rule.cidr)
+    """Whether the rule's CIDR holds ``address`` as it goes on the wire: a mapped address is
+    IPv4, held by an IPv4 CIDR only. A deny rule also holds it as written (fail closed)."""
+    if rule.cidr is None:
+        return False
+    network = ipaddress.ip_network(rule.cidr)
+    wire = canonical_address(address)
+    if rule.action is EgressAction.DENY and isinstance(wire, ipaddress.IPv4Address):
+        mapped = ipaddress.IPv6Address(int(_MAPPED.network_address) | int(wire))
+        return wire in network or mapped in network
+    return wire in network
 
 
 def _matches_name(rule: EgressRule, host: str, port: int) -> bool:
@@ -114,6 +152,12 @@ def decide(policy: NetworkPolicy, host: str, port: int) -> Verdict:
     target = f"{host}:{port}"
     if policy.mode is NetworkMode.NONE:
         return Verdict(EgressAction.DENY, "this sandbox has no network (policy mode none)")
+    literal = _literal(host)
+    if literal is not None and embeds_ipv4(literal):
+        return Verdict(
+            EgressAction.DENY,
+            f"{target} embeds an IPv4 address (NAT64, 6to4 or IPv4-compatible): never used",
+        )
     matching = [rule for rule in policy.rules if _matches_name(rule, host, port)]
     for rule in matching:
         # A deny rule with a domain and a CIDR denies by address, in check_addresses.
@@ -136,7 +180,8 @@ def check_addresses(
     host = normalize_host(host)
     rule = verdict.rule
     assert rule is not None and verdict.action is not EgressAction.DENY
-    candidates = list(dict.fromkeys(addresses))
+    wire = (canonical_address(a) for a in addresses)
+    candidates = list(dict.fromkeys(a for a in wire if not embeds_ipv4(a)))
     for deny in policy.rules:
         if deny.action is not EgressAction.DENY or deny.cidr is None or port not in deny.ports:
             continue

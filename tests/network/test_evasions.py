@@ -1,0 +1,102 @@
+"""Attacks from the egress security review: each one got past the proxy or the policy
+before its fix. Real sandboxes talk to the proxy; the origins are on the host's loopback
+and must never be reached where the policy does not allow them."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringfence.config import Config
+from ringfence.errors import InvalidRequest
+from ringfence.models import EgressRule, NetworkMode, NetworkPolicy
+from ringfence.network.defaults import check_tenant_policy
+from ringfence.service.audit import AuditLog
+from tests.integration._attack_helpers import python, reported
+from tests.network.conftest import Origin, audited
+from tests.network.test_egress import run
+
+# Send raw request heads to the proxy; report the status line of each answer.
+_RAW = """
+import json, socket, sys
+out = []
+for head in json.loads(sys.argv[1]):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(head.encode("latin-1"))
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    s.close()
+    out.append(data.decode("latin-1"))
+report(out)
+"""
+
+
+def raw_requests(*heads: str) -> list[str]:
+    import json
+
+    return python(_RAW, json.dumps(list(heads)))
+
+
+def status(answer: str) -> str:
+    return answer.split("\r\n", 1)[0]
+
+
+# -- C1: IPv4 addresses written as IPv6 ---------------------------------------------------------
+
+# Each reaches an IPv4 address (the host's loopback, the metadata service) by another name.
+EMBEDDED_IPV4 = (
+    "::ffff:0.0.0.0/96", "::ffff:127.0.0.1/128", "::ffff:169.254.169.254/128",
+    "::ffff:7f00:0/104", "64:ff9b::/96", "64:ff9b::7f00:1/128", "64:ff9b:1::/48",
+    "2002::/16", "2002:7f00:1::/48", "::/96", "::127.0.0.1/128",
+)  # fmt: skip
+# Special-purpose ranges a tenant may not name either.
+OTHER_INTERNAL = ("192.0.0.0/24", "198.18.0.0/15", "fec0::/10", "168.63.129.16/32")
+
+
+@pytest.mark.parametrize("cidr", EMBEDDED_IPV4 + OTHER_INTERNAL)
+def test_a_tenant_cannot_name_ipv4_internals_written_as_ipv6(cidr: str) -> None:
+    refused = (InvalidRequest, ValueError)  # the model refuses a range too broad as IPv4
+    with pytest.raises(refused):
+        policy = NetworkPolicy.model_validate({"rules": [{"cidr": cidr}]})
+        check_tenant_policy(policy, Config())
+    with pytest.raises(refused):
+        policy = NetworkPolicy.model_validate({"rules": [{"domain": "a.example", "cidr": cidr}]})
+        check_tenant_policy(policy, Config())
+
+
+def test_mapped_ranges_are_stored_as_the_ipv4_they_name() -> None:
+    rule = EgressRule.model_validate({"cidr": "::ffff:127.0.0.1/128"})
+    assert rule.cidr == "127.0.0.1/32"
+    assert EgressRule.model_validate({"cidr": "::ffff:10.20.0.0/112"}).cidr == "10.20.0.0/16"
+    with pytest.raises(ValueError, match="too broad"):
+        EgressRule.model_validate({"cidr": "::ffff:0.0.0.0/96"})
+    # The operator's leave for an IPv4 network covers it written either way, and only it.
+    mirror = Config(network_internal_cidrs=["10.20.0.0/16"])
+    check_tenant_policy(
+        NetworkPolicy.model_validate({"rules": [{"cidr": "::ffff:10.20.1.0/120"}]}), mirror
+    )
+
+
+def _stored(cidr: str, port: int) -> NetworkPolicy:
+    """A policy as it was accepted before the fix (validation today refuses it): the proxy
+    must not rely on validation alone."""
+    rule = EgressRule.model_construct(cidr=cidr, ports=[port])
+    return NetworkPolicy.model_construct(mode=NetworkMode.RULES, rules=[rule])
+
+
+async def test_the_proxy_never_reaches_the_host_loopback_through_an_ipv6_literal(
+    egress_executor: object, http_origin: Origin, audit: AuditLog
+) -> None:
+    port = http_origin.port
+    literals = ("::ffff:127.0.0.1", "::ffff:7f00:1", "64:ff9b::7f00:1", "2002:7f00:1::1",
+                "::127.0.0.1")  # fmt: skip
+    for cidr in ("::ffff:0.0.0.0/96", "::/32", "64:ff9b::/96", "2002::/16"):
+        heads = [f"GET http://[{a}]:{port}/ HTTP/1.1\r\nHost: x\r\n\r\n" for a in literals]
+        answers = reported(await run(egress_executor, _stored(cidr, port), raw_requests(*heads),
+                                     audit))  # fmt: skip
+        for literal, answer in zip(literals, answers, strict=True):
+            assert "hello from origin" not in answer, (cidr, literal, answer)
+            assert status(answer).startswith("HTTP/1.1 403"), (cidr, literal, answer)
+    assert http_origin.connections == 0, "the host's loopback-only service was reached"
+    records = await audited(audit, "network.connect")
+    assert records and all(r.outcome == "denied" for r in records)
