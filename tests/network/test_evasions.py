@@ -13,7 +13,7 @@ from ringfence.network.defaults import check_tenant_policy
 from ringfence.service.audit import AuditLog
 from tests.integration._attack_helpers import python, reported
 from tests.network.conftest import Origin, audited
-from tests.network.test_egress import run
+from tests.network.test_egress import rules, run
 
 # Send raw request heads to the proxy; report the status line of each answer.
 _RAW = """
@@ -100,3 +100,76 @@ async def test_the_proxy_never_reaches_the_host_loopback_through_an_ipv6_literal
     assert http_origin.connections == 0, "the host's loopback-only service was reached"
     records = await audited(audit, "network.connect")
     assert records and all(r.outcome == "denied" for r in records)
+
+
+# -- H1: bare CR or LF splitting a request ------------------------------------------------------
+
+SECRET = "rf-smuggled-secret-" + "c0de" * 4
+
+# Each hides a second request, which would get the rule's header, behind a bare LF or CR.
+SMUGGLING_HEADS = (
+    "GET http://secret.test:PORT/ HTTP/1.1\r\nX-A: 1\n\nGET /second HTTP/1.1\nHost: h\r\n\r\n",
+    "GET http://secret.test:PORT/ HTTP/1.1\r\nX-A: 1\r\rGET /second HTTP/1.1\r\n\r\n",
+    "GET http://secret.test:PORT/a\n\nGET/second HTTP/1.1\r\nHost: h\r\n\r\n",
+    "GET http://secret.test:PORT/ HTTP/1.1\nX-A: 1\r\nHost: h\r\n\r\n",
+    "GET http://secret.test:PORT/ HTTP/1.1\r\nX-A: 1\x00\x0bz\r\n\r\n",
+)
+
+
+async def test_a_bare_lf_or_cr_cannot_smuggle_a_second_request(
+    egress_executor: object, http_origin: Origin, audit: AuditLog
+) -> None:
+    port = http_origin.port
+    policy = rules(
+        {"domain": "secret.test", "cidr": "127.0.0.1/32", "ports": [port],
+         "headers": {"Authorization": f"Bearer {SECRET}"}},
+    )  # fmt: skip
+    heads = [head.replace("PORT", str(port)) for head in SMUGGLING_HEADS]
+    answers = reported(await run(egress_executor, policy, raw_requests(*heads), audit))
+    for head, answer in zip(heads, answers, strict=True):
+        assert status(answer).startswith("HTTP/1.1 400"), (head, answer)
+        assert SECRET not in answer
+    assert http_origin.connections == 0, http_origin.heads
+    records = await audited(audit, "network.connect")
+    assert [r.outcome for r in records] == ["denied"] * len(heads)
+
+
+_IN_TUNNEL = """
+import json, socket, ssl, sys
+out = []
+for head in json.loads(sys.argv[1]):
+    raw = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    raw.sendall(b"CONNECT secret.test:%s HTTP/1.1\\r\\n\\r\\n" % sys.argv[2].encode())
+    assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+    tls = ssl.create_default_context().wrap_socket(raw, server_hostname="secret.test")
+    tls.sendall(head.encode("latin-1"))
+    data = b""
+    try:
+        while chunk := tls.recv(65536):
+            data += chunk
+    except (ssl.SSLError, OSError):
+        pass
+    out.append(data.decode("latin-1"))
+report(out)
+"""
+
+
+async def test_a_bare_lf_cannot_smuggle_a_request_inside_an_intercepted_tunnel(
+    intercepting_executor: object, tls_origin: Origin, audit: AuditLog
+) -> None:
+    import json
+
+    port = tls_origin.port
+    policy = rules(
+        {"domain": "secret.test", "cidr": "127.0.0.1/32", "ports": [port],
+         "headers": {"Authorization": f"Bearer {SECRET}"}},
+    )  # fmt: skip
+    heads = [
+        "GET / HTTP/1.1\r\nX-A: 1\n\nGET /second HTTP/1.1\nHost: h\r\n\r\n",
+        "GET /a\n\nGET /second HTTP/1.1\r\nHost: h\r\n\r\n",
+    ]
+    command = python(_IN_TUNNEL, json.dumps(heads), str(port))
+    answers = reported(await run(intercepting_executor, policy, command, audit))
+    for head, answer in zip(heads, answers, strict=True):
+        assert status(answer).startswith("HTTP/1.1 400"), (head, answer)
+    assert tls_origin.heads == [], "nothing of a smuggling head reaches the origin"

@@ -155,11 +155,27 @@ def test_plain_http_heads_and_what_the_origin_gets() -> None:
         b"GET http://svc.test/ HTTP/2",
         b"GET  http://svc.test/ HTTP/1.1",
         b"GET http://svc.test/ HTTP/1.1\r\nbad header",
+        # A bare LF or CR, or another control character, in the head (request smuggling).
+        b"GET http://svc.test/ HTTP/1.1\r\nX: 1\n\nGET /second HTTP/1.1\nHost: h",
+        b"GET http://svc.test/ HTTP/1.1\r\nX: 1\r\rGET /second HTTP/1.1",
+        b"GET http://svc.test/a\n\nGET/b HTTP/1.1",
+        b"GET http://svc.test/a\rb HTTP/1.1",
+        b"GET http://svc.test/a\x00b HTTP/1.1",
+        b"GET http://svc.test/ HTTP/1.1\nX: 1",
+        b"GET http://svc.test/ HTTP/1.1\r\nX: a\x7fb",
+        b"GET http://svc.test/ HTTP/1.1\r\nX: a\x0bb",
+        b"GET http://svc.test/ HTTP/1.1\r\nX: a\x00",
+        b"CONNECT svc.test:443\n HTTP/1.1",
     ],
 )
 def test_heads_a_proxy_cannot_pass_on(raw: bytes) -> None:
     with pytest.raises(BadRequest):
         parse_head(raw)
+
+
+def test_a_tab_in_a_header_value_is_kept() -> None:
+    head = parse_head(b"GET http://svc.test/ HTTP/1.1\r\nX-A: a\tb")
+    assert head.headers == (("X-A", "a\tb"),)
 
 
 def test_refusals_say_why_on_the_status_line() -> None:

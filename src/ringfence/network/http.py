@@ -11,6 +11,7 @@ __all__ = ["MAX_HEAD_BYTES", "BadRequest", "RequestHead", "origin_head", "parse_
 
 MAX_HEAD_BYTES = 64 * 1024
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters but HTAB
 # Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own: never passed to the origin.
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "proxy-authorization",
@@ -63,6 +64,12 @@ def parse_head(data: bytes, authority: tuple[str, int] | None = None) -> Request
     except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes every byte
         raise BadRequest("undecodable head") from exc
     lines = text.split("\r\n")
+    # A bare CR or LF ends a line for some servers and not for others: through it, a second
+    # request would ride inside this one (and get a rule's headers).
+    if any("\r" in line or "\n" in line for line in lines):
+        raise BadRequest("bare CR or LF in the request head")
+    if _CONTROL.search(lines[0]):
+        raise BadRequest(f"control character in the request line {lines[0][:200]!r}")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not _TOKEN.match(parts[0]) or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
         raise BadRequest(f"bad request line {lines[0][:200]!r}")
@@ -72,6 +79,8 @@ def parse_head(data: bytes, authority: tuple[str, int] | None = None) -> Request
         name, colon, value = line.partition(":")
         if not colon or not _TOKEN.match(name):
             raise BadRequest(f"bad header line {line[:200]!r}")
+        if _CONTROL.search(value):
+            raise BadRequest(f"control character in the value of header {name!r}")
         headers.append((name, value.strip()))
     if authority is not None:
         if not target.startswith("/"):
