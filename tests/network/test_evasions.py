@@ -9,7 +9,11 @@ import pytest
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import EgressRule, NetworkMode, NetworkPolicy
+from ringfence.network import Requester, Resolver
 from ringfence.network.defaults import check_tenant_policy
+from ringfence.network.policy import Address
+from ringfence.network.proxy import serve_client
+from ringfence.network.session import EgressSession
 from ringfence.service.audit import AuditLog
 from tests.integration._attack_helpers import python, reported
 from tests.network.conftest import Origin, audited
@@ -173,3 +177,54 @@ async def test_a_bare_lf_cannot_smuggle_a_request_inside_an_intercepted_tunnel(
     for head, answer in zip(heads, answers, strict=True):
         assert status(answer).startswith("HTTP/1.1 400"), (head, answer)
     assert tls_origin.heads == [], "nothing of a smuggling head reaches the origin"
+
+
+# -- L1: a port in Unicode digits, and any error inside the proxy -------------------------------
+
+
+async def test_a_port_in_unicode_digits_is_a_bad_request(
+    egress_executor: object, http_origin: Origin, audit: AuditLog
+) -> None:
+    policy = rules({"domain": "allowed.test", "cidr": "127.0.0.1/32", "ports": [80, 443]})
+    heads = ["CONNECT allowed.test:4\xb2 HTTP/1.1\r\n\r\n",
+             "GET http://allowed.test:8\xb9/ HTTP/1.1\r\n\r\n"]  # fmt: skip
+    answers = reported(await run(egress_executor, policy, raw_requests(*heads), audit))
+    for head, answer in zip(heads, answers, strict=True):
+        assert status(answer).startswith("HTTP/1.1 400") and "bad port" in answer, (head, answer)
+    records = await audited(audit, "network.connect")
+    assert [r.outcome for r in records] == ["denied", "denied"]
+
+
+class _BrokenResolver(Resolver):
+    async def resolve(self, host: str) -> list[Address]:
+        raise RuntimeError("a bug in the resolver")
+
+
+async def test_an_unexpected_error_is_audited_as_failed_and_closes_the_connection(
+    audit: AuditLog,
+) -> None:
+    import asyncio
+
+    session = EgressSession(
+        Requester("acme", "execution:test", "key-1", audit),
+        rules({"domain": "allowed.test", "ports": [80]}),
+    )
+    escaped: list[BaseException] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await serve_client(session, _BrokenResolver(), reader, writer)
+        except BaseException as exc:  # what would be an unhandled task exception
+            escaped.append(exc)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET http://allowed.test/ HTTP/1.1\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 30)  # the connection is closed
+        writer.close()
+    assert escaped == []
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 502"), answer
+    (record,) = await audited(audit, "network.connect")
+    assert record.outcome == "failed" and record.details["host"] == "allowed.test"

@@ -151,6 +151,8 @@ def test_plain_http_heads_and_what_the_origin_gets() -> None:
         b"GET http://user:pw@svc.test/ HTTP/1.1",
         b"CONNECT pypi.org:0 HTTP/1.1",
         b"CONNECT pypi.org:http HTTP/1.1",
+        b"CONNECT pypi.org:4\xb2 HTTP/1.1",  # '4²': isdigit(), but not a number int() reads
+        b"GET http://svc.test:8\xb9/ HTTP/1.1",
         b"CONNECT :443 HTTP/1.1",
         b"GET http://svc.test/ HTTP/2",
         b"GET  http://svc.test/ HTTP/1.1",

@@ -47,7 +47,8 @@ def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
         raise BadRequest(f"bad authority {authority!r}")
     if port_text == "":
         return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    # isascii: "²".isdigit() is True, but int("²") raises.
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         raise BadRequest(f"bad port in {authority!r}")
     return host, int(port_text)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import time
 from collections.abc import Mapping
@@ -33,6 +34,8 @@ from ringfence.network.session import EgressSession
 from ringfence.network.sni import HelloState, parse_client_hello
 
 __all__ = ["serve_client"]
+
+log = logging.getLogger(__name__)
 
 _HEAD_SECONDS = 30.0
 _CONNECT_SECONDS = 10.0
@@ -122,6 +125,11 @@ async def serve_client(
                 await writer.drain()
     except (ConnectionError, asyncio.IncompleteReadError) as exc:
         session.record("network.connect", "failed", attempt.details(f"connection lost: {exc}"))
+    except Exception as exc:  # a bug must not become an unhandled task error, nor go unaudited
+        log.exception("egress proxy: unexpected error serving %s:%s", attempt.host, attempt.port)
+        session.record(
+            "network.connect", "failed", attempt.details(f"internal error: {type(exc).__name__}")
+        )
     finally:
         for stream in (upstream, writer):
             if stream is not None:
