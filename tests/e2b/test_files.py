@@ -144,3 +144,33 @@ def test_gzip_and_metadata_uploads_are_accepted(sbx: Sandbox) -> None:
     assert sbx.files.read("gz.txt") == "zipped on the wire"
     info = sbx.files.write("meta.txt", io.BytesIO(b"m"), metadata={"k": "v"})
     assert info.path == "/home/user/meta.txt" and sbx.files.read("meta.txt") == "m"
+
+
+_PAGE = "<html><script>fetch('/console')</script></html>"
+_INERT = {
+    "content-type": "application/octet-stream",
+    "content-disposition": "attachment",
+    "x-content-type-options": "nosniff",
+    "content-security-policy": "sandbox",
+}
+
+
+def test_an_html_file_downloads_as_an_inert_attachment(sbx: Sandbox) -> None:
+    """An approver opening a download link must not run the sandbox's page on the server's
+    origin (where the approval console lives)."""
+    assert sbx.commands.run(f"printf '%s' \"{_PAGE}\" > page.html").exit_code == 0
+    signed = httpx.get(sbx.download_url("/home/user/page.html"))
+    by_token = httpx.get(
+        f"{sbx.envd_api_url}/files",
+        params={"path": "/home/user/page.html"},
+        headers={
+            "X-Access-Token": sbx._envd_access_token or "",
+            "E2b-Sandbox-Id": sbx.sandbox_id,
+            "E2b-Sandbox-Port": "49983",
+        },
+    )
+    for answer in (signed, by_token):
+        assert answer.status_code == 200 and answer.text == _PAGE
+        assert {name: answer.headers.get(name) for name in _INERT} == _INERT
+    assert sbx.files.read("page.html") == _PAGE
+

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from enum import StrEnum
 from typing import Annotated
 
@@ -31,11 +31,17 @@ from ringfence.service.daemon_client import (
 )
 from ringfence.service.sandboxes import SandboxService
 
-__all__ = ["STREAMED_PATHS", "router"]
+__all__ = ["ORIGIN_HEADER", "STREAMED_PATHS", "answer_headers", "router"]
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
 ORIGIN_HEADER = "Ringfence-Origin"
+# The daemon's answers: its protocols' types pass on, any other becomes opaque bytes.
+_PASSED_TYPES = frozenset(
+    {"application/json", "application/connect+json", "application/octet-stream"}
+)
+# On every answer from a sandbox: no browser sniffs it into a page or runs it as one.
+_INERT = {"x-content-type-options": "nosniff", "content-security-policy": "sandbox"}
 # Bodies these routes pass through as they come (bounded by the sandbox's own limits).
 STREAMED_PATHS = re.compile(r"/v1/sandboxes/[^/]+/(files|rpc/process\.Process/StreamInput)")
 
@@ -411,22 +417,42 @@ async def _forward(
     if body is None and method not in ("GET", "DELETE"):
         body = request.stream()
     upstream = await daemon.send(method, path, params=params, headers=request.headers, content=body)
-    headers = {
-        name: value
-        for name, value in upstream.headers
-        if name.lower() in FORWARDED_RESPONSE_HEADERS
-    }
-    if upstream.content_length is not None:
-        headers["content-length"] = upstream.content_length
-    # What the daemon says is the sandboxed code's word: mark it, so that no client takes a
-    # daemon's {"error": {"code": "unauthenticated"}} for the server's own.
-    headers[ORIGIN_HEADER] = "sandbox"
+    download = method == "GET" and path == "/files" and upstream.status_code == 200
     return StreamingResponse(
         _relay(upstream),
         status_code=upstream.status_code,
-        headers=headers,
+        headers=answer_headers(upstream.headers, upstream.content_length, download=download),
         background=BackgroundTask(upstream.aclose),
     )
+
+
+def answer_headers(
+    upstream: Iterable[tuple[str, str]], content_length: str | None, *, download: bool
+) -> dict[str, str]:
+    """The headers of a daemon's answer as the server passes it on.
+
+    The daemon runs as the sandbox's user: its answer may be anything, served from the
+    server's origin (where the approval console lives). So no browser may run or sniff it
+    (``nosniff``, a CSP ``sandbox``), a type outside the daemon's own protocols becomes opaque
+    bytes, and a downloaded file is always an attachment of opaque bytes.
+    """
+    headers = {
+        name.lower(): value
+        for name, value in upstream
+        if name.lower() in FORWARDED_RESPONSE_HEADERS
+    }
+    kind = headers.get("content-type", "").partition(";")[0].strip().lower()
+    if download or kind not in _PASSED_TYPES:
+        headers["content-type"] = "application/octet-stream"
+    if download:
+        headers["content-disposition"] = "attachment"
+    if content_length is not None:
+        headers["content-length"] = content_length
+    headers.update(_INERT)
+    # What the daemon says is the sandboxed code's word: mark it, so that no client takes a
+    # daemon's {"error": {"code": "unauthenticated"}} for the server's own.
+    headers[ORIGIN_HEADER] = "sandbox"
+    return headers
 
 
 async def _relay(upstream: DaemonResponse) -> AsyncIterator[bytes]:
