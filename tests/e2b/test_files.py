@@ -174,3 +174,9 @@ def test_an_html_file_downloads_as_an_inert_attachment(sbx: Sandbox) -> None:
         assert {name: answer.headers.get(name) for name in _INERT} == _INERT
     assert sbx.files.read("page.html") == _PAGE
 
+
+def test_a_refused_multipart_upload_is_marked_as_the_sandboxs_word(sbx: Sandbox) -> None:
+    answer = httpx.post(sbx.upload_url("/etc/refused.txt"), files={"file": ("f", b"x")})
+    assert answer.status_code >= 400
+    assert answer.headers.get("ringfence-origin") == "sandbox"
+    assert answer.headers.get("x-content-type-options") == "nosniff"

@@ -31,6 +31,7 @@ from ringfence.server.routes.sandboxes import (
     _clip,
     _forward,
     _message,
+    answer_headers,
 )
 from ringfence.service.daemon_client import DaemonClient
 
@@ -39,6 +40,9 @@ __all__ = ["CODE_PORT", "ENVD_PORT", "code_router", "envd_router"]
 ENVD_PORT = "49983"
 CODE_PORT = "49999"
 _SANDBOX_USER = "user"  # the one user inside a sandbox
+# A multipart upload's answer is the daemon's (its refusal, or the entries it wrote), marked
+# as every passed-through answer is: no client takes it for the server's own.
+_SANDBOXS_WORD = answer_headers([("content-type", "application/json")], None, download=False)
 
 envd_router = APIRouter()
 code_router = APIRouter()
@@ -148,8 +152,9 @@ async def write_files(request: Request) -> Response:
     try:
         written = await upload_parts(daemon, request, boundary, path, on_file)
     except Failed as failed:
-        return Response(failed.body, failed.status, media_type="application/json")
-    return Response(json.dumps(written), media_type="application/json")
+        headers = _SANDBOXS_WORD if failed.from_sandbox else None
+        return Response(failed.body, failed.status, headers, "application/json")
+    return Response(json.dumps(written), 200, _SANDBOXS_WORD, "application/json")
 
 
 async def _admit_file(request: Request, operation: str) -> tuple[E2bContext, Grant]:

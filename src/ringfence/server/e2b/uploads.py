@@ -27,12 +27,14 @@ _QUEUED_CHUNKS = 8  # backpressure: the client's body waits while the daemon is 
 
 
 class Failed(Exception):
-    """The daemon refused a file: its answer is passed on as it is."""
+    """A file was not written: the daemon's refusal is passed on as it is (``from_sandbox``),
+    or the server's word on an answer it could not use."""
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, *, from_sandbox: bool = False) -> None:
         super().__init__(status)
         self.status = status
         self.body = body
+        self.from_sandbox = from_sandbox
 
 
 def boundary_of(content_type: str) -> bytes | None:
@@ -171,7 +173,7 @@ async def _send(
 async def _entries(response: DaemonResponse) -> list[object]:
     body = await response.aread()
     if response.status_code != 200:
-        raise Failed(response.status_code, body)
+        raise Failed(response.status_code, body, from_sandbox=True)
     try:
         entries = json.loads(body)
     except ValueError:
