@@ -6,8 +6,16 @@ import pytest
 from e2b.sandbox.signature import get_signature
 
 from ringfence.errors import InvalidRequest
+from ringfence.server.e2b import tokens
 from ringfence.server.e2b.control import _metadata_filter
-from ringfence.server.e2b.tokens import Grant, Grants, Purpose, expired, file_signature
+from ringfence.server.e2b.tokens import (
+    MAX_REMEMBERED,
+    Grant,
+    Grants,
+    Purpose,
+    expired,
+    file_signature,
+)
 
 GRANT = Grant("acme", "0123456789abcdef", "sb1")
 
@@ -72,3 +80,27 @@ def test_metadata_filter_undoes_e2bs_double_encoding() -> None:
     assert _metadata_filter(None) == {}
     with pytest.raises(InvalidRequest):
         _metadata_filter("no-equals-sign")
+
+
+def test_a_forged_signature_costs_at_most_the_remembered_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Signed URLs are unauthenticated: a miss hashes once per remembered grant, so the
+    grants kept are bounded low enough that a miss stays cheap (~1.5-3 µs a hash)."""
+    assert MAX_REMEMBERED <= 2048
+    grants = Grants()
+    for n in range(MAX_REMEMBERED + 10):
+        grants.token(Grant("acme", "0123456789abcdef", f"sb{n}"), Purpose.ENVD)
+    assert len(grants) == MAX_REMEMBERED
+    assert Grant("acme", "0123456789abcdef", "sb0") not in grants.issued()  # oldest first
+    hashed = 0
+    real = tokens.file_signature
+
+    def counted(path: str, operation: str, user: str, token: str, expiry: str | None) -> str:
+        nonlocal hashed
+        hashed += 1
+        return real(path, operation, user, token, expiry)
+
+    monkeypatch.setattr(tokens, "file_signature", counted)
+    assert grants.by_signature("/home/user/x", "read", "user", "v1_AAAA", None) is None
+    assert hashed == MAX_REMEMBERED

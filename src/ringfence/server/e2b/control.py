@@ -120,8 +120,7 @@ async def create(body: NewSandbox, request: Request, x_api_key: ApiKey = None) -
         )
         raise InvalidRequest(problems) from None
     sandbox = await context.sandboxes.create(caller.tenant, spec, actor=caller.key_id)
-    if len(context.grants) > 2 * context.sandboxes.running_count() + _SWEEP_SLACK:
-        await _forget_ended(context)
+    await _forget_ended_when_many(context)
     return _answer(context, caller, sandbox)
 
 
@@ -145,6 +144,7 @@ async def connect(
                 sandbox_id,
             )
     context.sandboxes.record(caller.tenant, caller.key_id, "sandbox.connect", sandbox_id)
+    await _forget_ended_when_many(context)
     return _answer(context, caller, sandbox)
 
 
@@ -154,6 +154,7 @@ async def get_info(
 ) -> JSONResponse:
     context, caller = await _caller(request, x_api_key)
     sandbox = await _running(context, caller, sandbox_id)
+    await _forget_ended_when_many(context)
     grant = Grant(caller.tenant, caller.key_id, sandbox.id)
     detail = SandboxDetail(
         **listed(sandbox), envdAccessToken=context.grants.token(grant, Purpose.ENVD)
@@ -240,6 +241,13 @@ async def unsupported_collection(request: Request, x_api_key: ApiKey = None) -> 
     await _caller(request, x_api_key)
     what = request.url.path.strip("/").split("/")[0]
     raise InvalidRequest(f"{what}: not supported by Ringfence's E2B compatibility yet")
+
+
+async def _forget_ended_when_many(context: E2bContext) -> None:
+    """Every door that hands out tokens (create, connect, get_info) sweeps once the grants
+    outnumber what the running sandboxes explain: a signed URL's miss costs one hash each."""
+    if len(context.grants) > 2 * context.sandboxes.running_count() + _SWEEP_SLACK:
+        await _forget_ended(context)
 
 
 async def _forget_ended(context: E2bContext) -> None:

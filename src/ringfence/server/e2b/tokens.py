@@ -14,7 +14,9 @@ gets its own token; a pooled sandbox gets a fresh id at its claim, hence a fresh
 
 Signed file URLs (``download_url``/``upload_url``) carry no sandbox id when every sandbox
 shares one ``E2B_SANDBOX_URL``; the sandbox is found by recomputing each issued token's
-signature (``Grants`` remembers which tokens were handed out).
+signature (``Grants`` remembers which tokens were handed out, a bounded few: a URL's
+format leaves no room for anything that would find its grant directly, since the official
+SDKs build it themselves).
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Grant", "Grants", "Purpose", "expired", "file_signature"]
+__all__ = ["MAX_REMEMBERED", "Grant", "Grants", "Purpose", "expired", "file_signature"]
 
-_MAX_REMEMBERED = 100_000  # handed-out grants kept for signed URLs (oldest forgotten first)
+# Handed-out grants kept for signed URLs (oldest forgotten first). A signed URL is checked
+# before anyone is known, and a miss hashes once per grant kept (~1.5-3 µs each): this bound
+# keeps a forged URL under ~6 ms of the event loop. The E2B door forgets ended sandboxes'
+# grants as it goes, so only live (sandbox, key) pairs count against it.
+MAX_REMEMBERED = 2048
 
 
 class Purpose(StrEnum):
@@ -61,7 +67,7 @@ class Grants:
         """The token for ``grant``; remembered, so that its signed URLs resolve."""
         self._issued.pop(grant, None)
         self._issued[grant] = self._token(grant, Purpose.ENVD)
-        while len(self._issued) > _MAX_REMEMBERED:
+        while len(self._issued) > MAX_REMEMBERED:
             del self._issued[next(iter(self._issued))]
         return self._token(grant, purpose)
 
