@@ -196,7 +196,7 @@ async def test_a_port_in_unicode_digits_is_a_bad_request(
 
 
 class _BrokenResolver(Resolver):
-    async def resolve(self, host: str) -> list[Address]:
+    async def resolve(self, host: str, owner: object | None = None) -> list[Address]:
         raise RuntimeError("a bug in the resolver")
 
 
@@ -228,3 +228,66 @@ async def test_an_unexpected_error_is_audited_as_failed_and_closes_the_connectio
     assert answer == b"" or answer.startswith(b"HTTP/1.1 502"), answer
     (record,) = await audited(audit, "network.connect")
     assert record.outcome == "failed" and record.details["host"] == "allowed.test"
+
+
+# -- M1: slow lookups from one sandbox holding every resolver thread ----------------------------
+
+
+async def test_one_sandboxs_slow_lookups_do_not_starve_another_sandboxs(
+    monkeypatch: pytest.MonkeyPatch, audit: AuditLog
+) -> None:
+    """The host's resolver is replaced by one that never answers names under slow.test
+    (until the test ends) and answers fast.test at once: a sandbox floods the first."""
+    import asyncio
+    import socket
+    import struct
+    import threading
+
+    from ringfence.network import EgressGateway, dns
+    from tests.network.test_wire import query
+
+    release, lock = threading.Event(), threading.Lock()
+    in_flight = {"now": 0, "peak": 0}
+    host_lookup = socket.getaddrinfo
+
+    def lookup(host: object, *args: object, **kwargs: object) -> object:
+        if str(host).endswith(".slow.test"):
+            with lock:
+                in_flight["now"] += 1
+                in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
+            release.wait(120)
+            with lock:
+                in_flight["now"] -= 1
+            raise socket.gaierror(socket.EAI_NONAME, "no such name")
+        if host == "fast.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0))]
+        return host_lookup(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    gateway = EgressGateway(Resolver())
+    flooder = EgressSession(
+        Requester("evil", "sandbox:flood", "key-1", audit),
+        rules({"domain": "*.slow.test", "cidr": "127.0.0.1/32", "ports": [80]}),
+    )
+    other = EgressSession(
+        Requester("acme", "sandbox:other", "key-2", audit),
+        rules({"domain": "fast.test", "cidr": "127.0.0.1/32", "ports": [80]}),
+    )
+    flood = [
+        asyncio.ensure_future(gateway.answer(flooder, query(f"n{i}.slow.test"))) for i in range(64)
+    ]
+    try:
+        while in_flight["now"] < 4:  # the flood holds resolver threads
+            await asyncio.sleep(0.01)
+        reply = await asyncio.wait_for(gateway.answer(other, query("fast.test")), 60)
+        assert reply is not None
+        answers = struct.unpack("!H", reply[6:8])[0]
+        assert answers == 1 and reply.endswith(bytes([127, 0, 0, 1])), "starved"
+        # Past its cap, the flooding sandbox's lookups wait and then fail (SERVFAIL).
+        refused = await asyncio.wait_for(gateway.answer(flooder, query("late.slow.test")), 60)
+        assert refused is not None
+        assert struct.unpack("!H", refused[2:4])[0] & 0xF == dns.SERVFAIL
+        assert in_flight["peak"] <= 4, in_flight
+    finally:
+        release.set()
+        await asyncio.gather(*flood, return_exceptions=True)

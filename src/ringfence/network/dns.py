@@ -8,13 +8,23 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["NOERROR", "NXDOMAIN", "TYPE_A", "TYPE_AAAA", "Question", "answer", "parse_query"]
+__all__ = [
+    "NOERROR",
+    "NXDOMAIN",
+    "SERVFAIL",
+    "TYPE_A",
+    "TYPE_AAAA",
+    "Question",
+    "answer",
+    "parse_query",
+]
 
 TYPE_A = 1
 TYPE_AAAA = 28
 _CLASS_IN = 1
 NOERROR = 0
 _FORMERR = 1
+SERVFAIL = 2
 NXDOMAIN = 3
 _TTL = 30
 _MAX_LABELS = 127

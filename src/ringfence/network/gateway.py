@@ -26,7 +26,7 @@ from ringfence.network.intercept import Interceptor
 from ringfence.network.netns import ListenSpec, listen_in_netns, no_route_counts, open_netns
 from ringfence.network.policy import check_addresses, decide, name_resolvable
 from ringfence.network.proxy import serve_client
-from ringfence.network.resolver import Resolver
+from ringfence.network.resolver import Resolver, ResolverBusy
 from ringfence.network.session import EgressSession, Requester
 
 __all__ = ["DNS_PORT", "PROXY_PORT", "PROXY_URL", "Attachment", "EgressGateway", "proxy_env"]
@@ -188,7 +188,12 @@ class EgressGateway:
             return dns.answer(question, dns.NXDOMAIN)
         addresses: list[ipaddress.IPv4Address] = []
         if question.qtype == dns.TYPE_A:
-            found = await self.resolver.resolve(name)
+            try:
+                found = await self.resolver.resolve(name, session)
+            except ResolverBusy:
+                details = {"name": name, "type": question.qtype, "reason": "lookups busy"}
+                session.record_question(name, question.qtype, "failed", details)
+                return dns.answer(question, dns.SERVFAIL)
             # The addresses a connection to this name could use (IPv6 has no way out).
             for port in sorted({p for rule in policy.rules for p in rule.ports}):
                 verdict = decide(policy, name, port)

@@ -29,7 +29,7 @@ from ringfence.network.http import (
 )
 from ringfence.network.intercept import Interceptor, TlsStream
 from ringfence.network.policy import Verdict, check_addresses, decide, normalize_host
-from ringfence.network.resolver import Resolver
+from ringfence.network.resolver import Resolver, ResolverBusy
 from ringfence.network.session import EgressSession
 from ringfence.network.sni import HelloState, parse_client_hello
 
@@ -160,7 +160,12 @@ async def _decide(session: EgressSession, resolver: Resolver, head: RequestHead)
         verdict = await session.settle(verdict, host, head.port)
     if verdict.action is EgressAction.DENY:
         raise _Refused(403, f"egress denied by Ringfence: {verdict.reason}")
-    addresses = await resolver.resolve(host)
+    try:
+        addresses = await resolver.resolve(host, session)
+    except ResolverBusy:
+        raise _Refused(
+            503, "egress refused: too many name lookups in flight for this sandbox", "failed"
+        ) from None
     checked = check_addresses(policy, verdict, host, head.port, addresses)
     if checked.action is EgressAction.DENY:
         raise _Refused(403, f"egress denied by Ringfence: {checked.reason}")
