@@ -244,3 +244,58 @@ def test_tenants_may_name_only_the_internal_networks_the_operator_allows() -> No
     with pytest.raises(InvalidRequest):
         check_tenant_policy(policy({"cidr": "10.0.0.0/8"}), mirror)
     check_tenant_policy(None, none_allowed)
+
+
+def test_the_operators_deny_and_ask_rules_bind_every_policy_of_the_tenant() -> None:
+    from ringfence.config import Config
+    from ringfence.network.defaults import policy_for
+
+    operator = policy(
+        {"domain": "secrets.test", "action": "deny"},
+        {"domain": "*.review.test", "action": "ask"},
+        {"domain": "pypi.org"},
+    )
+    config = Config(network_defaults={"acme": operator}, pool_sizes={})
+    # An agent's own policy that tries to lift both (by creating, or by a live change).
+    agents = policy({"domain": "secrets.test"}, {"domain": "*.review.test"}, {"domain": "ok.test"})
+    effective = policy_for("acme", agents, config)
+    assert decide(effective, "secrets.test", 443).action is EgressAction.DENY
+    assert decide(effective, "x.review.test", 443).action is EgressAction.ASK
+    assert decide(effective, "ok.test", 443).action is EgressAction.ALLOW
+    assert decide(effective, "pypi.org", 443).action is EgressAction.DENY, "allows are not added"
+    assert policy_for("acme", effective, config) == effective, "read back and resent: the same"
+    assert policy_for("acme", NetworkPolicy(), config) == NetworkPolicy(), "no network stays none"
+    assert policy_for("globex", agents, config) == agents, "another tenant's floor is its own"
+
+
+async def test_a_sandbox_cannot_flood_the_approvers_with_asks() -> None:
+    import asyncio
+
+    from ringfence.network.policy import Verdict
+    from ringfence.network.session import MAX_OPEN_ASKS, EgressSession, Requester
+
+    class Approver:  # a human who has not decided yet
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+            self.decide = asyncio.Event()
+
+        async def ask(self, requester: Requester, host: str, port: int) -> bool:
+            self.asked.append(host)
+            await self.decide.wait()
+            return True
+
+    approver = Approver()
+    session = EgressSession(Requester("acme", "sandbox:s", asker=approver), NetworkPolicy())
+    ask = Verdict(EgressAction.ASK, "ask")
+    waiting = [
+        asyncio.create_task(session.settle(ask, f"h{i}.review.test", 443))
+        for i in range(MAX_OPEN_ASKS)
+    ]
+    await asyncio.sleep(0.05)
+    flood = await asyncio.wait_for(session.settle(ask, "one-more.review.test", 443), 5)
+    assert flood.action is EgressAction.DENY and "denied unasked" in flood.reason
+    assert len(approver.asked) == MAX_OPEN_ASKS, "the approvers saw only the first ones"
+    approver.decide.set()
+    assert all(v.action is EgressAction.ALLOW for v in await asyncio.gather(*waiting))
+    again = await session.settle(ask, "later.review.test", 443)  # room again once decided
+    assert again.action is EgressAction.ALLOW

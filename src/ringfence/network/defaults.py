@@ -7,20 +7,31 @@ import ipaddress
 
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
-from ringfence.models import NetworkPolicy
+from ringfence.models import EgressAction, NetworkMode, NetworkPolicy
 from ringfence.network.policy import internal_networks
 
-__all__ = ["check_tenant_policy", "policy_for"]
+__all__ = ["check_tenant_policy", "policy_for", "with_floor"]
 
 
 def policy_for(tenant: str, given: NetworkPolicy | None, config: Config) -> NetworkPolicy:
     """The policy a sandbox or execution of ``tenant`` gets when it asked for ``given``:
-    given wins; else ``network_defaults[tenant]``, then ``network_defaults["*"]``; else no
-    network."""
-    if given is not None:
-        return given
+    given, under the operator's floor (``with_floor``); else ``network_defaults[tenant]``,
+    then ``network_defaults["*"]``; else no network."""
     defaults = config.network_defaults
-    return defaults.get(tenant) or defaults.get("*") or NetworkPolicy()
+    default = defaults.get(tenant) or defaults.get("*") or NetworkPolicy()
+    return default if given is None else with_floor(given, default)
+
+
+def with_floor(given: NetworkPolicy, default: NetworkPolicy) -> NetworkPolicy:
+    """``given`` with the deny and ask rules of the operator's ``default`` added: an API
+    client (an agent's key, say) may add what it may reach, never lift what the operator
+    denied or wants a human to decide (deny wins over ask over allow). A policy without
+    network stays without."""
+    binding = [rule for rule in default.rules if rule.action is not EgressAction.ALLOW]
+    if given.mode is NetworkMode.NONE or not binding:
+        return given
+    own = [rule for rule in given.rules if rule not in binding]  # a policy read back, resent
+    return given.model_copy(update={"rules": [*own, *binding]})
 
 
 def check_tenant_policy(policy: NetworkPolicy | None, config: Config) -> None:

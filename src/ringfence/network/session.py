@@ -30,6 +30,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _MAX_QUESTIONS_RECORDED = 4096
+MAX_OPEN_ASKS = 4  # asks of one sandbox waiting for a human at once
+MAX_ASKS = 256  # destinations one sandbox may ask about in its life
 
 
 class AuditSink(Protocol):
@@ -111,6 +113,11 @@ class EgressSession:
         key = (host, port)
         pending = self._asked.get(key)
         if pending is None:
+            refused = self._too_many_asks()
+            if refused is not None:
+                self.record("network.ask", "refused", {"host": host, "port": port,
+                                                        "reason": refused})  # fmt: skip
+                return Verdict(EgressAction.DENY, f"{host}:{port}: {refused}", verdict.rule)
             pending = asyncio.get_running_loop().create_future()
             self._asked[key] = pending
             try:
@@ -123,6 +130,16 @@ class EgressSession:
         if approved:
             return Verdict(EgressAction.ALLOW, f"{host}:{port} was approved", verdict.rule)
         return Verdict(EgressAction.DENY, f"{host}:{port} was not approved", verdict.rule)
+
+    def _too_many_asks(self) -> str | None:
+        """Why a new ask is refused without asking, if it is: a sandbox may not flood the
+        approvers (nor this process's memory) with questions."""
+        open_asks = sum(not answer.done() for answer in self._asked.values())
+        if open_asks >= MAX_OPEN_ASKS:
+            return f"{open_asks} asks of this sandbox already wait for a human; denied unasked"
+        if len(self._asked) >= MAX_ASKS:
+            return f"this sandbox has asked about {MAX_ASKS} destinations; denied unasked"
+        return None
 
     async def _ask(self, host: str, port: int) -> bool:
         asker = self.requester.asker

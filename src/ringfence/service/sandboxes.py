@@ -386,6 +386,7 @@ class SandboxService:
             InvalidRequest: it was created without network (nothing to change in place).
         """
         check_tenant_policy(policy, self._config)
+        policy = policy_for(tenant, policy, self._config)  # under the operator's floor
         entry = await self._running(tenant, sandbox_id)
         gateway = self.egress_gateway
         session = gateway.session(tenant, f"sandbox:{sandbox_id}") if gateway else None
