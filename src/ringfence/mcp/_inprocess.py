@@ -4,7 +4,8 @@ httpx's own ``ASGITransport`` buffers a whole answer before returning it, so a c
 output, which the API streams, would sit in memory until the command ended. This one
 returns the answer once its head is sent and passes the body on as it comes, through a
 small queue: the app waits while the reader does not read (back-pressure), and closing the
-answer early tells the app the client went away and stops it.
+answer early tells the app the client went away (``http.disconnect``), and stops it if it
+does not end by itself.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from starlette.types import ASGIApp
 __all__ = ["InProcessTransport"]
 
 _QUEUE_CHUNKS = 8  # body chunks in flight between the app and the reader
+_CLOSE_GRACE = 5.0  # seconds an app has to end once its client went away
 
 
 class InProcessTransport(httpx.AsyncBaseTransport):
@@ -114,7 +116,7 @@ class _Exchange:
 
     async def _send(self, message: MutableMapping[str, Any]) -> None:
         if self._gone.is_set():
-            raise OSError("the client closed the answer")  # as a server's socket would
+            return  # as an ASGI server does: the app learns it from http.disconnect
         if message["type"] == "http.response.start":
             headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
             self._head.set_result((int(message["status"]), headers))
@@ -136,13 +138,21 @@ class _Exchange:
             yield item
 
     async def close(self) -> None:
-        """The reader is done: tell the app, stop it if it still runs, and wait for it."""
+        """The reader is done: tell the app, and wait for it to end as it does when a real
+        client goes away (a streaming answer then closes what it streamed from, so a
+        sandbox's cell learns nobody reads it); stop it if it has not ended in a while."""
         self._gone.set()
         task = self._task
         if task is None or task.done():
             return
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        while not self._chunks.empty():  # a send waiting for room goes on
+            self._chunks.get_nowait()
+        try:
+            await asyncio.wait({task}, timeout=_CLOSE_GRACE)
+        finally:
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 class _Body(httpx.AsyncByteStream):

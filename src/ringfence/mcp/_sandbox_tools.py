@@ -10,18 +10,17 @@ from typing import Annotated, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, ImageContent, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from ringfence.client import AsyncCommandHandle, CommandTimeout, Result
+from ringfence.client import AsyncCommandHandle, CommandTimeout
 from ringfence.errors import InvalidRequest, RingfenceError
-from ringfence.mcp._bounds import OutputCap, clip
+from ringfence.mcp._bounds import OutputCap
+from ringfence.mcp._cell import CellCollector, CellOverflow
 from ringfence.mcp._connect import Connector, session, tool_error
 from ringfence.mcp._registry import add_tool
 from ringfence.mcp._schemas import (
     CodeContextInfo,
-    CodeError,
-    CodeResult,
     CodeRun,
     CommandRun,
     SandboxList,
@@ -35,8 +34,6 @@ __all__ = ["MAX_COMMAND_OUTPUT", "SandboxTools"]
 # command printing without end would only keep the server busy.
 MAX_COMMAND_OUTPUT = 16 << 20
 DEFAULT_OUTPUT_CHARS = 20_000
-MAX_IMAGES = 4  # images a cell's answer carries, each at most MAX_IMAGE_CHARS of base64
-MAX_IMAGE_CHARS = 2_000_000
 MAX_OUTPUT_CHARS = 200_000
 
 SandboxId = Annotated[str, Field(description="The sandbox, as sandbox_create returned it.")]
@@ -226,38 +223,35 @@ class SandboxTools:
         """Run a cell of code in a persistent interpreter (Jupyter-like): variables,
         imports and the working directory stay for the next cell of the same context. The
         value of the last expression comes back as text, and a plot (matplotlib figure or any
-        PNG/JPEG value) as an image; an exception is data (error), not a tool error."""
+        PNG/JPEG value) as an image; an exception is data (error), not a tool error.
+        Bounded: at most 50 results, clipped texts; a cell sending more than 10 000 results
+        or 16 MiB is interrupted (stopped says so)."""
+        cell = CellCollector(max_output_chars)
+        execution_count = None
         async with session(self._connector, ctx) as rf:
             sandbox = await rf.running(sandbox_id)
-            run = await sandbox.run_code(
-                code, language=language, context=context_id, timeout=timeout
-            )
-        stdout, out_cut = clip("".join(run.logs.stdout), max_output_chars)
-        stderr, err_cut = clip("".join(run.logs.stderr), max_output_chars)
-        results = []
-        images: list[ImageContent] = []
-        for result in run.results:
-            text, cut = clip(result.text, max_output_chars) if result.text else (None, False)
-            image = _image(result) if len(images) < MAX_IMAGES else None
-            if image is not None:
-                images.append(image)
-            results.append(
-                CodeResult(text=text, text_truncated=cut, formats=result.formats(),
-                           is_main_result=result.is_main_result, image_attached=bool(image))
-            )  # fmt: skip
-        error = None
-        if run.error is not None:
-            traceback, _ = clip(run.error.traceback, max_output_chars)
-            error = CodeError(name=run.error.name, value=run.error.value, traceback=traceback)
+            try:
+                run = await sandbox.run_code(
+                    code, language=language, context=context_id, timeout=timeout,
+                    on_stdout=cell.on_stdout, on_stderr=cell.on_stderr,
+                    on_result=cell.on_result, on_error=cell.on_error,
+                )  # fmt: skip
+                execution_count = run.execution_count
+            except CellOverflow:
+                pass  # the SDK dropped the answer: the sandbox interrupts the cell
+        stdout, out_cut = cell.stdout.text()
+        stderr, err_cut = cell.stderr.text()
+        results = cell.results
         main = next((r.text for r in results if r.is_main_result), None)
         outcome = CodeRun(
             sandbox_id=sandbox_id, context_id=context_id, text=main, results=results,
-            stdout=stdout, stdout_truncated=out_cut, stderr=stderr, stderr_truncated=err_cut,
-            error=error, execution_count=run.execution_count,
+            results_dropped=cell.dropped, stdout=stdout, stdout_truncated=out_cut,
+            stderr=stderr, stderr_truncated=err_cut, error=cell.error,
+            execution_count=execution_count, stopped=cell.stopped,
         )  # fmt: skip
         payload = outcome.model_dump(mode="json")
         text_form = TextContent(type="text", text=json.dumps(payload, indent=2))
-        return CallToolResult(content=[text_form, *images], structured_content=payload)
+        return CallToolResult(content=[text_form, *cell.images], structured_content=payload)
 
     async def code_context_create(
         self,
@@ -312,11 +306,3 @@ async def _outcome(
         watch.cancel()
         if not ended.done():
             ended.cancel()
-
-
-def _image(result: Result) -> ImageContent | None:
-    """The result as an image for the model to see, if it is one of a bounded size."""
-    for data, mime in ((result.png, "image/png"), (result.jpeg, "image/jpeg")):
-        if data and len(data) <= MAX_IMAGE_CHARS:
-            return ImageContent(type="image", data=data, mime_type=mime)
-    return None

@@ -92,7 +92,10 @@ class CommandRun(BaseModel):
 class CodeResult(BaseModel):
     text: str | None = Field(description="The value as text (bounded).")
     text_truncated: bool
-    formats: list[str] = Field(description="Other forms the value has (html, png, ...).")
+    formats: list[str] = Field(
+        description="Other forms the value has (html, png, ...): at most 20 names."
+    )
+    formats_truncated: bool = Field(False, description="It has more forms than listed.")
     is_main_result: bool = Field(description="The value of the cell's last expression.")
     image_attached: bool = Field(
         False, description="Its PNG or JPEG form is in the answer's content, as an image."
@@ -100,9 +103,10 @@ class CodeResult(BaseModel):
 
 
 class CodeError(BaseModel):
-    name: str = Field(description="The exception's type, e.g. ZeroDivisionError.")
-    value: str
+    name: str = Field(description="The exception's type, e.g. ZeroDivisionError (bounded).")
+    value: str = Field(description="Its message (bounded).")
     traceback: str = Field(description="Bounded.")
+    truncated: bool = Field(False, description="The middle of name, value or traceback was cut.")
 
 
 class CodeRun(BaseModel):
@@ -112,13 +116,21 @@ class CodeRun(BaseModel):
     sandbox_id: str
     context_id: str | None = Field(description="The context it ran in; null: the default one.")
     text: str | None = Field(description="The main result as text (the last expression).")
-    results: list[CodeResult]
+    results: list[CodeResult] = Field(
+        description="What the cell displayed, in order: at most 50 (the main result always)."
+    )
+    results_dropped: int = Field(0, description="Results the cell sent past the 50 listed.")
     stdout: str
     stdout_truncated: bool
     stderr: str
     stderr_truncated: bool
     error: CodeError | None = Field(description="The exception the cell raised, if any.")
     execution_count: int | None = None
+    stopped: str | None = Field(
+        None,
+        description="Why the cell was interrupted before it ended: it sent more results or "
+        "output than run_code reads. What it sent until then is here.",
+    )
 
 
 class CodeContextInfo(BaseModel):
