@@ -42,6 +42,62 @@ async def test_replicas_stores_meet_the_contract(
     await check(open_replica)
 
 
+async def test_a_replica_takes_its_lease_back_after_losing_its_connection(
+    postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database restart or a dropped connection releases a replica's lock; a replica
+    starting then would end the live one's work as a dead replica's. It takes it back."""
+    import asyncio
+
+    from ringfence.store import _replica
+
+    monkeypatch.setattr(_replica, "KEEP_SECONDS", 0.1)
+    store = await SqlStore.open(postgres_database)
+    holder = sa.text(
+        "SELECT l.pid FROM pg_locks l JOIN pg_database d ON l.database = d.oid "
+        "WHERE d.datname = current_database() AND l.locktype = 'advisory' "
+        "AND l.classid = :c AND l.objid = :r AND l.objsubid = 2 AND l.granted"
+    )
+    engine = sa.create_engine(postgres_database, poolclass=sa.NullPool)  # psycopg, sync
+
+    def lock_holder() -> int | None:
+        with engine.connect() as connection:
+            pid = connection.execute(holder, {"c": _LOCK_CLASS, "r": store.replica}).scalar()
+            return int(pid) if pid is not None else None
+
+    try:
+        first = lock_holder()
+        assert first is not None, "the replica holds its lock"
+        with engine.connect() as connection:  # as a database restart would
+            connection.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": first})
+        for _ in range(200):
+            again = lock_holder()
+            if again is not None and again != first:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the replica did not take its id back")
+    finally:
+        await store.aclose()
+        engine.dispose()
+    assert lock_holder_after_close(postgres_database, store.replica) is None
+
+
+def lock_holder_after_close(url: str, replica: int) -> int | None:
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as connection:
+            return connection.execute(
+                sa.text(
+                    "SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' "
+                    "AND l.classid = :c AND l.objid = :r AND l.granted"
+                ),
+                {"c": _LOCK_CLASS, "r": replica},
+            ).scalar()
+    finally:
+        engine.dispose()
+
+
 class Replicas:
     """Servers on one database; each its own data directory, all with one seal key."""
 

@@ -14,9 +14,13 @@ SQLite (one replica by design) every other id counts as gone.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import secrets
 
 import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 __all__ = ["Lease"]
@@ -25,6 +29,12 @@ __all__ = ["Lease"]
 # audit chain's one-key lock can never collide with one of these).
 _LOCK_CLASS = 0x7266
 _ATTEMPTS = 16
+# How often a replica checks that it still holds its lock (a database restart or a dropped
+# connection releases it: until it is taken back, a replica starting would sweep this one's
+# work as a dead replica's).
+KEEP_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
 
 _pg_locks = sa.table(
     "pg_locks",
@@ -44,6 +54,7 @@ class Lease:
     def __init__(self, replica: int, connection: AsyncConnection | None) -> None:
         self.replica = replica
         self._connection = connection
+        self._keeper: asyncio.Task[None] | None = None
 
     @classmethod
     def unlocked(cls) -> Lease:
@@ -67,15 +78,63 @@ class Lease:
                 taken = sa.select(sa.func.pg_try_advisory_lock(_LOCK_CLASS, replica))
                 if (await connection.execute(taken)).scalar_one():
                     await connection.commit()  # a session lock outlives the transaction
-                    return cls(replica, connection)
+                    lease = cls(replica, connection)
+                    lease._keeper = asyncio.create_task(lease._keep(engine))
+                    return lease
         except BaseException:
             await connection.close()
             raise
         await connection.close()
         raise RuntimeError("no free replica id")
 
+    async def _keep(self, engine: AsyncEngine) -> None:
+        """Check the lock's connection every ``KEEP_SECONDS``; when it has gone (a database
+        restart, a dropped connection), take this replica's id again on a new one."""
+        while True:
+            await asyncio.sleep(KEEP_SECONDS)
+            if not await self._alive():
+                await self._retake(engine)
+
+    async def _alive(self) -> bool:
+        if self._connection is None:
+            return False
+        try:
+            await self._connection.execute(sa.select(1))
+            await self._connection.commit()
+        except SQLAlchemyError:
+            return False
+        return True
+
+    async def _retake(self, engine: AsyncEngine) -> None:
+        """Take this replica's id again on a new connection (the next round tries again if
+        the database is still away)."""
+        old, self._connection = self._connection, None
+        if old is not None:
+            log.warning("replica %s lost its lease connection; taking its id again", self.replica)
+            with contextlib.suppress(SQLAlchemyError):
+                await old.close()
+        try:
+            connection = await engine.connect()
+            taken = sa.select(sa.func.pg_try_advisory_lock(_LOCK_CLASS, self.replica))
+            held = (await connection.execute(taken)).scalar_one()
+            await connection.commit()
+        except SQLAlchemyError as exc:
+            log.error("replica %s could not take its id back yet: %s", self.replica, exc)
+            return
+        if not held:
+            log.critical(
+                "replica %s cannot take its id back (held elsewhere): a replica starting "
+                "may end this one's work as a dead replica's", self.replica,
+            )  # fmt: skip
+        self._connection = connection
+
     async def release(self) -> None:
         """End the lease: closing its connection releases the lock."""
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+            self._keeper = None
         if self._connection is not None:
             await self._connection.close()
             self._connection = None
