@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import secrets
 from datetime import datetime
 from enum import StrEnum
 
@@ -23,6 +25,8 @@ __all__ = [
     "ProposalSpec",
     "ProposalState",
     "Risk",
+    "is_proposal_id",
+    "new_proposal_id",
     "request_digest",
 ]
 
@@ -60,7 +64,8 @@ class ProposalSpec(BaseModel):
 
     request: ExecutionRequest = Field(
         description="Exactly what will run once approved (checkpoint_id and approved_by are "
-        "filled in by the approval handler, and may not be set here)."
+        "filled in by the approval handler, and may not be set here; its id is replaced by "
+        "the proposal's id, the id the approved execution runs under)."
     )
     rationale: str = Field(min_length=1, max_length=10_000, description="Why, for the human.")
     risk: Risk = Field(Risk.LOW, description="high needs two distinct approvers (by default).")
@@ -95,7 +100,9 @@ class Proposal(BaseModel):
     required_approvals: int
     approvals: list[Decision] = Field(default_factory=list)
     rejection: Decision | None = None
-    execution_id: str | None = Field(None, description="Set when it runs.")
+    execution_id: str | None = Field(
+        None, description="Set when it runs: the proposal's id (no client can submit one)."
+    )
     result: ExecutionResult | None = None
     version: int = Field(0, description="Bumped at every change (optimistic concurrency).")
 
@@ -106,3 +113,17 @@ def request_digest(request: ExecutionRequest) -> str:
         request.model_dump(mode="json"), sort_keys=True, separators=(",", ":")
     ).encode()
     return hashlib.sha256(canonical).hexdigest()
+
+
+# A proposal's id is also the id its execution runs under. The form is the server's: no
+# client may submit an execution under it, so no client can take a proposal's run's id.
+_PROPOSAL_ID = re.compile(r"^cp[0-9a-f]{20}$")
+
+
+def new_proposal_id() -> str:
+    return "cp" + secrets.token_hex(10)
+
+
+def is_proposal_id(execution_id: str) -> bool:
+    """Whether ``execution_id`` has the form reserved for proposals' executions."""
+    return _PROPOSAL_ID.match(execution_id) is not None

@@ -280,3 +280,57 @@ async def test_a_proposer_is_refused_as_such_whatever_the_digest(
         json={"reason": "x" * 10_001},
     )
     assert long.status_code == 400
+
+
+async def test_an_agent_cannot_run_under_the_id_its_proposal_will_use(
+    api: Api, approvers: tuple[dict[str, str], dict[str, str]]
+) -> None:
+    """The attack: the agent proposes, then runs its own execution under every id the
+    proposal's run could take (the one it asked for, the one shown, the proposal's own), so
+    the approved remediation would fail as a duplicate and point at the agent's output."""
+    proposal = await _propose(api, id="remediation-run-1")
+    planted: list[str] = []
+    for taken in sorted({"remediation-run-1", proposal["request"]["id"], proposal["id"]}):
+        forged = await api.client.post(
+            "/v1/executions",
+            headers=api.acme,
+            json={"id": taken, "command": ["sh", "-c", "echo forged"], "timeout": 30},
+        )
+        if forged.status_code == 400:
+            assert _code(forged.json()) == "invalid_request", forged.text
+        else:
+            assert forged.status_code == 200, forged.text
+            planted.append(taken)
+    assert planted == ["remediation-run-1"], "only ids no proposal uses are the agent's"
+    status, approved = await _approve(api, approvers[0], proposal)
+    assert status == 200, approved
+    # Waiting for the outcome, the agent tries again under the id it now sees.
+    again = await api.client.post(
+        "/v1/executions",
+        headers=api.acme,
+        json={"id": approved["execution_id"], "command": ["sh", "-c", "echo forged"]},
+    )
+    assert again.status_code == 400 and _code(again.json()) == "invalid_request"
+    done = await _finished(api, proposal["id"])
+    assert done["state"] == "succeeded", done
+    assert done["execution_id"] not in planted
+    assert done["result"]["logs"] == "fixed\n"
+    run = (await api.client.get(f"/v1/executions/{done['execution_id']}", headers=api.acme))
+    assert run.json()["logs"] == "fixed\n" and run.json()["status"] == "succeeded"
+
+
+async def test_client_execution_ids_never_take_the_form_proposals_use(api: Api) -> None:
+    from ringfence.client import AsyncRingfence
+    from ringfence.errors import InvalidRequest
+
+    reserved = "cp" + "0" * 20  # what a future proposal's run could be named
+    response = await api.client.post(
+        "/v1/executions", headers=api.acme, json={**FIX, "id": reserved}
+    )
+    assert response.status_code == 400 and _code(response.json()) == "invalid_request"
+    async with AsyncRingfence(
+        "http://ringfence.test", api_key=api.acme_key, transport=api.transport
+    ) as rf:
+        with pytest.raises(InvalidRequest):
+            await rf.executions.run(["true"], id=reserved)
+    assert (await api.client.get("/v1/executions", headers=api.acme)).json() == []

@@ -11,7 +11,9 @@ The rules, each enforced here and each tested as an attempted bypass:
 - every change is a compare-and-set on the proposal's version, so of two racing decisions
   one wins, and the move to ``executing`` happens once: an approval executes at most once;
 - once the approvals are in, the handler runs exactly the approved request at once, with
-  ``checkpoint_id`` and ``approved_by`` filled in, through the execution service.
+  ``checkpoint_id`` and ``approved_by`` filled in, through the execution service, under the
+  proposal's own id: an id of a form no client may submit (``is_proposal_id``), so no
+  execution of a client's can take the run's place.
 Every decision is on the audit record before anything acts on it.
 """
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -35,6 +36,7 @@ from ringfence.proposals import (
     ProposalSpec,
     ProposalState,
     Risk,
+    new_proposal_id,
     request_digest,
 )
 from ringfence.service.audit import AuditLog
@@ -115,9 +117,11 @@ class ApprovalService:
                 "handler, not by the proposer"
             )
         self._executions.check_policy(request, approved=True)
+        proposal_id = new_proposal_id()
+        request = request.model_copy(update={"id": proposal_id})  # what it will run under
         now = self._clock()
         proposal = Proposal(
-            id="cp" + secrets.token_hex(10),
+            id=proposal_id,
             state=ProposalState.PENDING,
             request=request,
             digest=request_digest(request),
@@ -296,8 +300,8 @@ class ApprovalService:
         """Run the approved request, exactly, once. Returns the proposal as ``executing``."""
         approvers = ",".join(approval.by for approval in proposal.approvals)
         request = proposal.request.model_copy(
-            update={"checkpoint_id": proposal.id, "approved_by": approvers}
-        )
+            update={"id": proposal.id, "checkpoint_id": proposal.id, "approved_by": approvers}
+        )  # the id too: a proposal stored before ids were the server's may name another
         executing = await self._change(
             tenant, proposal, state=ProposalState.EXECUTING, execution_id=request.id
         )  # the one move to executing: a replay or a racing approval cannot pass it

@@ -30,6 +30,7 @@ from ringfence.errors import (
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, requesting
+from ringfence.proposals import is_proposal_id
 from ringfence.service.audit import AuditLog
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
@@ -129,8 +130,14 @@ class ExecutionService:
 
         Raises:
             DuplicateExecution: the tenant already has an execution with this id.
-            InvalidRequest: the request is not allowed, or the backend cannot honour it.
+            InvalidRequest: the request is not allowed, or the backend cannot honour it, or
+                its id has the form reserved for proposals' executions (not ``approved``).
         """
+        if not approved and is_proposal_id(request.id):
+            raise InvalidRequest(
+                f"id: {request.id!r} has the form of a proposal's id ('cp' and 20 hex "
+                "digits), which only a proposal's approved execution runs under; pick another"
+            )
         self.check_policy(request, approved=approved)
         network = policy_for(tenant, request.network, self._config)
         internal = request.model_copy(update={"id": uuid.uuid4().hex, "network": network})
