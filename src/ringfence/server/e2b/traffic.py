@@ -40,6 +40,8 @@ __all__ = ["CODE_PORT", "ENVD_PORT", "code_router", "envd_router"]
 ENVD_PORT = "49983"
 CODE_PORT = "49999"
 _SANDBOX_USER = "user"  # the one user inside a sandbox
+# What a signed file URL carries (E2B's SDKs build it): all of it is signed or checked.
+_SIGNED_PARAMETERS = frozenset({"path", "username", "signature", "signature_expiration"})
 # A multipart upload's answer is the daemon's (its refusal, or the entries it wrote), marked
 # as every passed-through answer is: no client takes it for the server's own.
 _SANDBOXS_WORD = answer_headers([("content-type", "application/json")], None, download=False)
@@ -123,7 +125,7 @@ async def call(
 
 @envd_router.get("/files")
 async def read_file(request: Request) -> Response:
-    context, grant = await _admit_file(request, "read")
+    context, grant, _ = await _admit_file(request, "read")
     _check_user(request)
     daemon = await _daemon(context, grant)
     return await _forward(daemon, request, "GET", "/files", {"path": _path(request)})
@@ -132,7 +134,7 @@ async def read_file(request: Request) -> Response:
 @envd_router.post("/files")
 async def write_files(request: Request) -> Response:
     """One file as ``application/octet-stream`` (``?path=``) or several as multipart."""
-    context, grant = await _admit_file(request, "write")
+    context, grant, signed = await _admit_file(request, "write")
     _check_user(request)
     daemon = await _daemon(context, grant)
     path = request.query_params.get("path") or None
@@ -150,30 +152,47 @@ async def write_files(request: Request) -> Response:
         on_file(path)
         return await _forward(daemon, request, "POST", "/files", {"path": path})
     try:
-        written = await upload_parts(daemon, request, boundary, path, on_file)
+        written = await upload_parts(daemon, request, boundary, path, on_file, single=signed)
     except Failed as failed:
         headers = _SANDBOXS_WORD if failed.from_sandbox else None
         return Response(failed.body, failed.status, headers, "application/json")
     return Response(json.dumps(written), 200, _SANDBOXS_WORD, "application/json")
 
 
-async def _admit_file(request: Request, operation: str) -> tuple[E2bContext, Grant]:
+async def _admit_file(request: Request, operation: str) -> tuple[E2bContext, Grant, bool]:
     """A token, or a signed URL (which carries no sandbox id when every sandbox shares one
-    ``E2B_SANDBOX_URL``: the signature finds it)."""
+    ``E2B_SANDBOX_URL``: the signature finds it); and whether it was a signed URL.
+
+    A signed URL admits exactly what it signed: one ``operation`` on one path as one user.
+    So it carries its signed parameters once each and nothing else (a parameter the
+    signature does not cover could only change what the request does); the route keeps to
+    one file (``upload_parts(single=True)``).
+
+    Raises:
+        Unauthenticated: no valid token, or a signature that is not valid (or has expired).
+        InvalidRequest: a signed URL with a parameter repeated or not signed.
+    """
     signature = request.query_params.get("signature")
     if signature is None:
-        return await _admit(request, Purpose.ENVD)
+        context, grant = await _admit(request, Purpose.ENVD)
+        return context, grant, False
     context = context_of(request)
+    names = [name for name, _ in request.query_params.multi_items()]
+    for name in dict.fromkeys(names):
+        if name not in _SIGNED_PARAMETERS:
+            raise InvalidRequest(f"a signed URL carries no other parameter: ?{name}= is not signed")
+        if names.count(name) > 1:
+            raise InvalidRequest(f"a signed URL carries ?{name}= once")
     expiration = request.query_params.get("signature_expiration") or None
     if expired(expiration):
         raise Unauthenticated("the signed URL has expired")
-    grant = context.grants.by_signature(
+    signed = context.grants.by_signature(
         _path(request), operation, request.query_params.get("username", ""), signature, expiration
     )
     named = request.headers.get("e2b-sandbox-id")
-    if grant is None or (named and named != grant.sandbox_id):
+    if signed is None or (named and named != signed.sandbox_id):
         raise Unauthenticated(f"the URL's signature is not valid for a {operation}")
-    return context, grant
+    return context, signed, True
 
 
 def _path(request: Request) -> str:

@@ -5,6 +5,11 @@ part per file, the part's filename being the target path (``?path=`` wins when g
 single file, as in envd). The sandbox daemon takes one ``application/octet-stream`` body per
 file, so each part's bytes stream to its own daemon upload as they arrive: nothing is
 buffered whole, and a file is bounded only by the sandbox's disk.
+
+A signed upload URL signed one file at one path, so a body it admits (``single``) holds
+exactly one part, written to the signed path whatever the part calls itself; the file is
+committed only once the whole body is read, so a body with a second part (more files, or a
+form field) is refused with nothing written.
 """
 
 from __future__ import annotations
@@ -86,21 +91,29 @@ async def upload_parts(
     boundary: bytes,
     path: str | None,
     on_file: Callable[[str], None],
+    *,
+    single: bool = False,
 ) -> list[object]:
     """Upload each file part; return the daemon's entries (``[{name, type, path}]``).
 
-    ``on_file(path)`` runs before each file is written (the audit record).
+    ``on_file(path)`` runs before each file is written (the audit record). With ``single``
+    (a signed URL's upload), the body is one part written to ``path``, committed at the end.
 
     Raises:
-        InvalidRequest: a part names no file, or the body is not valid multipart.
+        InvalidRequest: a part names no file, the body is not valid multipart, or (with
+            ``single``) it holds more than one part.
         Failed: the daemon refused a file.
     """
+    if single and path is None:
+        raise InvalidRequest("a single-file upload needs its path")
     events = _Events()
     parser = MultipartParser(boundary, events.callbacks())  # type: ignore[arg-type]
     written: list[object] = []
     headers: dict[str, str] = {}
     queue: asyncio.Queue[bytes | None] | None = None
     upload: asyncio.Task[DaemonResponse] | None = None
+    parts = 0
+    ended = False  # the single part's end was seen
     try:
         async for chunk in request.stream():
             try:
@@ -110,6 +123,12 @@ async def upload_parts(
             items, events.items = events.items, []
             for kind, value in items:
                 if kind == "begin":
+                    parts += 1
+                    if single and parts > 1:
+                        raise InvalidRequest(
+                            "a signed upload URL writes the one file it was signed for: "
+                            "the body holds more than one part"
+                        )
                     headers = {}
                 elif kind == "header":
                     name, _, text = value.partition(b"\0")
@@ -124,11 +143,17 @@ async def upload_parts(
                     path = None  # ?path= names the first file only
                 elif kind == "data" and queue is not None and upload is not None:
                     await _put(queue, value, upload)
+                elif kind == "end" and single:
+                    ended = True  # committed once nothing follows
                 elif kind == "end" and queue is not None and upload is not None:
                     await _put(queue, None, upload)
                     written.extend(await _entries(await upload))
                     queue, upload = None, None
         parser.finalize()
+        if ended and queue is not None and upload is not None:
+            await _put(queue, None, upload)
+            written.extend(await _entries(await upload))
+            queue, upload = None, None
     finally:
         if upload is not None:
             upload.cancel()
