@@ -268,3 +268,57 @@ def test_a_server_refuses_another_seal_key_than_its_logs(server: Server) -> None
     )
     assert refused.returncode == 125, refused.stderr
     assert "sealed by the key" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_second_server_on_the_same_data_dir_refuses_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """``scripts/start`` twice: the second server took the first's running sandboxes for
+    the remains of a crash and marked them failed, then failed to bind its port."""
+    first = Server(tmp_path / "data", None)
+    first.start()
+    try:
+        admin = {"Authorization": f"Bearer {(first.data_dir / 'admin-key').read_text().strip()}"}
+        created = httpx.post(f"{first.url}/v1/sandboxes", headers=admin, timeout=30, json={})
+        assert created.status_code == 201, created.text
+        sandbox = created.json()["id"]
+        assert first.process is not None
+        for port in (first.port, _free_port()):  # its own port (scripts/start) or another
+            second = subprocess.run(
+                [RINGFENCE, "serve", "--port", str(port), *first.args()],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert second.returncode == 125, second.stderr
+            assert second.stderr.count("\n") == 1, second.stderr
+            assert f"pid {first.process.pid}" in second.stderr, second.stderr
+            assert str(first.data_dir) in second.stderr, second.stderr
+        state = httpx.get(f"{first.url}/v1/sandboxes/{sandbox}", headers=admin).json()
+        assert state["state"] == "running", state
+        listed = httpx.post(
+            f"{first.url}/v1/sandboxes/{sandbox}/rpc/process.Process/List",
+            headers=admin,
+            json={},
+            timeout=30,
+        )
+        assert listed.status_code == 200, listed.text
+    finally:
+        first.stop()
+
+
+def test_a_taken_port_is_refused_before_the_store_is_touched(tmp_path: Path) -> None:
+    """A port already bound fails the start in one line, before any reconcile."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = subprocess.run(
+            [RINGFENCE, "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert refused.returncode == 125, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert not (tmp_path / "data" / "ringfence.db").exists(), "no store was opened"

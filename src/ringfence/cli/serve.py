@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import logging
+import os
+import socket
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import FrameType
@@ -12,12 +16,19 @@ import click
 
 from ringfence.cli._common import fail, settings
 from ringfence.config import Config
-from ringfence.errors import BackendUnavailable, InvalidRequest, RingfenceError, UnknownBackend
+from ringfence.errors import (
+    BackendUnavailable,
+    Conflict,
+    InvalidRequest,
+    RingfenceError,
+    UnknownBackend,
+)
 
 __all__ = ["serve"]
 
 EXIT_UNAVAILABLE = 125
 _EXECUTOR_RETENTION = 256
+_LOCK_FILE = "serve.lock"
 
 
 @click.command()
@@ -33,10 +44,14 @@ def serve(host: str, port: int, data_dir: Path | None, database_url: str | None)
     """Serve the Ringfence API (OpenAPI at /docs).
 
     On first start with an empty store it creates an admin key for tenant 'default' and
-    writes it to <data dir>/admin-key (readable by you only).
+    writes it to <data dir>/admin-key (readable by you only). One data directory has one
+    server (unless the store is PostgreSQL): a second one exits, changing nothing.
     """
     config = settings(data_dir=data_dir, database_url=database_url)
     try:
+        from ringfence.policy.risk import load_risk_policy
+
+        load_risk_policy(config.risk_policy)  # a bad policy: no start, and nothing changed
         asyncio.run(_serve(config, host, port))
     except UnknownBackend as exc:
         raise click.UsageError(exc.message) from None
@@ -53,6 +68,17 @@ _KEEP_ALIVE_SECONDS = 330
 
 async def _serve(config: Config, host: str, port: int) -> None:
     import uvicorn
+
+    # Before anything touches the host or the store: a second server on this data directory
+    # would take the first's running sandboxes for a crash's remains and mark them failed.
+    lock = _hold_data_dir(config)
+    listening = _bind(host, port)
+    # The API is never a destination of the egress proxy, whatever the rules (a sandbox
+    # would act on itself with its creator's key): the backends refuse where it listens.
+    address, bound_port = listening.getsockname()[:2]
+    shown = f"[{address}]" if ":" in address else address
+    own = [*config.network_reserved_endpoints, f"{shown}:{bound_port}"]
+    config = config.model_copy(update={"network_reserved_endpoints": own})
 
     from ringfence.audit.signing import SealKey
     from ringfence.backends import create_executor, create_sandbox_runtime
@@ -120,10 +146,53 @@ async def _serve(config: Config, host: str, port: int) -> None:
         await service.aclose()
 
     try:
-        await _server_class()(config_, on_exit=on_exit).serve()
+        await _server_class()(config_, on_exit=on_exit).serve(sockets=[listening])
     finally:
         if notifier is not None:
             await notifier.aclose()
+        if lock is not None:
+            os.close(lock)
+
+
+def _hold_data_dir(config: Config) -> int | None:
+    """Lock the data directory for this process's life (the descriptor; None with
+    PostgreSQL, whose replicas share a store and tell their sandboxes apart by lease).
+
+    Raises:
+        Conflict: another ``ringfence serve`` holds it.
+    """
+    if config.database_url is not None and not config.database_url.startswith("sqlite"):
+        return None
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = config.data_dir / _LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise Conflict(
+            f"another ringfence serve (pid {holder}) uses the data directory "
+            f"{config.data_dir}: one data directory has one server (replicas share a "
+            "PostgreSQL store, --database-url)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now: a taken port fails the start before the store is
+    opened or reconciled. Raises ``OSError``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"{host}:{port}: {exc.strerror}") from exc
+    return sock
 
 
 def _server_class() -> type[Any]:
@@ -139,6 +208,15 @@ def _server_class() -> type[Any]:
             super().__init__(config)
             self._on_exit = on_exit
             self._cancelling: asyncio.Task[None] | None = None
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            for sock in sockets or ():  # uvicorn says it only for sockets it binds itself
+                address, port = sock.getsockname()[:2]
+                shown = f"[{address}]" if sock.family == socket.AF_INET6 else address
+                logging.getLogger("uvicorn.error").info(
+                    "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port
+                )
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             super().handle_exit(sig, frame)
