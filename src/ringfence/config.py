@@ -99,6 +99,11 @@ class Config(BaseSettings):
     high_risk_approvals: int = Field(
         2, ge=1, le=10, description="Distinct approvers a high-risk proposal needs."
     )
+    risk_policy: Path | None = Field(
+        None,
+        description="A Cedar policy file (.cedar) that raises proposals' risk or forbids "
+        "them (docs/approvals.md); checked at start-up. Unset: the proposer's risk stands.",
+    )
     templates_dir: Path | None = Field(
         None,
         description="Where templates live (readable by the sandbox uid); default: "

@@ -25,6 +25,7 @@ __all__ = [
     "ProposalSpec",
     "ProposalState",
     "Risk",
+    "RiskSource",
     "is_proposal_id",
     "new_proposal_id",
     "request_digest",
@@ -34,6 +35,13 @@ __all__ = [
 class Risk(StrEnum):
     LOW = "low"
     HIGH = "high"  # needs more than one approver (high_risk_approvals)
+
+
+class RiskSource(StrEnum):
+    """Who set a proposal's risk. The strings are API."""
+
+    PROPOSER = "proposer"  # the proposer's choice (the operator's policy asked no more)
+    POLICY = "policy"  # the operator's risk policy (``risk_rules`` name its rules)
 
 
 class ProposalState(StrEnum):
@@ -68,7 +76,11 @@ class ProposalSpec(BaseModel):
         "the proposal's id, the id the approved execution runs under)."
     )
     rationale: str = Field(min_length=1, max_length=10_000, description="Why, for the human.")
-    risk: Risk = Field(Risk.LOW, description="high needs two distinct approvers (by default).")
+    risk: Risk = Field(
+        Risk.LOW,
+        description="high needs two distinct approvers (by default). The operator's risk "
+        "policy may raise it, and may refuse the proposal; a proposer cannot lower it.",
+    )
     session_id: str | None = Field(None, max_length=256)
     task_id: str | None = Field(None, max_length=256)
 
@@ -91,7 +103,19 @@ class Proposal(BaseModel):
     request: ExecutionRequest
     digest: str = Field(description="SHA-256 of the request: what an approval approves.")
     rationale: str
-    risk: Risk
+    risk: Risk = Field(
+        description="The higher of the proposer's risk and the operator's risk policy's."
+    )
+    risk_source: RiskSource = Field(
+        RiskSource.PROPOSER,
+        description="Who set the risk: the proposer, or the operator's policy (never lower "
+        "than the proposer's).",
+    )
+    risk_rules: list[str] = Field(
+        default_factory=list,
+        description="The ids of the operator's policy rules that set the risk (risk_source "
+        "policy).",
+    )
     session_id: str | None = None
     task_id: str | None = None
     proposed_by: str = Field(description="The key id that proposed it.")

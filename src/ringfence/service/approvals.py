@@ -7,7 +7,9 @@ The rules, each enforced here and each tested as an attempted bypass:
   nor approves twice;
 - approvals are accepted only within the approval window (``approval_ttl``), and a sweep
   marks pending proposals ``expired`` once it closes;
-- high-risk proposals need ``high_risk_approvals`` distinct approvers;
+- high-risk proposals need ``high_risk_approvals`` distinct approvers; the operator's risk
+  policy (``RINGFENCE_RISK_POLICY``, ``ringfence.policy.risk``) may raise a proposal's risk
+  or refuse it, and the proposer cannot lower it;
 - every change is a compare-and-set on the proposal's version, so of two racing decisions
   one wins, and the move to ``executing`` happens once: an approval executes at most once;
 - once the approvals are in, the handler runs exactly the approved request at once, with
@@ -30,6 +32,7 @@ from ringfence.audit.chain import SYSTEM
 from ringfence.config import Config
 from ringfence.errors import Conflict, Forbidden, InvalidRequest, ProposalNotFound, RingfenceError
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.policy.risk import assess, load_risk_policy
 from ringfence.proposals import (
     Decision,
     Proposal,
@@ -72,6 +75,7 @@ class ApprovalService:
         self._executions = executions
         self._audit = audit
         self._config = config
+        self._risk_policy = load_risk_policy(config.risk_policy)  # a bad one: no start
         self._notifier = notifier
         self._clock = clock
         self._runs: set[asyncio.Task[None]] = set()
@@ -108,7 +112,8 @@ class ApprovalService:
 
         Raises:
             InvalidRequest: the request sets what only the handler sets, or is not allowed.
-            Forbidden: the request asks for something no tenant may.
+            Forbidden: the request asks for something no tenant may, or the operator's risk
+                policy forbids it (or could not be evaluated: fail closed).
         """
         request = spec.request
         if request.checkpoint_id is not None or request.approved_by is not None:
@@ -117,6 +122,16 @@ class ApprovalService:
                 "handler, not by the proposer"
             )
         self._executions.check_policy(request, approved=True)
+        risk = assess(
+            self._risk_policy, request, tenant=caller.tenant, requester=caller.key_id,
+            role=caller.role.value, proposed=spec.risk, config=self._config,
+        )  # fmt: skip
+        if risk.refusal is not None:
+            await self._audit.record_now(
+                caller.tenant, caller.key_id, "proposal.create", "proposal:-", "denied",
+                {"why": risk.refusal, "risk_rules": list(risk.rules), "command": request.argv},
+            )  # fmt: skip
+            raise Forbidden(risk.refusal)
         proposal_id = new_proposal_id()
         request = request.model_copy(update={"id": proposal_id})  # what it will run under
         now = self._clock()
@@ -126,13 +141,15 @@ class ApprovalService:
             request=request,
             digest=request_digest(request),
             rationale=spec.rationale,
-            risk=spec.risk,
+            risk=risk.risk,
+            risk_source=risk.source,
+            risk_rules=list(risk.rules),
             session_id=spec.session_id,
             task_id=spec.task_id,
             proposed_by=caller.key_id,
             created_at=now,
             expires_at=now + timedelta(seconds=self._config.approval_ttl),
-            required_approvals=(self._config.high_risk_approvals if spec.risk is Risk.HIGH else 1),
+            required_approvals=(self._config.high_risk_approvals if risk.risk is Risk.HIGH else 1),
         )
         await self._store.add_proposal(caller.tenant, proposal)
         await self._audit.record_now(
@@ -143,6 +160,8 @@ class ApprovalService:
             details={
                 "digest": proposal.digest,
                 "risk": proposal.risk.value,
+                "risk_source": proposal.risk_source.value,
+                "risk_rules": proposal.risk_rules,
                 "command": request.argv,
                 "target_namespace": request.target_namespace,
                 "rationale": proposal.rationale,
