@@ -2,15 +2,44 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import AliasChoices, Field, IPvAnyAddress
+from pydantic import AliasChoices, BeforeValidator, Field, IPvAnyAddress, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ringfence._units import parse_size
 from ringfence.models import NetworkPolicy, ResourceLimits
 
-__all__ = ["Config"]
+__all__ = ["Config", "parse_endpoint"]
+
+
+def parse_endpoint(text: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+    """``ADDRESS:PORT`` or ``[IPv6]:PORT`` as (address, port).
+
+    Raises:
+        ValueError: not an IP address and a port from 1 to 65535.
+    """
+    host, colon, port = text.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{text!r}: write an IPv6 address in brackets, [::1]:8080")
+    if not colon or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not ADDRESS:PORT (a port from 1 to 65535)")
+    try:
+        return ipaddress.ip_address(host), int(port)
+    except ValueError:
+        raise ValueError(f"{text!r}: {host!r} is not an IP address") from None
+
+
+def _size(value: object) -> object:
+    return parse_size(value) if isinstance(value, str | int) else value
+
+
+_Bytes = Annotated[int, BeforeValidator(_size), Field(ge=1 << 20)]  # '8G' or bytes
 
 
 def _default_runtime_dir() -> Path:
@@ -112,7 +141,32 @@ class Config(BaseSettings):
     max_sandboxes_per_tenant: int = Field(
         100,
         ge=1,
-        description="Sandboxes one tenant may run at once on this server (creates past it: 429).",
+        description="Sandboxes and one-shot executions one tenant may run at once on this "
+        "server, counted together (past it: 429 too_many_requests).",
+    )
+    max_memory_per_tenant: _Bytes | None = Field(
+        None,
+        description="Sum of the memory limits of one tenant's sandboxes and executions at "
+        "once (accepts '8G'; past it: 429). Unset: the server's total.",
+    )
+    max_cpus_per_tenant: float | None = Field(
+        None,
+        gt=0,
+        description="Sum of the CPU limits of one tenant's sandboxes and executions at once "
+        "(past it: 429). Unset: the server's total.",
+    )
+    max_total_memory: _Bytes | None = Field(
+        None,
+        description="Sum of the memory limits of everything this server runs at once, the "
+        "warm pool included (past it: 503 server_at_capacity). Unset, or above the host's "
+        "memory: the host's memory.",
+    )
+    max_total_cpus: float | None = Field(
+        None,
+        gt=0,
+        description="Sum of the CPU limits of everything this server runs at once, the warm "
+        "pool included (past it: 503 server_at_capacity). Unset: 32 per core of the host "
+        "(CPU time is shared: past the cores everything runs slower, nothing breaks).",
     )
     pool_sizes: dict[str, int] = Field(
         default_factory=lambda: {"base": 2},
@@ -142,6 +196,14 @@ class Config(BaseSettings):
         description="Loopback or private networks that API clients may name in egress rules "
         '(JSON list, e.g. ["10.20.0.0/16"] for an internal mirror); none by default: the '
         "host's own services stay out of reach.",
+    )
+    network_reserved_endpoints: list[str] = Field(
+        default_factory=list,
+        description="Ringfence's own endpoints (JSON list of ADDRESS:PORT, [IPv6]:PORT) the "
+        "egress proxy never connects to, whatever the rules. 'ringfence serve' adds its API's "
+        "own, and the backends their proxies', gate's and resolver's; add what fronts them "
+        'elsewhere (["10.0.0.7:8080"] for another replica, a Service in front of the API). '
+        "A port listened on at an address of this host is refused on every address of it.",
     )
     network_intercept: bool = Field(
         False,
@@ -197,3 +259,10 @@ class Config(BaseSettings):
         description="SQLAlchemy URL of the store, e.g. postgresql+psycopg://user@host/db; "
         "default: SQLite in the data directory.",
     )
+
+    @field_validator("network_reserved_endpoints")
+    @classmethod
+    def _endpoints(cls, value: list[str]) -> list[str]:
+        for text in value:
+            parse_endpoint(text)
+        return value

@@ -11,7 +11,7 @@ from ringfence.errors import InvalidRequest
 from ringfence.models import EgressRule, NetworkMode, NetworkPolicy
 from ringfence.network import Requester, Resolver
 from ringfence.network.defaults import check_tenant_policy
-from ringfence.network.policy import Address
+from ringfence.network.policy import Address, OwnEndpoints
 from ringfence.network.proxy import serve_client
 from ringfence.network.session import EgressSession
 from ringfence.service.audit import AuditLog
@@ -213,7 +213,7 @@ async def test_an_unexpected_error_is_audited_as_failed_and_closes_the_connectio
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await serve_client(session, _BrokenResolver(), reader, writer)
+            await serve_client(session, _BrokenResolver(), reader, writer, own=OwnEndpoints())
         except BaseException as exc:  # what would be an unhandled task exception
             escaped.append(exc)
 

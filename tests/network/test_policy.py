@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from ringfence.models import EgressAction, EgressRule, NetworkMode, NetworkPolicy
 from ringfence.network.policy import (
+    OwnEndpoints,
     check_addresses,
     decide,
     domain_matches,
@@ -19,6 +20,7 @@ from ringfence.network.policy import (
 PUBLIC = ipaddress.ip_address("203.0.113.80")
 OTHER_PUBLIC = ipaddress.ip_address("198.51.100.7")
 LOOPBACK = ipaddress.ip_address("127.0.0.1")
+NONE_OWN = OwnEndpoints()  # Ringfence listens nowhere these tests look
 
 
 def policy(*rules: dict[str, object]) -> NetworkPolicy:
@@ -154,17 +156,20 @@ def test_a_name_resolving_to_internal_addresses_is_denied_without_a_cidr() -> No
     p = policy({"domain": "rebind.example"})
     verdict = decide(p, "rebind.example", 443)
     assert (
-        check_addresses(p, verdict, "rebind.example", 443, [LOOPBACK]).action is EgressAction.DENY
+        check_addresses(p, verdict, "rebind.example", 443, [LOOPBACK], own=NONE_OWN).action
+        is EgressAction.DENY
     )
-    mixed = check_addresses(p, verdict, "rebind.example", 443, [LOOPBACK, PUBLIC])
+    mixed = check_addresses(p, verdict, "rebind.example", 443, [LOOPBACK, PUBLIC], own=NONE_OWN)
     assert mixed.allowed and mixed.addresses == (PUBLIC,)
 
 
 def test_a_cidr_on_an_allow_rule_confines_the_addresses() -> None:
     p = policy({"domain": "svc.test", "cidr": "127.0.0.1/32"})
     verdict = decide(p, "svc.test", 80)
-    assert check_addresses(p, verdict, "svc.test", 80, [LOOPBACK]).addresses == (LOOPBACK,)
-    outside = check_addresses(p, verdict, "svc.test", 80, [PUBLIC])
+    assert check_addresses(p, verdict, "svc.test", 80, [LOOPBACK], own=NONE_OWN).addresses == (
+        LOOPBACK,
+    )
+    outside = check_addresses(p, verdict, "svc.test", 80, [PUBLIC], own=NONE_OWN)
     assert outside.action is EgressAction.DENY and "127.0.0.1/32" in outside.reason
 
 
@@ -175,15 +180,17 @@ def test_a_deny_cidr_wins_after_resolution() -> None:
     )
     verdict = decide(p, "www.example.com", 443)
     assert verdict.allowed
-    denied = check_addresses(p, verdict, "www.example.com", 443, [PUBLIC, OTHER_PUBLIC])
+    denied = check_addresses(
+        p, verdict, "www.example.com", 443, [PUBLIC, OTHER_PUBLIC], own=NONE_OWN
+    )
     assert denied.action is EgressAction.DENY
-    assert check_addresses(p, verdict, "www.example.com", 443, [OTHER_PUBLIC]).allowed
+    assert check_addresses(p, verdict, "www.example.com", 443, [OTHER_PUBLIC], own=NONE_OWN).allowed
 
 
 def test_an_unresolvable_name_is_denied() -> None:
     p = policy({"domain": "gone.example"})
     verdict = decide(p, "gone.example", 443)
-    denied = check_addresses(p, verdict, "gone.example", 443, [])
+    denied = check_addresses(p, verdict, "gone.example", 443, [], own=NONE_OWN)
     assert denied.action is EgressAction.DENY and "does not resolve" in denied.reason
 
 

@@ -24,18 +24,37 @@ from ringfence.models import NetworkPolicy
 from ringfence.network import dns
 from ringfence.network.intercept import Interceptor
 from ringfence.network.netns import ListenSpec, listen_in_netns, no_route_counts, open_netns
-from ringfence.network.policy import check_addresses, decide, name_resolvable
+from ringfence.network.policy import (
+    OwnEndpoints,
+    check_addresses,
+    decide,
+    name_resolvable,
+    own_endpoints,
+)
 from ringfence.network.proxy import serve_client
 from ringfence.network.resolver import Resolver, ResolverBusy
 from ringfence.network.session import EgressSession, Requester
 
-__all__ = ["DNS_PORT", "PROXY_PORT", "PROXY_URL", "Attachment", "EgressGateway", "proxy_env"]
+__all__ = [
+    "DNS_PORT",
+    "LISTENING",
+    "PROXY_PORT",
+    "PROXY_URL",
+    "Attachment",
+    "EgressGateway",
+    "proxy_env",
+]
 
 log = logging.getLogger(__name__)
 
 PROXY_PORT = 3128
 DNS_PORT = 53
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
+# Where the gateway listens (inside each sandbox's namespace): Ringfence's own, on any host.
+LISTENING = (
+    (ipaddress.IPv4Address("127.0.0.1"), PROXY_PORT),
+    (ipaddress.IPv4Address("127.0.0.1"), DNS_PORT),
+)
 # Per sandbox, connections and DNS questions in flight at once: past it, new ones are
 # dropped, so a sandbox cannot exhaust the server's descriptors or memory through its proxy.
 MAX_IN_FLIGHT = 256
@@ -117,11 +136,18 @@ class EgressGateway:
     session to change its policy."""
 
     def __init__(
-        self, resolver: Resolver | None = None, interceptor: Interceptor | None = None
+        self,
+        resolver: Resolver | None = None,
+        interceptor: Interceptor | None = None,
+        *,
+        own: OwnEndpoints | None = None,
     ) -> None:
-        """``interceptor``: open TLS tunnels whose rule adds headers (None: never)."""
+        """``interceptor``: open TLS tunnels whose rule adds headers (None: never).
+        ``own``: Ringfence's endpoints, never a destination (``network.own``); without it,
+        the gateway's own ports on this host's loopback."""
         self.resolver = resolver or Resolver()
         self.interceptor = interceptor
+        self.own = own or own_endpoints(LISTENING)
         self._attached: dict[tuple[str, str], Attachment] = {}
 
     def session(self, tenant: str, subject: str) -> EgressSession | None:
@@ -147,7 +173,9 @@ class EgressGateway:
             session = attachment.session
 
             def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-                served = serve_client(session, self.resolver, reader, writer, self.interceptor)
+                served = serve_client(
+                    session, self.resolver, reader, writer, self.interceptor, own=self.own
+                )
                 if not attachment._track(served):
                     writer.close()
 
@@ -199,7 +227,7 @@ class EgressGateway:
                 verdict = decide(policy, name, port)
                 if verdict.rule is None or verdict.action.value == "deny":
                     continue
-                checked = check_addresses(policy, verdict, name, port, found)
+                checked = check_addresses(policy, verdict, name, port, found, own=self.own)
                 addresses = [a for a in checked.addresses if isinstance(a, ipaddress.IPv4Address)]
                 if addresses:
                     break

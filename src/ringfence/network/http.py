@@ -7,10 +7,22 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["MAX_HEAD_BYTES", "BadRequest", "RequestHead", "origin_head", "parse_head", "response"]
+__all__ = [
+    "MAX_HEAD_BYTES",
+    "BadRequest",
+    "RequestHead",
+    "host_named",
+    "origin_head",
+    "parse_head",
+    "response",
+    "starts_request",
+]
 
 MAX_HEAD_BYTES = 64 * 1024
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_TOKEN_BYTES = frozenset(
+    b"!#$%&'*+.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-"
+)
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters but HTAB
 # Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own: never passed to the origin.
 _HOP_BY_HOP = frozenset(
@@ -51,6 +63,17 @@ def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
     if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         raise BadRequest(f"bad port in {authority!r}")
     return host, int(port_text)
+
+
+def starts_request(data: bytes) -> bool | None:
+    """Whether the first bytes a client sent begin an HTTP/1 request line (a method token,
+    then a space): True or False, or None while every byte so far could be a method's."""
+    for index, byte in enumerate(data):
+        if byte == 0x20:
+            return index > 0
+        if byte not in _TOKEN_BYTES:
+            return False
+    return None
 
 
 def parse_head(data: bytes, authority: tuple[str, int] | None = None) -> RequestHead:
@@ -101,6 +124,21 @@ def parse_head(data: bytes, authority: tuple[str, int] | None = None) -> Request
         raise BadRequest("credentials in the URL are not passed on")
     host, port = _split_authority(url_authority, 80)
     return RequestHead(method, target, version, tuple(headers), host, port, slash + path)
+
+
+def host_named(head: RequestHead) -> str | None:
+    """The host name the ``Host`` header names (lower case, no port), or None without one.
+
+    Raises:
+        BadRequest: several ``Host`` headers, or one that is not an authority.
+    """
+    values = [value for name, value in head.headers if name.lower() == "host"]
+    if len(values) > 1:
+        raise BadRequest("several Host headers")
+    if not values:
+        return None
+    name = _split_authority(values[0], 80)[0]
+    return name.strip().lower().removesuffix(".")
 
 
 def origin_head(head: RequestHead, extra: Mapping[str, str]) -> bytes:

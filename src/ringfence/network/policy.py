@@ -5,7 +5,9 @@ A destination is decided twice. By name and port, before anything is resolved
 addresses the name resolved to (``check_addresses``): a deny rule's CIDR still wins, the
 deciding rule's CIDR (if it has one) must hold the address, and without a CIDR only public
 addresses are used, so an allowed name pointed at loopback or a private network reaches
-nothing of the host's.
+nothing of the host's. Whatever the rules, Ringfence's own endpoints (``OwnEndpoints``: its
+API, its egress proxies and gate, its resolver) are never used: through them a sandbox
+would act on itself with its creator's key (a configuration-based escape).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from ringfence.models import EgressAction, EgressRule, NetworkMode, NetworkPolic
 
 __all__ = [
     "Address",
+    "Network",
+    "OwnEndpoints",
     "Verdict",
     "canonical_address",
     "check_addresses",
@@ -28,9 +32,11 @@ __all__ = [
     "is_internal",
     "name_resolvable",
     "normalize_host",
+    "own_endpoints",
 ]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # Never reached through an allowed *name*: only a rule whose CIDR names them reaches these.
 # The IPv6 ranges that embed an IPv4 address (mapped, IPv4-compatible, NAT64, 6to4) are
@@ -52,6 +58,56 @@ _EMBEDDING_IPV4 = tuple(
     ipaddress.IPv6Network(net) for net in ("::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16")
 )
 _LOOPBACK6 = ipaddress.IPv6Address("::1")
+# Addresses that always reach this host, whatever its interfaces: a connection to 0.0.0.0 or
+# :: goes to the host itself, and every address of 127.0.0.0/8 reaches a 0.0.0.0 listener.
+_THIS_HOST: tuple[Network, ...] = tuple(
+    ipaddress.ip_network(net) for net in ("0.0.0.0/8", "127.0.0.0/8", "::/128", "::1/128")
+)
+
+
+@dataclass(frozen=True)
+class OwnEndpoints:
+    """Where Ringfence itself listens: never a destination, whatever the rules.
+
+    ``ports``: the ports it listens on at an address of this host; each is refused on *every*
+    address of this host (``host``: loopback, unspecified, and the interfaces' addresses
+    and local ranges), as a listener on 0.0.0.0 or :: answers on all of them and guessing
+    which one a socket is bound to is not worth the risk. ``elsewhere``: endpoints of
+    Ringfence on other hosts (another replica, a Service in front of the API), refused
+    exactly. Build it with ``own_endpoints``.
+    """
+
+    ports: frozenset[int] = frozenset()
+    host: tuple[Network, ...] = _THIS_HOST
+    elsewhere: frozenset[tuple[Address, int]] = frozenset()
+
+    def holds(self, address: Address, port: int) -> bool:
+        """Whether ``address:port`` (as it goes on the wire) reaches Ringfence itself."""
+        wire = canonical_address(address)
+        if (wire, port) in self.elsewhere:
+            return True
+        return port in self.ports and _within(wire, self.host)
+
+
+def _within(address: Address, networks: Iterable[Network]) -> bool:
+    return any(address in net for net in networks if net.version == address.version)
+
+
+def own_endpoints(
+    listening: Iterable[tuple[Address, int]], host_networks: Iterable[Network] = ()
+) -> OwnEndpoints:
+    """Ringfence's own endpoints, from where it listens and the addresses of its host
+    (``host_networks``: its interfaces' addresses and the ranges routed to it as local)."""
+    host = tuple(dict.fromkeys((*_THIS_HOST, *host_networks)))
+    ports: set[int] = set()
+    elsewhere: set[tuple[Address, int]] = set()
+    for address, port in listening:
+        wire = canonical_address(address)
+        if _within(wire, host):
+            ports.add(port)
+        else:
+            elsewhere.add((wire, port))
+    return OwnEndpoints(frozenset(ports), host, frozenset(elsewhere))
 
 
 @dataclass(frozen=True)
@@ -173,15 +229,28 @@ def decide(policy: NetworkPolicy, host: str, port: int) -> Verdict:
 
 
 def check_addresses(
-    policy: NetworkPolicy, verdict: Verdict, host: str, port: int, addresses: Iterable[Address]
+    policy: NetworkPolicy,
+    verdict: Verdict,
+    host: str,
+    port: int,
+    addresses: Iterable[Address],
+    *,
+    own: OwnEndpoints,
 ) -> Verdict:
     """Narrow an allow (or approved ask) verdict to the addresses that may be used; deny
-    when none is left."""
+    when none is left. ``own``: Ringfence's endpoints, never used whatever the rules."""
     host = normalize_host(host)
     rule = verdict.rule
     assert rule is not None and verdict.action is not EgressAction.DENY
     wire = (canonical_address(a) for a in addresses)
-    candidates = list(dict.fromkeys(a for a in wire if not embeds_ipv4(a)))
+    resolved = list(dict.fromkeys(a for a in wire if not embeds_ipv4(a)))
+    candidates = [a for a in resolved if not own.holds(a, port)]
+    if resolved and not candidates:
+        return Verdict(
+            EgressAction.DENY,
+            f"{host}:{port} is Ringfence's own endpoint (its API, proxy or gate): never a "
+            "destination",
+        )
     for deny in policy.rules:
         if deny.action is not EgressAction.DENY or deny.cidr is None or port not in deny.ports:
             continue

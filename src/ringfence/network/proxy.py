@@ -23,12 +23,20 @@ from ringfence.network.http import (
     MAX_HEAD_BYTES,
     BadRequest,
     RequestHead,
+    host_named,
     origin_head,
     parse_head,
     response,
+    starts_request,
 )
 from ringfence.network.intercept import Interceptor, TlsStream
-from ringfence.network.policy import Verdict, check_addresses, decide, normalize_host
+from ringfence.network.policy import (
+    OwnEndpoints,
+    Verdict,
+    check_addresses,
+    decide,
+    normalize_host,
+)
 from ringfence.network.resolver import Resolver, ResolverBusy
 from ringfence.network.session import EgressSession
 from ringfence.network.sni import HelloState, parse_client_hello
@@ -81,15 +89,18 @@ async def serve_client(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     interceptor: Interceptor | None = None,
+    *,
+    own: OwnEndpoints,
 ) -> None:
     """Serve one connection from the sandbox; every attempt ends on the audit record.
-    With ``interceptor``, TLS tunnels whose rule adds headers are opened to add them."""
+    With ``interceptor``, TLS tunnels whose rule adds headers are opened to add them.
+    ``own``: Ringfence's endpoints, never connected to."""
     attempt = _Attempt()
     upstream: asyncio.StreamWriter | None = None
     try:
         head = await _read_head(reader)
         attempt.method, attempt.host, attempt.port = head.method, head.host, head.port
-        verdict = await _decide(session, resolver, head)
+        verdict = await _decide(session, resolver, head, own)
         assert verdict.addresses
         up_reader, upstream = await _open(verdict, head.port)
         if head.method == "CONNECT":
@@ -102,6 +113,9 @@ async def serve_client(
                                    (up_reader, upstream), first, attempt)  # fmt: skip
                 session.record("network.connect", "allowed", attempt.details(verdict.reason))
                 return
+            if first and not _is_tls(first):
+                headers = rule.headers if rule is not None else {}
+                first = await _tunnelled_request(reader, head, first, headers, attempt)
         else:
             extra = verdict.rule.headers if verdict.rule is not None else {}
             request_head = origin_head(head, extra)
@@ -152,7 +166,9 @@ async def _read_head(reader: asyncio.StreamReader) -> RequestHead:
     return head
 
 
-async def _decide(session: EgressSession, resolver: Resolver, head: RequestHead) -> Verdict:
+async def _decide(
+    session: EgressSession, resolver: Resolver, head: RequestHead, own: OwnEndpoints
+) -> Verdict:
     policy = session.policy
     host = normalize_host(head.host)
     verdict = decide(policy, host, head.port)
@@ -166,7 +182,7 @@ async def _decide(session: EgressSession, resolver: Resolver, head: RequestHead)
         raise _Refused(
             503, "egress refused: too many name lookups in flight for this sandbox", "failed"
         ) from None
-    checked = check_addresses(policy, verdict, host, head.port, addresses)
+    checked = check_addresses(policy, verdict, host, head.port, addresses, own=own)
     if checked.action is EgressAction.DENY:
         raise _Refused(403, f"egress denied by Ringfence: {checked.reason}")
     return checked
@@ -243,6 +259,51 @@ def _check_server_name(server_name: str | None, head: RequestHead, attempt: _Att
             f"egress denied by Ringfence: TLS server name {server_name!r} is not the "
             f"CONNECT host {host!r}",
         )
+
+
+async def _tunnelled_request(
+    reader: asyncio.StreamReader,
+    head: RequestHead,
+    first: bytes,
+    headers: Mapping[str, str],
+    attempt: _Attempt,
+) -> bytes:
+    """What goes to the origin of a plaintext tunnel. Plain HTTP in it is held to the rules
+    of proxied HTTP: its ``Host`` is the CONNECT host (a server hosting several names never
+    sees another: one naming another is refused), the rule's headers are added, and the
+    origin is told ``Connection: close`` (one request per tunnel, RFC 9112 9.6). Other
+    protocols pass as they are."""
+    data = first
+    while (http := starts_request(data)) is None or (http and b"\r\n\r\n" not in data):
+        if http:
+            attempt.tunnelled = False  # it speaks HTTP: a refusal in HTTP reaches it
+        if len(data) > MAX_HEAD_BYTES:
+            raise _Refused(431, "request head too large")
+        try:
+            chunk = await asyncio.wait_for(reader.read(_CHUNK), _HEAD_SECONDS)
+        except TimeoutError:
+            raise _Refused(408, "no complete request head") from None
+        if not chunk:
+            raise asyncio.IncompleteReadError(data, None)
+        data += chunk
+    if not http:
+        return data
+    attempt.tunnelled = False
+    raw, rest = data.split(b"\r\n\r\n", 1)
+    if len(raw) > MAX_HEAD_BYTES:
+        raise _Refused(431, "request head too large")
+    host = normalize_host(head.host)
+    try:
+        request = parse_head(raw, (host, head.port))
+        named = host_named(request)
+    except BadRequest as exc:
+        raise _Refused(400, f"egress refused: {exc}") from None
+    attempt.method = f"CONNECT+{request.method}"
+    if named is not None and named != host:
+        raise _Refused(
+            403, f"egress denied by Ringfence: Host {named!r} is not the CONNECT host {host!r}"
+        )
+    return origin_head(request, headers) + rest
 
 
 def _is_tls(first: bytes) -> bool:

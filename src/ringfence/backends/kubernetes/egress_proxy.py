@@ -32,6 +32,7 @@ import logging
 from ringfence.network.gateway import MAX_IN_FLIGHT
 from ringfence.network.http import response
 from ringfence.network.intercept import Interceptor
+from ringfence.network.policy import OwnEndpoints
 from ringfence.network.proxy import serve_client
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import EgressSession
@@ -70,9 +71,18 @@ class _Registration:
 class PodEgressProxy:
     """Serves the sandbox Pods this replica runs, each by its own session and policy."""
 
-    def __init__(self, resolver: Resolver, interceptor: Interceptor | None = None) -> None:
+    def __init__(
+        self,
+        resolver: Resolver,
+        interceptor: Interceptor | None = None,
+        *,
+        own: OwnEndpoints | None = None,
+    ) -> None:
+        """``own``: Ringfence's endpoints (its API, this proxy and gate), never a destination;
+        without it, only what reaches this host's loopback on no port."""
         self._resolver = resolver
         self._interceptor = interceptor
+        self._own = own or OwnEndpoints()
         self._pods: dict[Address, _Registration] = {}
         self._servers: list[asyncio.AbstractServer] = []
         self._asking: dict[Address, int] = {}  # gate questions in flight, by address
@@ -196,8 +206,9 @@ class PodEgressProxy:
         if len(registration.tasks) >= MAX_IN_FLIGHT:
             writer.close()
             return
-        task = asyncio.ensure_future(
-            serve_client(registration.session, self._resolver, reader, writer, self._interceptor)
+        served = serve_client(
+            registration.session, self._resolver, reader, writer, self._interceptor, own=self._own
         )
+        task = asyncio.ensure_future(served)
         registration.tasks.add(task)
         task.add_done_callback(registration.tasks.discard)

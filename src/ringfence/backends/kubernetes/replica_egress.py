@@ -19,6 +19,7 @@ from ringfence.backends.kubernetes.egress_proxy import PodEgressProxy
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import NetworkMode, NetworkPolicy
+from ringfence.network.own import own_endpoints_of
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import EgressSession, current_requester
 
@@ -83,7 +84,10 @@ async def start_replica_egress(
             "CA is trusted inside sandbox Pods); unset it (headers then go on plain HTTP only)"
         )
     address = str(config.pod_ip)
-    proxy = PodEgressProxy(Resolver(config.network_hosts))
+    listening = [(config.pod_ip, config.kubernetes_egress_proxy_port),
+                 (config.pod_ip, config.kubernetes_egress_gate_port)]  # fmt: skip
+    own = own_endpoints_of(config, listening)
+    proxy = PodEgressProxy(Resolver(config.network_hosts), own=own)
     try:
         port = await proxy.start(address, config.kubernetes_egress_proxy_port)
         gate = await proxy.start_gate(address, config.kubernetes_egress_gate_port)

@@ -36,8 +36,9 @@ from ringfence.backends.local.rootfs import HOST_IMAGE, Entry, layout_for
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
-from ringfence.network.gateway import Attachment, EgressGateway
+from ringfence.network.gateway import LISTENING, Attachment, EgressGateway
 from ringfence.network.intercept import Interceptor
+from ringfence.network.own import own_endpoints_of
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import current_requester
 
@@ -63,7 +64,8 @@ class LocalExecutor(SupervisingExecutor):
         if egress is None:
             if config.network_intercept:
                 self._own_interceptor = Interceptor(config.runtime_dir)
-            egress = EgressGateway(Resolver(config.network_hosts), self._own_interceptor)
+            own = own_endpoints_of(config, LISTENING)
+            egress = EgressGateway(Resolver(config.network_hosts), self._own_interceptor, own=own)
         self.egress = egress
 
     async def aclose(self) -> None:
