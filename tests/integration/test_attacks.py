@@ -491,6 +491,9 @@ DENIED = [
     ("ptrace-traceme", 101, "[0, 0, 0, 0]", "EPERM"),
     ("ptrace-attach-pid-1", 101, "[16, 1, 0, 0]", "EPERM"),
     ("process_vm_readv", 310, "[1, None, 0, None, 0, 0]", "EPERM"),
+    ("process_vm_writev", 311, "[1, None, 0, None, 0, 0]", "EPERM"),
+    ("pidfd_getfd", 438, "[0, 0, 0]", "EPERM"),  # another process's descriptors
+    ("kcmp", 312, "[1, 1, 0, 0, 0]", "EPERM"),  # KCMP_FILE: what another process has open
     ("mount-tmpfs", 165, "[b'none', b'/tmp', b'tmpfs', 0, None]", "EPERM"),
     ("umount2", 166, "[b'/tmp', 2]", "EPERM"),
     ("pivot_root", 155, "[b'/tmp', b'/tmp']", "EPERM"),

@@ -6,6 +6,14 @@ clear error instead of dying); ``clone3`` fails with ENOSYS so that libc falls b
 ``clone``, whose flags a classic BPF filter can inspect. A system call of a foreign
 architecture (the 32-bit entry points on x86_64, which the deny list does not cover) kills
 the whole process.
+
+Socket address families are an allow list: ``socket`` and ``socketpair`` work for
+``ALLOWED_SOCKET_FAMILIES`` only and fail with EAFNOSUPPORT (what a kernel without the
+family answers) for every other one. Some families are not network-namespaced at all
+(``AF_VSOCK`` reaches the hypervisor of a VM host, past the empty network namespace and the
+egress proxy); the rest are attack surface nothing in a sandbox needs. The family is compared
+as the whole 64-bit register, so a value with upper bits set (which the kernel truncates to
+an int) is refused too.
 """
 
 from __future__ import annotations
@@ -14,13 +22,26 @@ import errno
 import functools
 import tempfile
 
-__all__ = ["DENIED_SYSCALLS", "compile_filter"]
+__all__ = ["ALLOWED_SOCKET_FAMILIES", "DENIED_SYSCALLS", "compile_filter"]
+
+# unix: local IPC (the daemon, pip, git); inet/inet6: loopback and the egress proxy;
+# netlink: getaddrinfo's and ip's view of the sandbox's own interfaces.
+ALLOWED_SOCKET_FAMILIES: dict[int, str] = {
+    1: "AF_UNIX",
+    2: "AF_INET",
+    10: "AF_INET6",
+    16: "AF_NETLINK",
+}
 
 DENIED_SYSCALLS: dict[str, str] = {
     # debugging other processes, including the sandbox's own init (which it could hang)
     "ptrace": "debug another process",
     "process_vm_readv": "read another process's memory",
     "process_vm_writev": "write another process's memory",
+    # ptrace's equivalents: take another process's descriptors (the daemon's listening
+    # socket and its live connections), compare them to learn what it has open
+    "pidfd_getfd": "copy another process's file descriptor",
+    "kcmp": "compare the kernel objects of two processes",
     # the filesystem layout is the policy: no changing it from inside
     "mount": "mount a filesystem",
     "umount2": "unmount a filesystem",
@@ -95,7 +116,18 @@ def compile_filter() -> bytes:
     sf.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     sf.add_rule(denied, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_NEWUSER, _CLONE_NEWUSER))
     sf.add_rule(denied, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, _TIOCSTI))
+    no_family = seccomp.ERRNO(errno.EAFNOSUPPORT)
+    for call in ("socket", "socketpair"):
+        for family in _refused_families():
+            sf.add_rule(no_family, call, seccomp.Arg(0, seccomp.EQ, family))
+        sf.add_rule(no_family, call, seccomp.Arg(0, seccomp.GT, max(ALLOWED_SOCKET_FAMILIES)))
     with tempfile.TemporaryFile() as out:
         sf.export_bpf(out)
         out.seek(0)
         return out.read()
+
+
+def _refused_families() -> list[int]:
+    """The families below the highest allowed one that are not allowed (those above it are
+    refused by one comparison)."""
+    return [f for f in range(max(ALLOWED_SOCKET_FAMILIES)) if f not in ALLOWED_SOCKET_FAMILIES]

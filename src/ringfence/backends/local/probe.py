@@ -24,6 +24,7 @@ from ringfence.models import ExecutionRequest, ResourceLimits
 __all__ = ["Check", "Host", "check_host", "require"]
 
 MIN_BWRAP = (0, 8, 0)  # --disable-userns, --size and --perms for tmpfs
+VSOCK_DEVICES = ("/dev/vsock", "/dev/vhost-vsock")
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def _check_bwrap(config: Config, checks: list[Check]) -> str | None:
 
 
 def _check_seccomp(checks: list[Check]) -> bytes | None:
-    from ringfence.policy.seccomp import DENIED_SYSCALLS, compile_filter
+    from ringfence.policy.seccomp import ALLOWED_SOCKET_FAMILIES, DENIED_SYSCALLS, compile_filter
 
     fix = "apt-get install libseccomp2 and pip install 'ringfence[local]' (pyseccomp)"
     if "Seccomp:" not in Path("/proc/self/status").read_text():
@@ -114,9 +115,27 @@ def _check_seccomp(checks: list[Check]) -> bytes | None:
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         checks.append(Check("seccomp", False, f"cannot build the filter: {exc}", fix))
         return None
-    detail = f"libseccomp filter, {len(DENIED_SYSCALLS) + 3} rules, {len(program)} bytes of BPF"
+    families = ", ".join(ALLOWED_SOCKET_FAMILIES.values())
+    detail = (
+        f"libseccomp filter: {len(DENIED_SYSCALLS)} system calls denied, sockets of "
+        f"{families} only, {len(program)} bytes of BPF"
+    )
     checks.append(Check("seccomp", True, detail))
+    _note_vsock(checks)
     return program
+
+
+def _note_vsock(checks: list[Check]) -> None:
+    """A vsock device means a VM host (or a guest): vsock is not network-namespaced, so it
+    would reach the hypervisor side past every network policy. The filter refuses AF_VSOCK;
+    this says that it matters here."""
+    devices = [path for path in VSOCK_DEVICES if os.path.exists(path)]
+    if devices:
+        detail = (
+            f"{' and '.join(devices)} present: vsock is not network-namespaced; sandboxes "
+            "cannot open AF_VSOCK sockets (seccomp answers EAFNOSUPPORT)"
+        )
+        checks.append(Check("vsock", True, detail))
 
 
 def _check_cgroups(config: Config, checks: list[Check]) -> CgroupDriver | None:

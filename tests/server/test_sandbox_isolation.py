@@ -1,0 +1,199 @@
+"""The sandbox boundary seen from inside real sandboxes behind a real server (issue 14).
+
+- Socket families: only unix, inet, inet6 and netlink exist, in interactive sandboxes and
+  one-shot executions alike. vsock is not network-namespaced (it reaches the hypervisor of a
+  VM host, past the empty network namespace and the egress proxy); the others are attack
+  surface nothing in a sandbox needs. Every other family fails with EAFNOSUPPORT.
+- ptrace equivalents: a command cannot take the daemon's descriptors (pidfd_getfd) nor read
+  its /proc files or memory; the daemon is non-dumpable and pidfd_getfd and kcmp are denied.
+
+Each attack has a control in the same sandbox (the allowed families work, the command's own
+child is readable), so that no test passes because the attacking script crashed.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from ringfence.policy.seccomp import ALLOWED_SOCKET_FAMILIES
+from tests.server._envd import run
+from tests.server.conftest import Api
+
+# One store is enough: these tests are about the sandbox, not the store.
+pytestmark = pytest.mark.parametrize("store", ["memory"], indirect=True)
+
+_REPORT = """
+import json as _json
+def report(value):
+    print("RESULT " + _json.dumps(value), flush=True)
+"""
+
+
+def _python(script: str, *args: str) -> list[str]:
+    return ["python3", "-c", _REPORT + textwrap.dedent(script), *args]
+
+
+def _reported(output: str) -> Any:
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, f"the script did not report exactly once:\n{output[-4000:]}"
+    return json.loads(lines[0].removeprefix("RESULT "))
+
+
+@pytest.fixture
+async def sandbox(api: Api) -> AsyncIterator[str]:
+    created = await api.client.post("/v1/sandboxes", headers=api.acme, json={})
+    assert created.status_code == 201, created.text
+    sandbox_id: str = created.json()["id"]
+    yield sandbox_id
+    await api.client.delete(f"/v1/sandboxes/{sandbox_id}", headers=api.acme)
+
+
+async def _in_sandbox(api: Api, sandbox: str, script: str, *args: str) -> Any:
+    ran = await run(api.client, api.acme, sandbox, _python(script, *args))
+    assert ran.end.get("exitCode", 0) == 0 and ran.error is None, ran
+    return _reported(ran.stdout + ran.stderr)
+
+
+async def _in_execution(api: Api, script: str, *args: str) -> Any:
+    response = await api.client.post(
+        "/v1/executions", headers=api.acme, json={"command": _python(script, *args), "timeout": 60}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "succeeded", response.json()
+    return _reported(response.json()["logs"])
+
+
+# -- socket families -------------------------------------------------------------------------
+
+_SOCKET_FAMILIES = """
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def raw(nr, *args):
+    ctypes.set_errno(0)
+    fd = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    if fd >= 0:
+        os.close(fd)
+        return "ok"
+    return errno.errorcode[ctypes.get_errno()]
+def outcome(make):
+    try:
+        made = make()
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+    for s in made if isinstance(made, tuple) else (made,):
+        s.close()
+    return "ok"
+out = {"socket": {}, "socketpair": {}, "high-bits": {}}
+types = (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET, socket.SOCK_RAW)
+for family in range(64):
+    out["socket"][family] = sorted({outcome(lambda: socket.socket(family, t)) for t in types})
+    out["socketpair"][family] = outcome(lambda: socket.socketpair(family, socket.SOCK_STREAM))
+    # socket(2) is 41 on x86_64. The kernel reads an int: the upper half of the register
+    # must not fool the filter into letting a family through.
+    out["high-bits"][family] = raw(41, family | (1 << 32), socket.SOCK_STREAM, 0)
+out["allowed"] = {
+    "unix": outcome(lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)),
+    "unix-pair": outcome(lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)),
+    "inet": outcome(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+    "inet6": outcome(lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)),
+    "netlink-route": outcome(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)),
+}
+# What getaddrinfo and ip rely on: a netlink route dump of the sandbox's own interfaces.
+out["if_nameindex"] = socket.if_nameindex()
+report(out)
+"""
+
+
+def _check_socket_families(out: dict[str, Any]) -> None:
+    assert out["allowed"] == dict.fromkeys(
+        ("unix", "unix-pair", "inet", "inet6", "netlink-route"), "ok"
+    ), out["allowed"]
+    assert out["if_nameindex"] == [[1, "lo"]]
+    for family in range(64):
+        key = str(family)
+        assert out["high-bits"][key] == "EAFNOSUPPORT", (family, out["high-bits"][key])
+        if family in ALLOWED_SOCKET_FAMILIES:
+            continue
+        assert out["socket"][key] == ["EAFNOSUPPORT"], (family, out["socket"][key])
+        assert out["socketpair"][key] == "EAFNOSUPPORT", (family, out["socketpair"][key])
+
+
+async def test_only_the_allowed_socket_families_exist_in_an_interactive_sandbox(
+    api: Api, sandbox: str
+) -> None:
+    _check_socket_families(await _in_sandbox(api, sandbox, _SOCKET_FAMILIES))
+
+
+async def test_only_the_allowed_socket_families_exist_in_a_one_shot_execution(api: Api) -> None:
+    _check_socket_families(await _in_execution(api, _SOCKET_FAMILIES))
+
+
+# -- ptrace equivalents ----------------------------------------------------------------------
+
+_DAEMON_REACH = """
+import ctypes, errno, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+PIDFD_OPEN, PIDFD_GETFD, KCMP, KCMP_FILE = 434, 438, 312, 0
+def call(nr, *args):
+    ctypes.set_errno(0)
+    result = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return result if result >= 0 else errno.errorcode[ctypes.get_errno()]
+def attempt(action):
+    try:
+        action()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    return "ok"
+def reach(pid):
+    pidfd = call(PIDFD_OPEN, pid, 0)
+    got = {}
+    if isinstance(pidfd, int):
+        for fd in range(16):
+            taken = call(PIDFD_GETFD, pidfd, fd, 0)
+            got[fd] = "taken" if isinstance(taken, int) else taken
+            if isinstance(taken, int):
+                os.close(taken)
+        os.close(pidfd)
+    def read(name):
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            f.read(1)
+    return {
+        "pidfd_open": "ok" if isinstance(pidfd, int) else pidfd,
+        "pidfd_getfd": sorted(set(got.values())),
+        "kcmp": call(KCMP, os.getpid(), pid, KCMP_FILE, 0, 0),
+        "fd": attempt(lambda: os.listdir(f"/proc/{pid}/fd")),
+        "mem": attempt(lambda: open(f"/proc/{pid}/mem", "rb").close()),
+        "environ": attempt(lambda: read("environ")),
+        "cwd": attempt(lambda: os.readlink(f"/proc/{pid}/cwd")),
+    }
+daemon = os.getppid()
+child = subprocess.Popen(["sleep", "60"])
+report({"parent": open(f"/proc/{daemon}/cmdline", "rb").read().decode().split(chr(0)),
+        "daemon": reach(daemon), "own child": reach(child.pid)})
+child.kill()
+"""
+
+
+async def test_a_command_cannot_take_the_daemons_descriptors_or_read_its_memory(
+    api: Api, sandbox: str
+) -> None:
+    out = await _in_sandbox(api, sandbox, _DAEMON_REACH)
+    assert "sandboxd.__main__" in " ".join(out["parent"]), "the command's parent is the daemon"
+    daemon, control = out["daemon"], out["own child"]
+    # Control: /proc of a process the command started (dumpable, same uid) is readable.
+    assert {k: control[k] for k in ("pidfd_open", "fd", "mem", "environ", "cwd")} == dict.fromkeys(
+        ("pidfd_open", "fd", "mem", "environ", "cwd"), "ok"
+    ), control
+    assert daemon["pidfd_open"] == "ok", "pidfd_open itself stays (waiting on a process)"
+    assert daemon["pidfd_getfd"] == ["EPERM"], daemon
+    assert control["pidfd_getfd"] == ["EPERM"], "denied by the filter, whoever the target"
+    assert daemon["kcmp"] == control["kcmp"] == "EPERM"
+    for name in ("fd", "mem", "environ", "cwd"):
+        assert daemon[name] == "EACCES", (name, daemon)
