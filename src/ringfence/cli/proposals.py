@@ -180,12 +180,18 @@ def show(proposal_id: str, as_json: bool, url: str | None, api_key: str | None) 
         click.echo(line)
 
 
+def _risk_by(p: Proposal) -> str:
+    if p.risk_source.value == "policy":
+        return f"set by the operator's risk policy, rule {', '.join(p.risk_rules)}"
+    return "as proposed"
+
+
 def _describe(p: Proposal) -> list[str]:
     request = p.request
     fields: list[tuple[str, object]] = [
         ("id", p.id),
         ("state", p.state.value),
-        ("risk", f"{p.risk.value} (needs {p.required_approvals} approver(s))"),
+        ("risk", f"{p.risk.value} (needs {p.required_approvals} approver(s); {_risk_by(p)})"),
         ("proposed by", f"{p.proposed_by} at {_when(p.created_at)}"),
         ("expires", _when(p.expires_at)),
         ("session", p.session_id),

@@ -32,6 +32,7 @@ from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, requesting
 from ringfence.proposals import is_proposal_id
 from ringfence.service.audit import AuditLog
+from ringfence.service.placement import Placement, placement
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
 
@@ -202,6 +203,11 @@ class ExecutionService:
         with contextlib.suppress(ExecutionNotFound):
             await self._executor.cancel(submission.internal_id)
         return await asyncio.shield(submission.done)
+
+    def placement(self, tenant: str, request: ExecutionRequest) -> Placement:
+        """Where ``request`` of ``tenant`` would run here, defaults filled in (for the
+        people who approve it)."""
+        return placement(request, tenant, self._config, self._executor.name)
 
     async def aclose(self) -> None:
         """Cancel what runs and wait until every result is stored."""

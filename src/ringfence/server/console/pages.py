@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 __all__ = [
     "SECURITY_HEADERS",
     "STYLESHEET",
+    "expires_in",
     "redirect",
     "render",
     "secure",
@@ -91,6 +92,30 @@ def _when(value: datetime | str | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _size(value: int | None) -> str:
+    """Bytes as people read them, the exact number beside: ``256 MiB (268435456 bytes)``."""
+    if value is None:
+        return "—"
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if value >= 1 << shift:
+            return f"{value / (1 << shift):g} {unit} ({value} bytes)"
+    return f"{value} bytes"
+
+
+def expires_in(expires_at: datetime, now: datetime) -> str:
+    """``in 59 min`` while an approval window is open, ``closed 3 min ago`` once it is not."""
+    seconds = int((expires_at - now).total_seconds())
+    minutes, hours = abs(seconds) // 60, abs(seconds) // 3600
+    span = (
+        f"{hours} h {minutes % 60} min"
+        if hours
+        else f"{minutes} min"
+        if minutes
+        else f"{abs(seconds)} s"
+    )
+    return f"expires in {span}" if seconds > 0 else f"closed {span} ago"
+
+
 def _as_json(value: Any) -> str:
     text = json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False, default=str)
     return text if len(text) <= _DETAIL_CHARS else text[:_DETAIL_CHARS] + " …"
@@ -108,6 +133,7 @@ _env.filters["visible_text"] = lambda value: visible(value, keep_lines=True)
 _env.filters["shell"] = lambda argv: visible(shlex.join(argv))
 _env.filters["when"] = _when
 _env.filters["as_json"] = _as_json
+_env.filters["size"] = _size
 _env.globals["LOG_CHARS"] = _LOG_CHARS
 _env.globals["shown"] = shown
 

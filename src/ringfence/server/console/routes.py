@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from ringfence.errors import HTTP_STATUS, RingfenceError, Unauthenticated
 from ringfence.proposals import Proposal, ProposalState, request_digest
-from ringfence.server.console.pages import STYLESHEET, redirect, render, secure
+from ringfence.server.console.pages import STYLESHEET, expires_in, redirect, render, secure
 from ringfence.server.console.sessions import (
     COOKIE,
     LOGIN_COOKIE,
@@ -35,8 +35,9 @@ from ringfence.server.console.sessions import (
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
 from ringfence.service.egress_asks import EgressAsk, EgressAsks, EgressAskState
+from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import authenticate
-from ringfence.store import AuditQuery, Role
+from ringfence.store import ApiKey, AuditQuery, Role, Store
 
 __all__ = ["router"]
 
@@ -112,6 +113,11 @@ def _asks_of(request: Request, tenant: str, *, pending: bool) -> list[EgressAsk]
     if not pending:
         listed = [ask for ask in listed if ask.state is not EgressAskState.PENDING]
     return listed[:_LISTED]
+
+
+def _executions(request: Request) -> ExecutionService:
+    service: ExecutionService = request.app.state.executions
+    return service
 
 
 def _audit(request: Request) -> AuditLog:
@@ -292,7 +298,7 @@ async def pending(request: Request) -> Response:
         request,
         "pending.html",
         session,
-        proposals=[_shown(p) for p in proposals],
+        proposals=[await _shown(request, tenant, p) for p in proposals],
         asks=_asks_of(request, tenant, pending=True),
         asks_enabled=_egress_asks(request) is not None,
     )
@@ -303,8 +309,9 @@ async def proposal_page(proposal_id: str, request: Request) -> Response:
     session = _session(request)
     if session is None:
         return redirect("/console/login")
-    proposal = await _approvals(request).get(session.principal.tenant, proposal_id)
-    return _page(request, "proposal.html", session, p=_shown(proposal))
+    tenant = session.principal.tenant
+    proposal = await _approvals(request).get(tenant, proposal_id)
+    return _page(request, "proposal.html", session, p=await _shown(request, tenant, proposal))
 
 
 @router.post("/proposals/{proposal_id}/approve")
@@ -361,22 +368,46 @@ async def history(request: Request) -> Response:
         request,
         "history.html",
         session,
-        proposals=[_shown(p) for p in proposals],
+        proposals=[await _shown(request, tenant, p) for p in proposals],
         asks=_asks_of(request, tenant, pending=False),
         asks_enabled=_egress_asks(request) is not None,
     )
 
 
-def _shown(proposal: Proposal) -> dict[str, Any]:
+async def _shown(request: Request, tenant: str, proposal: Proposal) -> dict[str, Any]:
     """What a page shows of a proposal; ``rendered_digest`` is computed from the request as
-    rendered now, so an approval posts the digest of what the approver saw."""
+    rendered now, so an approval posts the digest of what the approver saw. ``placement``
+    is where it would run on this server; ``people`` the names of the keys involved."""
     rendered = request_digest(proposal.request)
     return {
         "proposal": proposal,
         "request": proposal.request,
         "rendered_digest": rendered,
         "digest_holds": rendered == proposal.digest,
+        "placement": _executions(request).placement(tenant, proposal.request),
+        "people": await _people(request, tenant, proposal),
+        "expires_in": expires_in(proposal.expires_at, datetime.now(UTC)),
     }
+
+
+async def _people(request: Request, tenant: str, proposal: Proposal) -> dict[str, str]:
+    """The names of the keys that proposed and decided ``proposal``, by key id (a key
+    without a name, or of another tenant, has none: the page shows its id alone)."""
+    store: Store = request.app.state.store
+    ids = {proposal.proposed_by, *(d.by for d in proposal.approvals)}
+    if proposal.rejection is not None:
+        ids.add(proposal.rejection.by)
+    names: dict[str, str] = {}
+    for key_id in ids:
+        key = await store.get_key(key_id)
+        if key is not None and key.tenant == tenant and _key_name(key):
+            names[key_id] = _key_name(key)
+    return names
+
+
+def _key_name(key: ApiKey) -> str:
+    """The name a key was created with (``ringfence keys create --description``)."""
+    return key.description
 
 
 # --- egress asks ---------------------------------------------------------------------------
