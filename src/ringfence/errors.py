@@ -17,6 +17,7 @@ apart without matching message text.
     ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
     ├── SandboxNotRunning       the sandbox has ended (killed, expired)   (sandbox_not_running)
     ├── TooManyRequests         a limit on concurrent requests was hit    (too_many_requests)
+    │   └── ServerAtCapacity    the server's totals have no room now      (server_at_capacity)
     ├── StoreError              the store failed (database unreachable)   (store_error)
     ├── Unauthenticated         no valid API key                          (unauthenticated)
     ├── Forbidden               the key's role may not do this            (forbidden)
@@ -46,6 +47,7 @@ __all__ = [
     "SandboxError",
     "SandboxNotFound",
     "SandboxNotRunning",
+    "ServerAtCapacity",
     "ServerUnreachable",
     "StoreError",
     "TooManyRequests",
@@ -137,6 +139,12 @@ class TooManyRequests(RingfenceError):
     code = "too_many_requests"
 
 
+class ServerAtCapacity(TooManyRequests):
+    """The server has granted all the memory or CPU it may (its host's); retry later."""
+
+    code = "server_at_capacity"
+
+
 class StoreError(RingfenceError):
     """The store could not read or write (for example the database is unreachable)."""
 
@@ -183,6 +191,7 @@ HTTP_STATUS: dict[str, int] = {
     SandboxNotRunning.code: 409,
     SandboxElsewhere.code: 421,  # Misdirected Request: a router sent it to the wrong replica
     TooManyRequests.code: 429,
+    ServerAtCapacity.code: 503,
     StoreError.code: 503,
     Unauthenticated.code: 401,
     Forbidden.code: 403,
@@ -190,6 +199,7 @@ HTTP_STATUS: dict[str, int] = {
 
 _ALL: tuple[type[RingfenceError], ...] = (
     InvalidRequest, NotFound, DuplicateExecution, Conflict, UnknownBackend, BackendUnavailable,
-    SandboxError, SandboxNotRunning, SandboxElsewhere, TooManyRequests, StoreError,
+    SandboxError, SandboxNotRunning, SandboxElsewhere, TooManyRequests, ServerAtCapacity,
+    StoreError,
     Unauthenticated, Forbidden, ServerUnreachable,
 )  # fmt: skip

@@ -29,6 +29,7 @@ __all__ = [
     "NetworkPolicy",
     "ResourceLimits",
     "Sandbox",
+    "SandboxLimits",
     "SandboxSpec",
     "SandboxState",
     "Status",
@@ -82,7 +83,35 @@ def _checked_env(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"invalid environment variable name: {name!r}")
         if "\0" in value:
             raise ValueError(f"environment variable {name} contains a NUL byte")
+    total = sum(len(name) + len(value) + 2 for name, value in env.items())
+    if total > MAX_ENV_BYTES:
+        raise ValueError(f"the environment is {total} characters, more than {MAX_ENV_BYTES} in all")
     return env
+
+
+# What a process's environment can hold: the kernel caps argv and environ together (ARG_MAX,
+# 2 MiB here) and each string (128 KiB); bubblewrap caps its own arguments (three per
+# variable). Bounded well inside all three, so an accepted environment always starts.
+MAX_ENV_VARS = 1024
+MAX_ENV_VALUE = 32 << 10
+MAX_ENV_BYTES = 256 << 10
+Env = Annotated[
+    dict[
+        Annotated[str, Field(pattern=_ENV_NAME.pattern, max_length=256)],
+        Annotated[str, Field(max_length=MAX_ENV_VALUE, pattern=r"^[^\x00]*$")],
+    ],
+    Field(max_length=MAX_ENV_VARS, json_schema_extra={"additionalProperties": False}),
+]
+# Each word (argument) within the kernel's 128 KiB per string; all of them together well
+# inside ARG_MAX beside the environment.
+MAX_ARGV_BYTES = 512 << 10
+Word = Annotated[str, Field(max_length=(128 << 10) - 1, pattern=r"^[^\x00]*$")]
+_PROGRAM_FIRST: dict[str, object] = {"prefixItems": [{"type": "string", "minLength": 1}]}
+_ARGV_BOUNDS = f" Words of at most {(128 << 10) - 1} characters, {MAX_ARGV_BYTES} with args in all."
+_ENV_BOUNDS = (
+    f" At most {MAX_ENV_VARS} variables, names of at most 256 characters, values of at most "
+    f"{MAX_ENV_VALUE}, {MAX_ENV_BYTES} characters in all."
+)
 
 
 def _size(value: object) -> object:
@@ -91,7 +120,17 @@ def _size(value: object) -> object:
     return value
 
 
-Size = Annotated[int, BeforeValidator(_size), Field(ge=0)]
+_Sized = BeforeValidator(_size)  # '256M' is accepted as well as bytes
+_PIB = 1 << 50
+# Measured floors: with pids 1 bubblewrap cannot fork the sandbox's init;
+# below 0.01 cores the kernel refuses the CPU quota (1 ms per 100 ms period).
+MIN_PIDS = 2
+MIN_CPUS = 0.01
+# An interactive sandbox runs its daemon (a process and a thread per call), a code kernel
+# and the caller's commands: below 6 pids or 16 MiB the daemon or a first command failed.
+# The floors are twice that.
+MIN_SANDBOX_PIDS = 16
+MIN_SANDBOX_MEMORY = 32 << 20
 
 
 class ResourceLimits(BaseModel):
@@ -99,23 +138,22 @@ class ResourceLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    memory: Size | None = Field(
+    memory: Annotated[int, Field(ge=4 << 20, le=_PIB), _Sized] | None = Field(
         None,
-        ge=4 << 20,
-        le=1 << 50,
         description="Memory limit in bytes (accepts '256M'). Exceeding it kills the command "
         "with the error 'out of memory'. Writable tmpfs contents count towards it.",
     )
     pids: int | None = Field(
-        None, ge=1, le=1_000_000, description="Most processes and threads alive at once."
+        None, ge=MIN_PIDS, le=1_000_000, description="Most processes and threads alive at once."
     )
     cpus: float | None = Field(
-        None, gt=0, le=1024, description="CPU time as a number of cores (0.5 = half a core)."
-    )
-    disk: Size | None = Field(
         None,
-        ge=1 << 20,
-        le=1 << 50,
+        ge=MIN_CPUS,
+        le=1024,
+        description="CPU time as a number of cores (0.5 = half a core; at least 0.01).",
+    )
+    disk: Annotated[int, Field(ge=1 << 20, le=_PIB), _Sized] | None = Field(
+        None,
         description="Size in bytes of each writable tmpfs (the workspace, /tmp, /dev/shm).",
     )
 
@@ -123,6 +161,31 @@ class ResourceLimits(BaseModel):
         """Return these limits with every unset field taken from ``defaults``."""
         given = self.model_dump(exclude_none=True)
         return defaults.model_copy(update=given)
+
+
+class SandboxLimits(ResourceLimits):
+    """The limits of an interactive sandbox: room for its daemon besides your commands."""
+
+    memory: Annotated[int, Field(ge=MIN_SANDBOX_MEMORY, le=_PIB), _Sized] | None = Field(
+        None,
+        description="Memory limit in bytes (accepts '256M'; at least 32 MiB, the daemon's "
+        "room). Exceeding it kills the command with the error 'out of memory'. Writable tmpfs "
+        "contents count towards it.",
+    )
+    pids: int | None = Field(
+        None,
+        ge=MIN_SANDBOX_PIDS,
+        le=1_000_000,
+        description="Most processes and threads alive at once (at least 16: the daemon's "
+        "count among them).",
+    )
+
+
+def _sandbox_limits(value: object) -> object:
+    # Limits built as ResourceLimits (the SDK's, MCP's) are checked against the floors here.
+    if isinstance(value, ResourceLimits) and not isinstance(value, SandboxLimits):
+        return value.model_dump(exclude_none=True)
+    return value
 
 
 class Mount(BaseModel):
@@ -207,7 +270,7 @@ class EgressRule(BaseModel):
         "At most /8 (IPv4) or /32 (IPv6) broad; an IPv4-mapped range (::ffff:a.b.c.d/n) "
         "is stored as the IPv4 range it names.",
     )
-    ports: list[int] = Field(
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
         default_factory=lambda: [80, 443],
         min_length=1,
         max_length=64,
@@ -254,8 +317,6 @@ class EgressRule(BaseModel):
     @field_validator("ports")
     @classmethod
     def _valid_ports(cls, ports: list[int]) -> list[int]:
-        if not all(1 <= port <= 65535 for port in ports):
-            raise ValueError("ports are 1-65535")
         return sorted(set(ports))
 
     @field_validator("headers")
@@ -346,15 +407,24 @@ class ExecutionRequest(BaseModel):
         description="What the root filesystem is: 'host' (a read-only view of the host's system "
         "directories) or an absolute path to a directory root filesystem; default from Config.",
     )
-    command: list[str] = Field(min_length=1, description="Program and leading arguments.")
-    args: list[str] = Field(default_factory=list, description="Further arguments.")
-    env: dict[str, str] = Field(
+    command: Annotated[list[Word], Field(json_schema_extra=_PROGRAM_FIRST)] = Field(
+        min_length=1,
+        max_length=1024,
+        description="Program (not empty) and leading arguments." + _ARGV_BOUNDS,
+    )
+    args: list[Word] = Field(
+        default_factory=list, max_length=3072, description="Further arguments."
+    )
+    env: Env = Field(
         default_factory=dict,
         description="The only environment variables set in the sandbox, besides PATH, HOME, "
-        "USER, LOGNAME, LANG and TERM defaults that these override.",
+        "USER, LOGNAME, LANG and TERM defaults that these override." + _ENV_BOUNDS,
     )
     cwd: str | None = Field(
-        None, description="Working directory inside the sandbox; default the workspace."
+        None,
+        max_length=4095,
+        pattern=r"^/[^\x00]*$",
+        description="Working directory inside the sandbox (absolute); default the workspace.",
     )
     timeout: float | None = Field(
         None,
@@ -385,21 +455,26 @@ class ExecutionRequest(BaseModel):
     def _no_nul(cls, words: list[str]) -> list[str]:
         if any("\0" in word for word in words):
             raise ValueError("arguments must not contain NUL bytes")
-        if words and words[0] == "" and len(words) == 1:
-            raise ValueError("the command must not be empty")
         return words
+
+    @field_validator("command")
+    @classmethod
+    def _a_program(cls, words: list[str]) -> list[str]:
+        if words and words[0] == "":
+            raise ValueError("the program (the command's first word) must not be empty")
+        return words
+
+    @model_validator(mode="after")
+    def _argv_fits(self) -> ExecutionRequest:
+        size = sum(len(word) + 1 for word in self.argv)
+        if size > MAX_ARGV_BYTES:
+            raise ValueError(f"command and args are {size} characters, more than {MAX_ARGV_BYTES}")
+        return self
 
     @field_validator("env")
     @classmethod
     def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:
         return _checked_env(env)
-
-    @field_validator("cwd")
-    @classmethod
-    def _absolute_cwd(cls, cwd: str | None) -> str | None:
-        if cwd is not None and (not cwd.startswith("/") or "\0" in cwd):
-            raise ValueError(f"cwd must be an absolute path inside the sandbox: {cwd!r}")
-        return cwd
 
     @model_validator(mode="after")
     def _valid_unicode(self) -> ExecutionRequest:
@@ -463,17 +538,6 @@ _TEMPLATE = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 _MAX_METADATA = 64
 
 
-def _checked_metadata(metadata: dict[str, str]) -> dict[str, str]:
-    if len(metadata) > _MAX_METADATA:
-        raise ValueError(f"at most {_MAX_METADATA} metadata entries")
-    for name, value in metadata.items():
-        if not 0 < len(name) <= 128 or len(value) > 1024:
-            raise ValueError(
-                f"metadata keys are 1-128 characters and values at most 1024: {name[:40]!r}"
-            )
-    return metadata
-
-
 class SandboxSpec(BaseModel):
     """What to create: an interactive sandbox, alive until its timeout or a kill."""
 
@@ -487,22 +551,29 @@ class SandboxSpec(BaseModel):
     )
     timeout: float | None = Field(
         None,
-        gt=0,
+        ge=1,
         le=MAX_TIMEOUT_SECONDS,
-        description="Seconds until the sandbox is killed, from now; default 300. "
-        "set_timeout moves it.",
+        description="Seconds until the sandbox is killed, from now (at least 1: it must "
+        "outlive its own start); default 300. set_timeout moves it.",
     )
-    env: dict[str, str] = Field(
+    env: Env = Field(
         default_factory=dict,
         description="Environment variables of every command in the sandbox (over PATH, HOME, "
-        "USER, LOGNAME, LANG and TERM defaults). Never returned by the API.",
+        "USER, LOGNAME, LANG and TERM defaults). Never returned by the API." + _ENV_BOUNDS,
     )
-    metadata: dict[str, str] = Field(
+    metadata: Annotated[
+        dict[
+            Annotated[str, Field(min_length=1, max_length=128)],
+            Annotated[str, Field(max_length=1024)],
+        ],
+        Field(max_length=_MAX_METADATA),
+    ] = Field(
         default_factory=dict,
-        description="Your own labels, returned with the sandbox and usable as list filters.",
+        description="Your own labels, returned with the sandbox and usable as list filters "
+        "(at most 64; keys of 1-128 characters, values of at most 1024).",
     )
-    limits: ResourceLimits = Field(
-        default_factory=ResourceLimits,
+    limits: Annotated[SandboxLimits, BeforeValidator(_sandbox_limits)] = Field(
+        default_factory=SandboxLimits,
         description="Limits on the whole sandbox (every command together); unset fields default.",
     )
     network: NetworkPolicy | None = Field(
@@ -515,11 +586,6 @@ class SandboxSpec(BaseModel):
     @classmethod
     def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:
         return _checked_env(env)
-
-    @field_validator("metadata")
-    @classmethod
-    def _valid_metadata(cls, metadata: dict[str, str]) -> dict[str, str]:
-        return _checked_metadata(metadata)
 
     @model_validator(mode="after")
     def _valid_unicode(self) -> SandboxSpec:

@@ -129,6 +129,9 @@ class Proposal(BaseModel):
     )
     result: ExecutionResult | None = None
     version: int = Field(0, description="Bumped at every change (optimistic concurrency).")
+    # The request's egress header values, sealed (service/credentials.py); the request
+    # shows markers in their place. In no dump, repr or answer: only the store writes it.
+    sealed_credentials: str | None = Field(None, exclude=True, repr=False)
 
 
 def request_digest(request: ExecutionRequest) -> str:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from ringfence.config import Config
 from ringfence.proposals import ProposalState
-from ringfence.service.keys import mint_key
+from ringfence.service.keys import authenticate, mint_key
 from ringfence.store import AuditQuery, Role
 from tests.server.conftest import Api
 
@@ -315,7 +316,7 @@ async def test_an_agent_cannot_run_under_the_id_its_proposal_will_use(
     assert done["state"] == "succeeded", done
     assert done["execution_id"] not in planted
     assert done["result"]["logs"] == "fixed\n"
-    run = (await api.client.get(f"/v1/executions/{done['execution_id']}", headers=api.acme))
+    run = await api.client.get(f"/v1/executions/{done['execution_id']}", headers=api.acme)
     assert run.json()["logs"] == "fixed\n" and run.json()["status"] == "succeeded"
 
 
@@ -333,4 +334,84 @@ async def test_client_execution_ids_never_take_the_form_proposals_use(api: Api) 
     ) as rf:
         with pytest.raises(InvalidRequest):
             await rf.executions.run(["true"], id=reserved)
+    assert (await api.client.get("/v1/executions", headers=api.acme)).json() == []
+
+
+def _with_credential(value: str) -> dict[str, Any]:
+    rule = {"domain": "api.vendor.example", "headers": {"Authorization": f"Bearer {value}"}}
+    return {"network": {"rules": [rule]}}
+
+
+async def test_the_digest_binds_credentials_the_proposal_never_shows(
+    api: Api, approvers: tuple[dict[str, str], dict[str, str]]
+) -> None:
+    one = await _propose(api, **_with_credential("token-one"))
+    two = await _propose(api, **_with_credential("token-two"))
+    again = await _propose(api, **_with_credential("token-one"))
+    marks = [p["request"]["network"]["rules"][0]["headers"]["Authorization"]
+             for p in (one, two, again)]  # fmt: skip
+    assert all(m.startswith("<redacted hmac-sha256:") for m in marks), marks
+    assert marks[0] != marks[1] and marks[0] == marks[2], "a value's marker is its own"
+    assert one["digest"] != two["digest"], "another credential is another request"
+    status, body = await _approve(api, approvers[0], one, digest=two["digest"])
+    assert status == 409 and _code(body) == "conflict"
+    # Someone who can write the database swaps in the other proposal's sealed values.
+    stored = {p["id"]: await api.store.get_proposal("acme", p["id"]) for p in (one, two)}
+    first, second = stored[one["id"]], stored[two["id"]]
+    assert first is not None and second is not None and first.sealed_credentials
+    swapped = first.model_copy(
+        update={"sealed_credentials": second.sealed_credentials, "version": first.version + 1}
+    )
+    assert await api.store.replace_proposal("acme", swapped)
+    status, _ = await _approve(api, approvers[0], one)
+    assert status == 200
+    done = await _finished(api, one["id"])
+    assert done["state"] == "failed" and "credentials" in done["result"]["error"], done
+    runs = (await api.client.get("/v1/executions", headers=api.acme)).json()
+    assert runs == [], "nothing ran with credentials nobody approved"
+
+
+async def test_credentials_sealed_under_another_key_never_run_without_them(
+    api: Api, approvers: tuple[dict[str, str], dict[str, str]]
+) -> None:
+    from ringfence.service.approvals import ApprovalService
+    from ringfence.service.credentials import CredentialKey
+
+    proposal = await _propose(api, **_with_credential("token-one"))
+    state = api.transport.app.state  # type: ignore[attr-defined]
+    # A replica (or a restart) with another key than the one that sealed them.
+    elsewhere = ApprovalService(
+        api.store, state.executions, state.audit, Config(), credentials=CredentialKey.generate()
+    )
+    approver = await authenticate(api.store, approvers[0]["Authorization"].split()[1])
+    await elsewhere.approve(approver, proposal["id"], proposal["digest"], "ok")
+    await elsewhere.aclose()
+    done = await _finished(api, proposal["id"])
+    assert done["state"] == "failed" and "credentials key" in done["result"]["error"], done
+    assert (await api.client.get("/v1/executions", headers=api.acme)).json() == []
+
+
+async def test_a_proposal_whose_credentials_an_upgrade_removed_must_be_proposed_again(
+    api: Api, approvers: tuple[dict[str, str], dict[str, str]]
+) -> None:
+    from ringfence.models import REDACTED
+
+    proposal = await _propose(api, **_with_credential("token-one"))
+    stored = await api.store.get_proposal("acme", proposal["id"])
+    assert stored is not None and stored.request.network is not None
+    # What migration 0006 leaves of a proposal stored in clear by an older Ringfence.
+    scrubbed = stored.model_copy(
+        update={
+            "request": stored.request.model_copy(
+                update={"network": stored.request.network.redacted()}
+            ),
+            "sealed_credentials": None,
+            "version": stored.version + 1,
+        }
+    )
+    assert await api.store.replace_proposal("acme", scrubbed)
+    shown = (await api.client.get(f"/v1/proposals/{proposal['id']}", headers=api.acme)).json()
+    assert shown["request"]["network"]["rules"][0]["headers"]["Authorization"] == REDACTED
+    status, body = await _approve(api, approvers[0], proposal)
+    assert status == 409 and "propose it again" in body["error"]["message"]
     assert (await api.client.get("/v1/executions", headers=api.acme)).json() == []

@@ -34,7 +34,7 @@ def test_ids_are_generated_unique_and_validated() -> None:
 def test_invalid_environment_names_are_refused(name: str) -> None:
     with pytest.raises(ValidationError) as exc:
         ExecutionRequest(command=["true"], env={name: "x"})
-    assert "env" in _fields_in_error(exc)
+    assert {field.split(".")[0] for field in _fields_in_error(exc)} == {"env"}
 
 
 def test_nul_bytes_are_refused_everywhere() -> None:

@@ -85,6 +85,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
     from ringfence.server import create_app
     from ringfence.service.approvals import ApprovalService
     from ringfence.service.audit import AuditLog
+    from ringfence.service.credentials import CredentialKey
     from ringfence.service.egress_asks import EgressAsks
     from ringfence.service.executions import ExecutionService
     from ringfence.service.keys import FIRST_TENANT, bootstrap_admin_key
@@ -126,7 +127,11 @@ async def _serve(config: Config, host: str, port: int) -> None:
                 "deliveries are always signed"
             )
         notifier = WebhookNotifier(config.webhook_urls, config.webhook_secret)
-    approvals = ApprovalService(store, service, audit, config, notifier)
+    try:
+        credentials = CredentialKey.load_or_create(config.data_dir)
+    except ValueError as exc:
+        raise RingfenceError(str(exc)) from None
+    approvals = ApprovalService(store, service, audit, config, notifier, credentials=credentials)
     asks = EgressAsks(audit, config, notifier)  # "ask" egress rules wait for a human here
     sandboxes.egress_asker = service.egress_asker = asks
     app = create_app(

@@ -12,6 +12,10 @@ The rules, each enforced here and each tested as an attempted bypass:
   or refuse it, and the proposer cannot lower it;
 - every change is a compare-and-set on the proposal's version, so of two racing decisions
   one wins, and the move to ``executing`` happens once: an approval executes at most once;
+- a request's egress header values (credentials) are sealed under the credentials key
+  the moment it is proposed: the proposal shows, stores in clear, digests and hands on
+  (webhooks, the console, the audit log) markers in their place, which bind the values
+  (``service/credentials.py``); the handler opens them only to run the approved request;
 - once the approvals are in, the handler runs exactly the approved request at once, with
   ``checkpoint_id`` and ``approved_by`` filled in, through the execution service, under the
   proposal's own id: an id of a form no client may submit (``is_proposal_id``), so no
@@ -43,6 +47,7 @@ from ringfence.proposals import (
     request_digest,
 )
 from ringfence.service.audit import AuditLog
+from ringfence.service.credentials import CredentialKey, is_marker
 from ringfence.service.executions import RESTART_ERROR, ExecutionService
 from ringfence.service.keys import Principal
 from ringfence.store import Role, Store
@@ -70,8 +75,12 @@ class ApprovalService:
         config: Config,
         notifier: Notifier | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        credentials: CredentialKey | None = None,
     ) -> None:
+        """``credentials``: the key proposals' credentials are sealed under; None, a key of
+        this process only (what it seals cannot be opened after a restart)."""
         self._store = store
+        self._credentials = credentials or CredentialKey.generate()
         self._executions = executions
         self._audit = audit
         self._config = config
@@ -134,6 +143,7 @@ class ApprovalService:
             raise Forbidden(risk.refusal)
         proposal_id = new_proposal_id()
         request = request.model_copy(update={"id": proposal_id})  # what it will run under
+        request, sealed = self._sealed(caller.tenant, proposal_id, request)
         now = self._clock()
         proposal = Proposal(
             id=proposal_id,
@@ -149,6 +159,7 @@ class ApprovalService:
             proposed_by=caller.key_id,
             created_at=now,
             expires_at=now + timedelta(seconds=self._config.approval_ttl),
+            sealed_credentials=sealed,
             required_approvals=(self._config.high_risk_approvals if risk.risk is Risk.HIGH else 1),
         )
         await self._store.add_proposal(caller.tenant, proposal)
@@ -205,6 +216,12 @@ class ApprovalService:
             raise Conflict(
                 "digest: this approval is for another request than the one proposed; "
                 "read the proposal again (any change needs a new proposal)"
+            )
+        if _credentials_lost(proposal):
+            await self._denied(caller, proposal, "approve", "its credentials were removed")
+            raise Conflict(
+                "this proposal's egress header values were removed from the store (a "
+                "Ringfence upgrade stopped keeping them in clear): propose it again"
             )
         if request_digest(proposal.request) != proposal.digest:
             await self._denied(caller, proposal, "approve", "the stored request changed")
@@ -331,6 +348,7 @@ class ApprovalService:
 
     async def _run(self, tenant: str, proposal: Proposal, request: ExecutionRequest) -> None:
         try:
+            request = self._opened(tenant, proposal, request)
             result = await self._executions.submit(
                 tenant, request, wait=True, actor=SYSTEM, approved=True
             )
@@ -356,6 +374,33 @@ class ApprovalService:
             {"execution_id": request.id, "exit_code": result.exit_code, "error": result.error},
         )  # fmt: skip
         self._notify(f"proposal.{state.value}", tenant, done)
+
+    def _sealed(
+        self, tenant: str, proposal_id: str, request: ExecutionRequest
+    ) -> tuple[ExecutionRequest, str | None]:
+        """``request`` with markers for its header values, and the values sealed."""
+        network = request.network
+        if network is None or not any(rule.headers for rule in network.rules):
+            return request, None
+        sealed = self._credentials.seal(network, tenant=tenant, proposal_id=proposal_id)
+        return request.model_copy(update={"network": self._credentials.marked(network)}), sealed
+
+    def _opened(
+        self, tenant: str, proposal: Proposal, request: ExecutionRequest
+    ) -> ExecutionRequest:
+        """``request`` with the header values its markers stand for.
+
+        Raises:
+            Conflict: they cannot be opened, or are not the ones approved.
+        """
+        if proposal.sealed_credentials is None or request.network is None:
+            if _credentials_lost(proposal):
+                raise Conflict("this proposal's egress header values are gone: refused")
+            return request
+        network = self._credentials.open(
+            proposal.sealed_credentials, request.network, tenant=tenant, proposal_id=proposal.id
+        )
+        return request.model_copy(update={"network": network})
 
     async def _denied(self, caller: Principal, proposal: Proposal, verb: str, why: str) -> None:
         await self._audit.record_now(
@@ -387,6 +432,16 @@ def _check_reason(reason: str, *, required: bool) -> None:
         raise InvalidRequest("reason: a rejection says why")
     if len(reason) > _MAX_REASON:
         raise InvalidRequest(f"reason: at most {_MAX_REASON} characters")
+
+
+def _credentials_lost(proposal: Proposal) -> bool:
+    """Markers without the values they stand for, or values that are neither (a proposal
+    stored before credentials were sealed, its values since removed): it cannot run."""
+    network = proposal.request.network
+    values = [v for rule in network.rules for v in rule.headers.values()] if network else []
+    if proposal.sealed_credentials is None:
+        return bool(values)
+    return not all(is_marker(value) for value in values)
 
 
 def _target(proposal: Proposal) -> str:

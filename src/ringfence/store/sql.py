@@ -546,7 +546,7 @@ class SqlStore:
             state=proposal.state.value,
             version=proposal.version,
             expires_at=proposal.expires_at,
-            record=proposal.model_dump_json(),
+            record=_proposal_record(proposal),
             owner=self.replica,
         )
         if self._engine.dialect.name == "sqlite":
@@ -603,7 +603,7 @@ class SqlStore:
                 state=proposal.state.value,
                 version=proposal.version,
                 expires_at=proposal.expires_at,
-                record=proposal.model_dump_json(),
+                record=_proposal_record(proposal),
                 owner=self.replica,  # the replica that changes it runs what follows
             )
         )
@@ -771,6 +771,14 @@ def _create_engine(url: URL) -> AsyncEngine:
         ) from exc
     _configure(engine.sync_engine)
     return engine
+
+
+def _proposal_record(proposal: Proposal) -> str:
+    """The proposal as stored: with its sealed credentials, which no dump carries."""
+    record = proposal.model_dump(mode="json")
+    if proposal.sealed_credentials is not None:
+        record["sealed_credentials"] = proposal.sealed_credentials
+    return json.dumps(record, separators=(",", ":"))
 
 
 def _migrate(url: URL) -> None:

@@ -306,6 +306,20 @@ async def proposals_change_only_from_the_version_they_saw(store: Store) -> None:
     assert stored is not None and stored.state is ProposalState.APPROVED and stored.version == 1
 
 
+async def proposals_keep_their_sealed_credentials(store: Store) -> None:
+    # Sealed credentials are in no dump of a proposal (no answer carries them): a store that
+    # writes a dump must write them too, through every change.
+    sealed = _proposal("cp2").model_copy(update={"sealed_credentials": "AQ-sealed"})
+    await store.add_proposal("acme", sealed)
+    assert await store.get_proposal("acme", "cp2") == sealed
+    approved = sealed.model_copy(update={"state": ProposalState.APPROVED, "version": 1})
+    assert await store.replace_proposal("acme", approved)
+    [listed] = await store.list_proposals("acme")
+    assert listed.sealed_credentials == "AQ-sealed"
+    [(_, running)] = await store.unfinished_proposals()
+    assert running.sealed_credentials == "AQ-sealed"
+
+
 async def proposals_list_and_expire(store: Store) -> None:
     await store.add_proposal("acme", _proposal("old", expires_in=-1))
     await store.add_proposal("acme", _proposal("new"))
@@ -341,6 +355,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     audit_appends_form_one_verified_chain,
     audit_queries_filter,
     proposals_change_only_from_the_version_they_saw,
+    proposals_keep_their_sealed_credentials,
     proposals_list_and_expire,
 )
 

@@ -18,6 +18,8 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
+MAX_SEQ = (1 << 63) - 1  # the store's integers are 64-bit
+
 _ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorBody, "description": "Invalid request"},
     401: {"model": ErrorBody, "description": "Missing or invalid API key"},
@@ -65,7 +67,9 @@ async def query_audit(
     target: Annotated[str | None, Query(description="e.g. sandbox:sb…")] = None,
     since: Annotated[datetime | None, Query(description="From (inclusive), RFC 3339.")] = None,
     until: Annotated[datetime | None, Query(description="Until (exclusive), RFC 3339.")] = None,
-    after: Annotated[int, Query(ge=0, description="Only records after this seq (paging).")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_SEQ, description="Only records after this seq (paging).")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[dict[str, Any]]:
     if caller.role is Role.AGENT:
