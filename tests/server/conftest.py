@@ -16,6 +16,7 @@ from ringfence.config import Config
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
+from ringfence.service.budget import Budget
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
 from ringfence.service.sandboxes import SandboxService
@@ -79,8 +80,11 @@ async def _serving(local_host: object, store: Store, over_http: bool = False) ->
     assert isinstance(local_host, Host)
     executor = LocalExecutor(Config(), host=local_host)
     audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-    sandboxes = SandboxService(store, LocalSandboxRuntime(executor, Config()), Config(), audit)
-    executions = ExecutionService(store, executor, Config(), audit)
+    budget = Budget.for_server(Config())  # sandboxes and executions count together
+    sandboxes = SandboxService(
+        store, LocalSandboxRuntime(executor, Config()), Config(), audit, budget=budget
+    )
+    executions = ExecutionService(store, executor, Config(), audit, budget)
     app = create_app(
         store=store,
         executions=executions,

@@ -85,6 +85,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
     from ringfence.server import create_app
     from ringfence.service.approvals import ApprovalService
     from ringfence.service.audit import AuditLog
+    from ringfence.service.budget import Budget
     from ringfence.service.credentials import CredentialKey
     from ringfence.service.egress_asks import EgressAsks
     from ringfence.service.executions import ExecutionService
@@ -106,18 +107,19 @@ async def _serve(config: Config, host: str, port: int) -> None:
         )
     audit = AuditLog(store, SealKey.load_or_create(config.data_dir))
     await audit.check_key()  # fails closed: a log no export of which could verify
-    service = ExecutionService(store, executor, config, audit)
+    budget = Budget.for_server(config)  # one for both: sandboxes and executions count together
+    service = ExecutionService(store, executor, config, audit, budget)
     runtime = create_sandbox_runtime(executor, config)
     pool = None
     if runtime is not None and any(config.pool_sizes.values()):
         pool = WarmPool(
-            runtime, config, config.pool_sizes, lambda name: template_image(name, config)
+            runtime, config, config.pool_sizes, lambda name: template_image(name, config), budget
         )
     if executor.name == "job":  # its egress proxy, on the replica's Pod IP when given
         from ringfence.backends.kubernetes.replica_egress import start_replica_egress
 
         await start_replica_egress(config, executor, runtime)
-    sandboxes = SandboxService(store, runtime, config, audit, pool)
+    sandboxes = SandboxService(store, runtime, config, audit, pool, budget)
     sandboxes.egress_gateway = getattr(executor, "egress", None)  # live policy changes
     notifier = None
     if config.webhook_urls:

@@ -32,6 +32,7 @@ from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, requesting
 from ringfence.proposals import is_proposal_id
 from ringfence.service.audit import AuditLog
+from ringfence.service.budget import Amount, Budget, Reservation
 from ringfence.service.placement import Placement, placement
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
@@ -51,6 +52,7 @@ class _Submission:
     """An execution this process accepted and has not finished yet."""
 
     internal_id: str
+    reservation: Reservation  # its share of the budgets, given back once its end is stored
     actor: str = SYSTEM  # who submitted it (egress asks name them)
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Future[ExecutionResult] = field(
@@ -68,12 +70,16 @@ class ExecutionService:
         executor: Executor,
         config: Config | None = None,
         audit: AuditLog | None = None,
+        budget: Budget | None = None,
     ) -> None:
-        """``audit`` None: nothing is recorded (the CLI's own runs)."""
+        """``audit`` None: nothing is recorded (the CLI's own runs). ``budget``: what tenants
+        and the server may hold, shared with the sandbox service (default: one of its own,
+        from ``config``)."""
         self._store = store
         self._executor = executor
         self._config = config or Config()
         self._audit = audit
+        self._budget = budget or Budget.for_server(self._config)
         self._live: dict[tuple[str, str], _Submission] = {}
         self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
 
@@ -133,6 +139,9 @@ class ExecutionService:
             DuplicateExecution: the tenant already has an execution with this id.
             InvalidRequest: the request is not allowed, or the backend cannot honour it, or
                 its id has the form reserved for proposals' executions (not ``approved``).
+            TooManyRequests: the tenant's budget (sandboxes and executions, memory, CPU)
+                has no room for it.
+            ServerAtCapacity: the server's totals have no room for it.
         """
         if not approved and is_proposal_id(request.id):
             raise InvalidRequest(
@@ -148,12 +157,15 @@ class ExecutionService:
         key = (tenant, request.id)
         if key in self._live:  # being recorded right now by a concurrent submit
             raise DuplicateExecution(f"an execution with id {request.id!r} already exists")
-        submission = _Submission(internal.id, actor)
+        limits = request.limits.merged_over(self._config.default_limits)
+        reservation = self._budget.reserve(tenant, Amount.of(limits, self._budget.unlimited))
+        submission = _Submission(internal.id, reservation, actor)
         self._live[key] = submission  # before the first await: a cancel can find it now
         try:
             await self._store.add_execution(tenant, request, _pending(request.id))
         except BaseException:
             del self._live[key]
+            self._budget.release(reservation)
             raise
         self._record(tenant, actor, "execution.submit", request.id, details=_described(request))
         submission.task = asyncio.create_task(self._run(tenant, request.id, internal, submission))
@@ -261,6 +273,7 @@ class ExecutionService:
             await self._store_result(tenant, execution_id, result)
         finally:
             del self._live[tenant, execution_id]
+            self._budget.release(submission.reservation)
             submission.done.set_result(result)
 
     async def _store_result(self, tenant: str, execution_id: str, result: ExecutionResult) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import RingfenceError
+from ringfence.service.budget import Amount, Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 
 __all__ = ["PoolStats", "Warm", "WarmPool"]
@@ -41,6 +42,9 @@ class Warm:
 
     live: LiveSandbox
     daemon: DaemonClient
+    # Its share of the server's totals (no tenant's: the claimer adds its own), or None
+    # without a budget. The claimer's live entry gives it back at its end.
+    reservation: Reservation | None = None
 
 
 @dataclass
@@ -66,12 +70,15 @@ class WarmPool:
         config: Config,
         sizes: Mapping[str, int],
         image_for: Callable[[str], str],
+        budget: Budget | None = None,
     ) -> None:
         """``sizes``: template -> how many to keep ready (0 disables); ``image_for``: the
-        root filesystem of a template."""
+        root filesystem of a template; ``budget``: the server's, which every pooled sandbox
+        counts in (None: not counted)."""
         self._runtime = runtime
         self._config = config
         self._image_for = image_for
+        self._budget = budget
         self._templates = {name: _Template(size) for name, size in sizes.items() if size > 0}
         self._fillers: list[asyncio.Task[None]] = []
         self._watchers: set[asyncio.Task[None]] = set()
@@ -94,6 +101,7 @@ class WarmPool:
             if warm.live.running:
                 pool.stats.hits += 1
                 return warm
+            self._give_back(warm.reservation)  # ended idle: its watcher leaves it to us
         pool.stats.misses += 1
         pool.wanted.set()
         return None
@@ -128,7 +136,7 @@ class WarmPool:
         idle = [warm for pool in self._templates.values() for warm in pool.ready]
         for pool in self._templates.values():
             pool.ready.clear()
-        await asyncio.gather(*(_discard(warm) for warm in idle), return_exceptions=True)
+        await asyncio.gather(*(self._discard(warm) for warm in idle), return_exceptions=True)
 
     async def _fill(self, name: str, pool: _Template) -> None:
         while True:
@@ -138,7 +146,7 @@ class WarmPool:
                 continue
             try:  # resolved at every start: a template built or rebuilt meanwhile is used
                 warm = await self._start(self._image_for(name))
-            except RingfenceError as exc:
+            except RingfenceError as exc:  # ServerAtCapacity, too: the pool waits its turn
                 log.warning("could not start a pooled %s sandbox: %s", name, exc.message)
                 await asyncio.sleep(_RETRY_SECONDS)
                 continue
@@ -148,16 +156,24 @@ class WarmPool:
             watcher.add_done_callback(self._watchers.discard)
 
     async def _start(self, image: str) -> Warm:
-        spec = LaunchSpec(
-            image=image, env={}, limits=self._config.default_limits, timeout=_IDLE_SECONDS
-        )
-        live = await self._runtime.start(spec)
-        daemon = DaemonClient("pooled", live.socket_path)
+        """Raises ``ServerAtCapacity`` (no room in the server's totals) or what the runtime's
+        start raises."""
+        limits = self._config.default_limits
+        reservation = None
+        if self._budget is not None:
+            reservation = self._budget.reserve(None, Amount.of(limits, self._budget.unlimited))
+        spec = LaunchSpec(image=image, env={}, limits=limits, timeout=_IDLE_SECONDS)
         try:
-            await daemon.health(_HEALTH_SECONDS)
+            live = await self._runtime.start(spec)
+        except BaseException:
+            self._give_back(reservation)
+            raise
+        warm = Warm(live, DaemonClient("pooled", live.socket_path), reservation)
+        try:
+            await warm.daemon.health(_HEALTH_SECONDS)
             # The daemon loads its process service on first use: load it now, while idle,
             # rather than in the claimer's first command.
-            listed = await daemon.send(
+            listed = await warm.daemon.send(
                 "POST",
                 "/process.Process/List",
                 headers={"content-type": "application/json"},
@@ -165,12 +181,11 @@ class WarmPool:
             )
             await listed.aread()
         except BaseException:
-            await _discard(Warm(live, daemon))
+            await self._discard(warm)
             raise
-        return Warm(live, daemon)
+        return warm
 
-    @staticmethod
-    async def _forget_when_ended(pool: _Template, warm: Warm) -> None:
+    async def _forget_when_ended(self, pool: _Template, warm: Warm) -> None:
         """An idle pooled sandbox that ends (its idle deadline) leaves the pool."""
         await warm.live.ended()
         try:
@@ -178,9 +193,14 @@ class WarmPool:
         except ValueError:
             return  # it was claimed: its new owner ends it
         pool.wanted.set()
+        self._give_back(warm.reservation)
         await warm.daemon.aclose()
 
+    async def _discard(self, warm: Warm) -> None:
+        await warm.live.kill()
+        self._give_back(warm.reservation)
+        await warm.daemon.aclose()
 
-async def _discard(warm: Warm) -> None:
-    await warm.live.kill()
-    await warm.daemon.aclose()
+    def _give_back(self, reservation: Reservation | None) -> None:
+        if self._budget is not None and reservation is not None:
+            self._budget.release(reservation)

@@ -10,7 +10,6 @@ final state is stored and nothing of it remains on the host.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import logging
@@ -36,8 +35,8 @@ from ringfence.models import (
     ExecutionResult,
     NetworkMode,
     NetworkPolicy,
-    ResourceLimits,
     Sandbox,
+    SandboxLimits,
     SandboxSpec,
     SandboxState,
     Status,
@@ -45,6 +44,7 @@ from ringfence.models import (
 from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, SessionLookup, requesting
 from ringfence.service.audit import AuditLog
+from ringfence.service.budget import Amount, Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.service.pool import PoolStats, Warm, WarmPool
@@ -75,6 +75,8 @@ class _Live:
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one store write at a time
     # A pooled sandbox's record, still being written after its claim was answered.
     recorded: asyncio.Task[None] | None = None
+    # What it holds of its tenant's budget and the server's: given back when its end is stored.
+    reservations: list[Reservation] = field(default_factory=list)
 
     async def record_written(self) -> None:
         """Wait until the sandbox's record is written (or failed to be: the store says)."""
@@ -92,19 +94,27 @@ class SandboxService:
         config: Config,
         audit: AuditLog | None = None,
         pool: WarmPool | None = None,
+        budget: Budget | None = None,
     ) -> None:
         """``runtime`` None: this server's backend cannot run interactive sandboxes.
-        ``audit`` None: nothing is recorded. ``pool``: ready sandboxes to claim."""
+        ``audit`` None: nothing is recorded. ``pool``: ready sandboxes to claim.
+        ``budget``: what tenants and the server may hold, shared with the execution service
+        (default: one of its own, from ``config``)."""
         self._store = store
         self._runtime = runtime
         self._config = config
         self._audit = audit
         self._pool = pool
+        self._budget = budget or Budget.for_server(config)
         self._live: dict[str, _Live] = {}
-        self._starting: collections.Counter[str] = collections.Counter()  # per tenant
         self._watchers: set[asyncio.Task[None]] = set()
         self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
         self.egress_gateway: SessionLookup | None = None  # where live policies change
+
+    @property
+    def config(self) -> Config:
+        """The settings it decides by (the API's document states their ceilings)."""
+        return self._config
 
     def start(self) -> None:
         """Start filling the warm pool (in the event loop that serves)."""
@@ -151,27 +161,27 @@ class SandboxService:
 
         Raises:
             InvalidRequest: the spec is not allowed here.
-            TooManyRequests: the tenant runs as many sandboxes as it may.
+            TooManyRequests: the tenant's budget (sandboxes and executions, memory, CPU)
+                has no room for it.
+            ServerAtCapacity: the server's totals have no room for it.
             SandboxError: the sandbox could not start (recorded as failed, with why).
+            SandboxUidsExhausted: every host uid for sandboxes is taken (recorded as failed).
         """
-        self._reserve(tenant)
+        limits = spec.limits.merged_over(self._config.default_limits)
+        amount = Amount.of(limits, self._budget.unlimited)
+        # The tenant's share now; the host's once it is known whether the pool serves it
+        # (a pooled sandbox holds its own). Handed to its live entry (emptied here) once it
+        # runs, and given back by the watcher at its end.
+        held = [self._budget.reserve(tenant, amount, on_host=False)]
         try:
-            return await self._create(tenant, spec, actor)
+            return await self._create(tenant, spec, actor, held)
         finally:
-            self._starting[tenant] -= 1
+            for reservation in held:
+                self._budget.release(reservation)
 
-    def _reserve(self, tenant: str) -> None:
-        """Count a sandbox the tenant is starting, if it may run one more."""
-        most = self._config.max_sandboxes_per_tenant
-        running = self._starting[tenant] + sum(e.tenant == tenant for e in self._live.values())
-        if running >= most:
-            raise TooManyRequests(
-                f"tenant {tenant!r} runs {running} sandboxes, the most it may at once "
-                f"(RINGFENCE_MAX_SANDBOXES_PER_TENANT={most}): kill one first"
-            )
-        self._starting[tenant] += 1
-
-    async def _create(self, tenant: str, spec: SandboxSpec, actor: str) -> Sandbox:
+    async def _create(
+        self, tenant: str, spec: SandboxSpec, actor: str, held: list[Reservation]
+    ) -> Sandbox:
         image = self.check_policy(spec)
         if self._runtime is None:
             raise InvalidRequest(
@@ -194,12 +204,15 @@ class SandboxService:
             expires_at=now + timedelta(seconds=timeout),
         )
         if self._pool is not None:
-            if spec.limits == ResourceLimits() and network.mode is NetworkMode.NONE:
+            if spec.limits == SandboxLimits() and network.mode is NetworkMode.NONE:
                 warm = self._pool.claim(spec.template)
                 if warm is not None:
-                    return await self._bind(warm, tenant, sandbox, spec, timeout, actor)
+                    if warm.reservation is not None:
+                        held.append(warm.reservation)
+                    return await self._bind(warm, tenant, sandbox, spec, timeout, actor, held)
             else:
                 self._pool.pass_over(spec.template)
+        held.append(self._budget.reserve(None, Amount.of(sandbox.limits, self._budget.unlimited)))
         launch = LaunchSpec(
             image=image,
             env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
@@ -229,6 +242,8 @@ class SandboxService:
             failed = sandbox.ended(SandboxState.FAILED, exc.message)
             await self._store.update_sandbox(tenant, failed)
             self.record(tenant, actor, "sandbox.create", sandbox.id, "failed", described)
+            if isinstance(exc, TooManyRequests):  # no room on the host (no free uid): retry
+                raise
             raise SandboxError(f"the sandbox could not start: {exc.message}") from exc
         except BaseException:  # cancelled: the runtime has stopped what it started
             await asyncio.shield(self._abandoned(tenant, sandbox, recorded))
@@ -236,6 +251,7 @@ class SandboxService:
         # From here on the watcher stores how it ends, whatever happens to this call.
         daemon = DaemonClient(sandbox.id, live.socket_path)
         entry = _Live(tenant, live, daemon, asyncio.get_running_loop().create_future())
+        entry.reservations, held[:] = held[:], []  # released by the watcher, at its end
         self._live[sandbox.id] = entry
         watcher = asyncio.create_task(self._watch(sandbox, entry))
         self._watchers.add(watcher)
@@ -264,6 +280,7 @@ class SandboxService:
         spec: SandboxSpec,
         timeout: float,
         actor: str,
+        held: list[Reservation],
     ) -> Sandbox:
         """Make a pooled sandbox the claimer's: its id, environment and timeout.
 
@@ -277,6 +294,7 @@ class SandboxService:
         """
         warm.daemon.sandbox_id = sandbox.id
         entry = _Live(tenant, warm.live, warm.daemon, asyncio.get_running_loop().create_future())
+        entry.reservations, held[:] = held[:], []  # released by the watcher, at its end
         entry.recorded = asyncio.create_task(self._store.add_sandbox(tenant, sandbox))
         initialized = warm.daemon.start_init({**spec.env, SANDBOX_ID_VARIABLE: sandbox.id})
         entry.recorded.add_done_callback(
@@ -484,6 +502,8 @@ class SandboxService:
             log.exception("could not store the end of sandbox %s/%s", entry.tenant, sandbox.id)
         finally:
             del self._live[sandbox.id]
+            for reservation in entry.reservations:
+                self._budget.release(reservation)
             await entry.daemon.aclose()
             entry.ended.set_result(ended)
 

@@ -11,7 +11,7 @@ from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
 from ringfence.service.executions import ExecutionService
 
-__all__ = ["router"]
+__all__ = ["BUDGET_ERRORS", "router"]
 
 router = APIRouter(prefix="/v1/executions", tags=["executions"])
 
@@ -19,6 +19,20 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorBody, "description": "Invalid request"},
     401: {"model": ErrorBody, "description": "Missing or invalid API key"},
     404: {"model": ErrorBody, "description": "No such execution in your tenant"},
+}
+# What starting a sandbox or an execution may also answer: the budgets have no room now.
+BUDGET_ERRORS: dict[int | str, dict[str, object]] = {
+    429: {
+        "model": ErrorBody,
+        "description": "Your tenant's budget has no room now (too_many_requests): it runs as "
+        "many sandboxes and executions, or holds as much memory or CPU, as it may at once",
+    },
+    503: {
+        "model": ErrorBody,
+        "description": "The server has granted all the memory or CPU its host has "
+        "(server_at_capacity; retry when sandboxes or executions end), or the store or the "
+        "backend is unavailable (store_error, backend_unavailable)",
+    },
 }
 
 
@@ -33,6 +47,7 @@ def _service(request: Request) -> ExecutionService:
     status_code=200,
     responses={
         **_ERRORS,
+        **BUDGET_ERRORS,
         202: {"model": ExecutionResult, "description": "Accepted (wait=false)"},
         409: {"model": ErrorBody, "description": "The id is already used"},
     },

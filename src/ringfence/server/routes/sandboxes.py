@@ -24,6 +24,7 @@ from ringfence.errors import InvalidRequest, SandboxNotRunning
 from ringfence.models import MAX_TIMEOUT_SECONDS, Sandbox, SandboxSpec, SandboxState
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
+from ringfence.server.routes.executions import BUDGET_ERRORS
 from ringfence.service.daemon_client import (
     FORWARDED_RESPONSE_HEADERS,
     DaemonClient,
@@ -96,7 +97,11 @@ def _service(request: Request) -> SandboxService:
     "",
     response_model=Sandbox,
     status_code=201,
-    responses={**_ERRORS, 500: {"model": ErrorBody, "description": "The sandbox failed to start"}},
+    responses={
+        **_ERRORS,
+        **BUDGET_ERRORS,
+        500: {"model": ErrorBody, "description": "The sandbox failed to start"},
+    },
     summary="Create an interactive sandbox",
 )
 async def create_sandbox(body: SandboxSpec, caller: Caller, request: Request) -> Sandbox:
