@@ -118,9 +118,12 @@ async def review(local_host: object, sqlite_database: str, tmp_path: Path) -> As
         await mint_key(store, "acme", Role.APPROVER),  # no name
     ]
     try:
-        async with app.router.lifespan_context(app), _uvicorn(app) as url:
-            async with httpx.AsyncClient(base_url=url, timeout=30) as api:
-                yield Review(url, api, *keys)
+        async with (
+            app.router.lifespan_context(app),
+            _uvicorn(app) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as api,
+        ):
+            yield Review(url, api, *keys)
     finally:
         await store.aclose()
 
