@@ -273,6 +273,9 @@ class AsyncCommandHandle:
         self._end: dict[str, Any] | None = None
         self._chunks: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
         self._reader = asyncio.ensure_future(self._read_all())
+        # How the stream broke off is the answer of wait() and iteration, for whoever asks;
+        # nobody may (a background command killed, its sandbox gone): no warning then.
+        self._reader.add_done_callback(_retrieved)
 
     @classmethod
     async def started(
@@ -393,3 +396,8 @@ class AsyncCommandHandle:
         """Stop following it; the command keeps running (``commands.connect`` re-attaches)."""
         self._reader.cancel()
         await asyncio.gather(self._reader, return_exceptions=True)
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
