@@ -187,6 +187,9 @@ class ProposalView(BaseModel):
         "succeeded, failed."
     )
     risk: Risk
+    risk_rules: list[str] = Field(
+        description="The operator's risk-policy rules that set the risk (none: as proposed)."
+    )
     command: list[str]
     rationale: str
     digest: str = Field(description="SHA-256 of the exact request an approver approves.")
@@ -210,7 +213,8 @@ class ProposalView(BaseModel):
         request = proposal.request
         return cls(
             proposal_id=proposal.id, state=proposal.state, risk=proposal.risk,
-            command=[*request.command, *request.args], rationale=proposal.rationale,
+            risk_rules=proposal.risk_rules, command=[*request.command, *request.args],
+            rationale=proposal.rationale,
             digest=proposal.digest, required_approvals=proposal.required_approvals,
             approvals=len(proposal.approvals), expires_at=proposal.expires_at,
             rejection_reason=proposal.rejection.reason if proposal.rejection else None,
