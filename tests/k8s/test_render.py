@@ -167,3 +167,44 @@ def test_a_file_without_a_key_is_refused(tmp_path: Path) -> None:
     (tmp_path / "nokey").write_text("not base64 !")
     result = CliRunner().invoke(main, ["k8s", "render", "--seal-key-file", str(tmp_path / "nokey")])
     assert result.exit_code == 2 and "holds no seal key" in result.output
+
+
+def test_every_replica_opens_proposals_credentials_with_one_key(tmp_path: Path) -> None:
+    from ringfence.models import NetworkPolicy
+    from ringfence.service.credentials import KEY_FILE as CREDENTIALS_KEY_FILE
+    from ringfence.service.credentials import CredentialKey
+
+    key = CredentialKey.load_or_create(tmp_path)
+    objects = _render("--credentials-key-file", str(tmp_path / CREDENTIALS_KEY_FILE))
+    secret = _one(objects, "Secret", "ringfence-credentials-key")
+    text = secret["stringData"][CREDENTIALS_KEY_FILE]
+    assert text == (tmp_path / CREDENTIALS_KEY_FILE).read_text()
+    pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
+    mounts = pod["containers"][0]["volumeMounts"]
+    (mount,) = [m for m in mounts if m["name"] == "credentials-key"]
+    assert mount == {"name": "credentials-key",
+                     "mountPath": f"/var/lib/ringfence/{CREDENTIALS_KEY_FILE}",
+                     "subPath": CREDENTIALS_KEY_FILE, "readOnly": True}  # fmt: skip
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "credentials-key"]
+    assert volume["secret"] == {"secretName": "ringfence-credentials-key", "defaultMode": 0o440}
+    # What one replica seals, another (loading the Secret's file) opens.
+    replica = tmp_path / "replica"
+    replica.mkdir()
+    (replica / CREDENTIALS_KEY_FILE).write_text(text)
+    (replica / CREDENTIALS_KEY_FILE).chmod(0o440)
+    policy = NetworkPolicy.model_validate(
+        {"rules": [{"domain": "api.vendor.example", "headers": {"X-Api-Key": "v"}}]}
+    )
+    sealed = key.seal(policy, tenant="acme", proposal_id="cp1")
+    other = CredentialKey.load_or_create(replica)
+    assert other.open(sealed, key.marked(policy), tenant="acme", proposal_id="cp1") == policy
+
+
+def test_without_a_credentials_key_file_a_new_key_is_rendered_and_said_so(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["k8s", "render"])
+    assert result.exit_code == 0 and "--credentials-key-file" in result.stderr
+    (tmp_path / "nokey").write_text("not base64 !")
+    refused = CliRunner().invoke(
+        main, ["k8s", "render", "--credentials-key-file", str(tmp_path / "nokey")]
+    )
+    assert refused.exit_code == 2 and "holds no credentials key" in refused.output

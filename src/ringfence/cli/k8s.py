@@ -53,6 +53,13 @@ def k8s() -> None:
     help="The audit seal key every replica signs with (a data directory's audit-seal-key); "
     "without it a new key is made: keep it, or the next render replaces it.",
 )
+@click.option(
+    "--credentials-key-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The key every replica seals and opens proposals' credentials with (a data "
+    "directory's credentials-key); without it a new key is made: keep it, or proposals "
+    "pending at the next render cannot run.",
+)
 @click.option("--replicas", default=2, show_default=True, type=click.IntRange(1, 100))
 def render(
     runtime_class: str | None,
@@ -60,6 +67,7 @@ def render(
     api_server_cidrs: tuple[str, ...],
     database_url: str | None,
     seal_key_file: Path | None,
+    credentials_key_file: Path | None,
     replicas: int,
 ) -> None:
     """Print the manifests (a YAML stream; each document is JSON) for kubectl apply -f -.
@@ -91,7 +99,11 @@ def render(
     )
     if database_url:
         options = dataclasses.replace(options, database_url=database_url)
-    options = dataclasses.replace(options, seal_key=_seal_key(seal_key_file))
+    options = dataclasses.replace(
+        options,
+        seal_key=_seal_key(seal_key_file),
+        credentials_key=_credentials_key(credentials_key_file),
+    )
     for manifest in cluster_manifests(options):
         click.echo("---")
         click.echo(json.dumps(manifest, indent=2))
@@ -119,6 +131,31 @@ def _seal_key(path: Path | None) -> str:
         _check_seal_key(text)
     except (OSError, ValueError) as exc:
         fail(f"--seal-key-file: {path} holds no seal key: {exc}", _EXIT_USAGE)
+    return text
+
+
+def _credentials_key(path: Path | None) -> str:
+    """The credentials key's file text: read from ``path`` (checked), or a new key's."""
+    from ringfence.service.credentials import KEY_FILE, CredentialKey
+
+    if path is None:
+        directory = Path(tempfile.mkdtemp())
+        try:
+            CredentialKey.load_or_create(directory)
+            text = (directory / KEY_FILE).read_text()
+        finally:
+            shutil.rmtree(directory)
+        click.echo(
+            "ringfence: a new credentials key is in the Secret ringfence-credentials-key; "
+            "render again with --credentials-key-file to keep it",
+            err=True,
+        )
+        return text
+    try:
+        text = path.read_text()
+        CredentialKey.from_text(text)
+    except (OSError, ValueError) as exc:
+        fail(f"--credentials-key-file: {path} holds no credentials key: {exc}", _EXIT_USAGE)
     return text
 
 

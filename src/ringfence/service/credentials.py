@@ -85,9 +85,17 @@ class CredentialKey:
         if mode & stat.S_IROTH:
             raise ValueError(f"{path} is readable by every user: chmod 600 it")
         try:
-            return cls(base64.b64decode(path.read_text().strip(), validate=True))
-        except (binascii.Error, ValueError) as exc:
+            return cls.from_text(path.read_text())
+        except ValueError as exc:
             raise ValueError(f"{path} holds no credentials key: {exc}") from exc
+
+    @classmethod
+    def from_text(cls, text: str) -> CredentialKey:
+        """The key a key file's ``text`` holds. Raises ``ValueError`` if none."""
+        try:
+            return cls(base64.b64decode(text.strip(), validate=True))
+        except binascii.Error as exc:
+            raise ValueError(f"not base64: {exc}") from None
 
     @classmethod
     def _create(cls, data_dir: Path, path: Path) -> CredentialKey:

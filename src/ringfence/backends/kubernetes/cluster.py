@@ -26,6 +26,7 @@ from ringfence.config import Config
 
 __all__ = [
     "CONTROL_PLANE",
+    "CREDENTIALS_KEY_SECRET",
     "POD_IP_VARIABLE",
     "SEAL_KEY_SECRET",
     "ClusterSettings",
@@ -51,6 +52,9 @@ class ClusterSettings:
     # The audit log's seal key, as its file holds it (base64 of the Ed25519 seed). Every
     # replica must seal with the same key: a replica with another refuses to start.
     seal_key: str = ""
+    # The key proposals' credentials are sealed under, as its file holds it (base64 of 32
+    # bytes). Every replica must hold the same: one approves what another sealed.
+    credentials_key: str = ""
     replicas: int = 2
     pods: int = 50  # sandbox Pods and Job Pods alive at once, in all
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -78,6 +82,7 @@ def cluster_manifests(settings: ClusterSettings) -> list[Manifest]:
         _config_map(system, settings),
         _secret(system, settings.database_url),
         _seal_key_secret(system, settings.seal_key),
+        _key_secret(CREDENTIALS_KEY_SECRET, system, CREDENTIALS_KEY_FILE, settings.credentials_key),
         _deployment(system, settings),
         _service(system),
     ]
@@ -336,12 +341,20 @@ SEAL_KEY_SECRET = "ringfence-audit-seal-key"
 
 
 def _seal_key_secret(system: str, seal_key: str) -> Manifest:
+    return _key_secret(SEAL_KEY_SECRET, system, KEY_FILE, seal_key)
+
+
+CREDENTIALS_KEY_SECRET = "ringfence-credentials-key"
+CREDENTIALS_KEY_FILE = "credentials-key"  # service/credentials.py's KEY_FILE
+
+
+def _key_secret(name: str, system: str, file: str, text: str) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _meta(SEAL_KEY_SECRET, system),
+        "metadata": _meta(name, system),
         "type": "Opaque",
-        "stringData": {KEY_FILE: seal_key.strip() + "\n"},
+        "stringData": {file: text.strip() + "\n"},
     }
 
 
@@ -392,6 +405,12 @@ def _deployment(system: str, settings: ClusterSettings) -> Manifest:
                 "subPath": KEY_FILE,
                 "readOnly": True,
             },
+            {
+                "name": "credentials-key",
+                "mountPath": f"/var/lib/ringfence/{CREDENTIALS_KEY_FILE}",
+                "subPath": CREDENTIALS_KEY_FILE,
+                "readOnly": True,
+            },
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -412,7 +431,7 @@ def _deployment(system: str, settings: ClusterSettings) -> Manifest:
                         "runAsNonRoot": True,
                         "runAsUser": 10001,
                         "runAsGroup": 10001,
-                        "fsGroup": 10001,  # the seal key's file is readable by the group
+                        "fsGroup": 10001,  # the keys' files are readable by the group
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [container],
@@ -421,6 +440,13 @@ def _deployment(system: str, settings: ClusterSettings) -> Manifest:
                         {
                             "name": "seal-key",
                             "secret": {"secretName": SEAL_KEY_SECRET, "defaultMode": 0o440},
+                        },
+                        {
+                            "name": "credentials-key",
+                            "secret": {
+                                "secretName": CREDENTIALS_KEY_SECRET,
+                                "defaultMode": 0o440,
+                            },
                         },
                         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
                     ],
