@@ -69,6 +69,25 @@ def test_error_answers_map_to_typed_errors(
     assert type(error_from_answer(status, raw, from_sandbox=False)) is expected
 
 
+@pytest.mark.parametrize(
+    ("status", "code", "expected"),
+    [
+        (404, "not_found", FileNotFound),
+        (400, "invalid_request", InvalidRequest),
+        (507, "resource_exhausted", ResourceExhausted),
+        (502, "sandbox_error", SandboxError),
+        # The server never lets a sandbox say these; were one to, it is not believed.
+        (401, "unauthenticated", SandboxError),
+        (409, "sandbox_not_running", SandboxError),
+    ],
+)
+def test_a_sandboxs_refusal_in_the_native_shape_maps_to_typed_errors(
+    status: int, code: str, expected: type[Exception]
+) -> None:
+    raw = json.dumps({"error": {"code": code, "message": "x"}}).encode()
+    assert type(error_from_answer(status, raw, from_sandbox=True)) is expected
+
+
 def test_start_messages() -> None:
     shell = start_message("echo hi", envs={"A": "1"}, cwd="/tmp", stdin=True, timeout=1.5)
     assert shell == {

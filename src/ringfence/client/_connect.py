@@ -1,10 +1,12 @@
 """Connect RPC with the JSON codec, as the sandbox daemon speaks it: envelopes and errors.
 
 Pure helpers: framing one request message, cutting a response body into messages as bytes
-arrive, and turning an error answer into a typed exception. An error can come from the
-Ringfence server (``{"error": {"code", "message"}}``: no such sandbox, not running) or from
-the daemon inside the sandbox: a Connect error (``{"code": "not_found", "message"}``) for RPC
-calls, or ``{"code": 404, "message"}`` for ``/files``.
+arrive, and turning an error answer into a typed exception. Every error answer has the
+native API's shape, ``{"error": {"code", "message"}}``: the Ringfence server's own (no such
+sandbox, not running), or the daemon's refusal as the server translated it (marked
+``Ringfence-Origin: sandbox``: ``not_found`` is then the file, process or context, and no
+code of the server's own is believed). Inside a stream, the end frame carries a Connect
+error (``{"code": "not_found", "message"}``).
 """
 
 from __future__ import annotations
@@ -122,20 +124,23 @@ def error_from_answer(
     status: int, body: bytes, not_found: type[NotFound] = FileNotFound, *, from_sandbox: bool
 ) -> RingfenceError:
     """The exception for a non-2xx answer to a sandbox call (server or daemon)."""
+    by_code: dict[str, type[RingfenceError]] = {  # what a sandbox may say
+        NotFound.code: not_found,
+        InvalidRequest.code: InvalidRequest,
+        ResourceExhausted.code: ResourceExhausted,
+    }
     try:
         parsed = json.loads(body) if body else None
     except ValueError:
         parsed = None
     if isinstance(parsed, dict):
-        server_error = parsed.get("error")
-        if (
-            not from_sandbox
-            and isinstance(server_error, dict)
-            and isinstance(server_error.get("code"), str)
-        ):
-            code, message = server_error["code"], str(server_error.get("message", ""))
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("code"), str):
+            code, message = error["code"], str(error.get("message", ""))
+            if from_sandbox:
+                return by_code.get(code, SandboxError)(message)
             return SandboxNotFound(message) if code == NotFound.code else error_for(code, message)
-        if isinstance(parsed.get("code"), (str, int)):
+        if isinstance(parsed.get("code"), (str, int)):  # a daemon's own shape (older servers)
             return error_from_connect(parsed, not_found)
     if status in _FILE_STATUS_CODES:
         return error_from_connect({"code": status}, not_found)

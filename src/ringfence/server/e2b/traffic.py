@@ -29,7 +29,7 @@ from ringfence.server.routes.sandboxes import (
     Service,
     _audited,
     _clip,
-    _forward,
+    _forward_as_is,
     _message,
     answer_headers,
 )
@@ -112,15 +112,15 @@ async def call(
     daemon = await _daemon(context, grant)
     target = f"/{service.value}/{method}"
     if method not in _CHANGING[service]:
-        return await _forward(daemon, request, "POST", target)
+        return await _forward_as_is(daemon, request, "POST", target)
     record = context.sandboxes.record
     if (service, method) == (Service.PROCESS, "StreamInput"):
         record(grant.tenant, grant.key_id, f"sandbox.{method}", grant.sandbox_id)
-        return await _forward(daemon, request, "POST", target)
+        return await _forward_as_is(daemon, request, "POST", target)
     body = await request.body()  # bounded by the layer's body limit
     details = _audited(method, body)
     record(grant.tenant, grant.key_id, f"sandbox.{method}", grant.sandbox_id, details=details)
-    return await _forward(daemon, request, "POST", target, content=body)
+    return await _forward_as_is(daemon, request, "POST", target, content=body)
 
 
 @envd_router.get("/files")
@@ -128,7 +128,7 @@ async def read_file(request: Request) -> Response:
     context, grant, _ = await _admit_file(request, "read")
     _check_user(request)
     daemon = await _daemon(context, grant)
-    return await _forward(daemon, request, "GET", "/files", {"path": _path(request)})
+    return await _forward_as_is(daemon, request, "GET", "/files", {"path": _path(request)})
 
 
 @envd_router.post("/files")
@@ -150,7 +150,7 @@ async def write_files(request: Request) -> Response:
         if path is None:
             raise InvalidRequest("an upload that is not multipart needs ?path=")
         on_file(path)
-        return await _forward(daemon, request, "POST", "/files", {"path": path})
+        return await _forward_as_is(daemon, request, "POST", "/files", {"path": path})
     try:
         written = await upload_parts(daemon, request, boundary, path, on_file, single=signed)
     except Failed as failed:
@@ -216,13 +216,13 @@ async def execute(request: Request) -> StreamingResponse:
     context.sandboxes.record(
         grant.tenant, grant.key_id, "sandbox.run_code", grant.sandbox_id, details=details
     )
-    return await _forward(daemon, request, "POST", "/execute", content=body)
+    return await _forward_as_is(daemon, request, "POST", "/execute", content=body)
 
 
 @code_router.get("/contexts")
 async def list_contexts(request: Request) -> StreamingResponse:
     context, grant = await _admit(request, Purpose.ENVD, Purpose.TRAFFIC)
-    return await _forward(await _daemon(context, grant), request, "GET", "/contexts")
+    return await _forward_as_is(await _daemon(context, grant), request, "GET", "/contexts")
 
 
 @code_router.post("/contexts")
@@ -230,7 +230,7 @@ async def create_context(request: Request) -> StreamingResponse:
     context, grant = await _admit(request, Purpose.ENVD, Purpose.TRAFFIC)
     daemon = await _daemon(context, grant)
     context.sandboxes.record(grant.tenant, grant.key_id, "sandbox.create_context", grant.sandbox_id)
-    return await _forward(daemon, request, "POST", "/contexts")
+    return await _forward_as_is(daemon, request, "POST", "/contexts")
 
 
 @code_router.delete("/contexts/{context_id}")
@@ -241,7 +241,7 @@ async def remove_context(context_id: ContextId, request: Request) -> StreamingRe
         grant.tenant, grant.key_id, "sandbox.remove_context", grant.sandbox_id,
         details={"context_id": context_id},
     )  # fmt: skip
-    return await _forward(daemon, request, "DELETE", f"/contexts/{context_id}")
+    return await _forward_as_is(daemon, request, "DELETE", f"/contexts/{context_id}")
 
 
 @code_router.post("/contexts/{context_id}/restart")
@@ -252,7 +252,9 @@ async def restart_context(context_id: ContextId, request: Request) -> StreamingR
         grant.tenant, grant.key_id, "sandbox.restart_context", grant.sandbox_id,
         details={"context_id": context_id},
     )  # fmt: skip
-    return await _forward(daemon, request, "POST", f"/contexts/{context_id}/restart", content=b"")
+    return await _forward_as_is(
+        daemon, request, "POST", f"/contexts/{context_id}/restart", content=b""
+    )
 
 
 def unknown_port(port: str, path: str) -> Response:

@@ -16,11 +16,11 @@ from enum import StrEnum
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
 
-from ringfence.errors import InvalidRequest, SandboxNotRunning
+from ringfence.errors import InvalidRequest, NotFound, SandboxError, SandboxNotRunning
 from ringfence.models import MAX_TIMEOUT_SECONDS, Sandbox, SandboxSpec, SandboxState
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
@@ -32,7 +32,7 @@ from ringfence.service.daemon_client import (
 )
 from ringfence.service.sandboxes import SandboxService
 
-__all__ = ["ORIGIN_HEADER", "STREAMED_PATHS", "answer_headers", "router"]
+__all__ = ["ORIGIN_HEADER", "STREAMED_PATHS", "answer_headers", "router", "sandbox_error"]
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
@@ -57,10 +57,36 @@ _ELSEWHERE: dict[int | str, dict[str, object]] = {
         "description": "Another server replica runs the sandbox (sandbox_on_another_replica)",
     },
 }
+_ENDED: dict[int | str, dict[str, object]] = {
+    409: {"model": ErrorBody, "description": "The sandbox has ended (sandbox_not_running)"},
+}
+# Routes passed through to the sandbox's daemon: its refusals too, marked
+# `Ringfence-Origin: sandbox` (see ``sandbox_error``).
 _LIVE_ERRORS: dict[int | str, dict[str, object]] = {
     **_ERRORS,
     **_ELSEWHERE,
-    409: {"model": ErrorBody, "description": "The sandbox has ended (sandbox_not_running)"},
+    **_ENDED,
+    400: {
+        "model": ErrorBody,
+        "description": "Invalid request (invalid_request): refused by the server, or by the "
+        "sandbox (a directory where a file is expected, a read-only or existing path, a "
+        "method the daemon does not have, a malformed message)",
+    },
+    404: {
+        "model": ErrorBody,
+        "description": "No such sandbox in your tenant; or, from the sandbox, no such file, "
+        "process or code context there (not_found)",
+    },
+    429: {
+        "model": ErrorBody,
+        "description": "Too many requests in flight to the sandbox (too_many_requests), or "
+        "the sandbox ran out of something: watches, contexts (resource_exhausted)",
+    },
+    502: {
+        "model": ErrorBody,
+        "description": "The sandbox failed, or answered something the server does not pass "
+        "on (sandbox_error)",
+    },
 }
 
 SandboxId = Annotated[str, Path(max_length=64, description="The sandbox's id.")]
@@ -144,7 +170,7 @@ async def get_sandbox(sandbox_id: SandboxId, caller: Caller, request: Request) -
 @router.post(
     "/{sandbox_id}/timeout",
     response_model=Sandbox,
-    responses=_LIVE_ERRORS,
+    responses={**_ERRORS, **_ELSEWHERE, **_ENDED},
     summary="Kill the sandbox this many seconds from now",
 )
 async def set_timeout(
@@ -194,7 +220,7 @@ async def call_daemon(
     method: Annotated[str, Path(pattern=r"^[A-Za-z]{1,64}$")],
     caller: Caller,
     request: Request,
-) -> StreamingResponse:
+) -> Response:
     sandboxes = _service(request)
     daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
     if method not in _CHANGING[service]:
@@ -224,7 +250,7 @@ async def read_file(
     caller: Caller,
     request: Request,
     path: Annotated[str, Query(description="Path in the sandbox; relative to the home.")],
-) -> StreamingResponse:
+) -> Response:
     daemon = await _service(request).daemon(caller.tenant, sandbox_id)
     return await _forward(daemon, request, "GET", "/files", {"path": path})
 
@@ -234,7 +260,7 @@ async def read_file(
     responses={
         **_LIVE_ERRORS,
         200: {"description": "`[{name, type, path}]` of the file written"},
-        507: {"description": "The sandbox's disk is full"},
+        507: {"model": ErrorBody, "description": "The sandbox's disk is full (resource_exhausted)"},
     },
     summary="Upload a file into the sandbox (streamed; replaces it whole at the end)",
     openapi_extra=_body(
@@ -246,7 +272,7 @@ async def write_file(
     caller: Caller,
     request: Request,
     path: Annotated[str, Query(description="Path in the sandbox; parents are created.")],
-) -> StreamingResponse:
+) -> Response:
     sandboxes = _service(request)
     daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
     sandboxes.record(
@@ -274,9 +300,7 @@ async def write_file(
         "application/json",
     ),
 )
-async def execute_code(
-    sandbox_id: SandboxId, caller: Caller, request: Request
-) -> StreamingResponse:
+async def execute_code(sandbox_id: SandboxId, caller: Caller, request: Request) -> Response:
     sandboxes = _service(request)
     daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
     body = await request.body()
@@ -295,9 +319,7 @@ async def execute_code(
     responses=_LIVE_ERRORS,
     summary="List code contexts: [{id, language, cwd}]",
 )
-async def list_contexts(
-    sandbox_id: SandboxId, caller: Caller, request: Request
-) -> StreamingResponse:
+async def list_contexts(sandbox_id: SandboxId, caller: Caller, request: Request) -> Response:
     daemon = await _service(request).daemon(caller.tenant, sandbox_id)
     return await _forward(daemon, request, "GET", "/contexts")
 
@@ -307,9 +329,7 @@ async def list_contexts(
     responses=_LIVE_ERRORS,
     summary="Create a code context: {language?: python|bash, cwd?} -> {id, language, cwd}",
 )
-async def create_context(
-    sandbox_id: SandboxId, caller: Caller, request: Request
-) -> StreamingResponse:
+async def create_context(sandbox_id: SandboxId, caller: Caller, request: Request) -> Response:
     sandboxes = _service(request)
     daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
     sandboxes.record(caller.tenant, caller.key_id, "sandbox.create_context", sandbox_id)
@@ -319,7 +339,7 @@ async def create_context(
 @router.api_route(
     "/{sandbox_id}/code/contexts/{context_id}",
     methods=["DELETE"],
-    responses=_LIVE_ERRORS,
+    responses={**_LIVE_ERRORS, 204: {"description": "Removed"}},
     summary="Remove a code context (its interpreter and state)",
 )
 async def remove_context(
@@ -327,7 +347,7 @@ async def remove_context(
     context_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")],
     caller: Caller,
     request: Request,
-) -> StreamingResponse:
+) -> Response:
     sandboxes = _service(request)
     daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
     sandboxes.record(
@@ -339,7 +359,7 @@ async def remove_context(
 
 @router.post(
     "/{sandbox_id}/code/contexts/{context_id}/restart",
-    responses=_LIVE_ERRORS,
+    responses={**_LIVE_ERRORS, 204: {"description": "Restarted"}},
     summary="Restart a code context: a fresh interpreter, its state dropped",
 )
 async def restart_context(
@@ -347,7 +367,7 @@ async def restart_context(
     context_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")],
     caller: Caller,
     request: Request,
-) -> StreamingResponse:
+) -> Response:
     sandboxes = _service(request)
     daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
     sandboxes.record(
@@ -415,13 +435,44 @@ async def _forward(
     path: str,
     params: dict[str, str] | None = None,
     content: bytes | None = None,
-) -> StreamingResponse:
+) -> Response:
     """Pass the request's body (or ``content``, when it was read already) to the daemon and
-    its answer back, both streamed."""
+    its answer back, both streamed; a refusal in the native API's shape (``sandbox_error``).
+    """
+    upstream = await _send(daemon, request, method, path, params, content)
+    if upstream.status_code not in _PASSED_STATUSES:
+        return await _refusal(upstream)
+    return _streamed(upstream, method, path)
+
+
+async def _forward_as_is(
+    daemon: DaemonClient,
+    request: Request,
+    method: str,
+    path: str,
+    params: dict[str, str] | None = None,
+    content: bytes | None = None,
+) -> StreamingResponse:
+    """``_forward`` for E2B's door: the daemon speaks envd's protocol, refusals included."""
+    upstream = await _send(daemon, request, method, path, params, content)
+    return _streamed(upstream, method, path)
+
+
+async def _send(
+    daemon: DaemonClient,
+    request: Request,
+    method: str,
+    path: str,
+    params: dict[str, str] | None,
+    content: bytes | None,
+) -> DaemonResponse:
     body: AsyncIterable[bytes] | bytes | None = content
     if body is None and method not in ("GET", "DELETE"):
         body = request.stream()
-    upstream = await daemon.send(method, path, params=params, headers=request.headers, content=body)
+    return await daemon.send(method, path, params=params, headers=request.headers, content=body)
+
+
+def _streamed(upstream: DaemonResponse, method: str, path: str) -> StreamingResponse:
     download = method == "GET" and path == "/files" and upstream.status_code == 200
     return StreamingResponse(
         _relay(upstream),
@@ -429,6 +480,68 @@ async def _forward(
         headers=answer_headers(upstream.headers, upstream.content_length, download=download),
         background=BackgroundTask(upstream.aclose),
     )
+
+
+# What the native API passes on of the daemon's statuses; anything else is a refusal.
+_PASSED_STATUSES = frozenset({200, 204})
+_REFUSAL_BYTES = 64 * 1024  # of a refusal's body read (a longer one is not the daemon's)
+# The daemon's error codes (Connect's) as the native API answers them. The daemon runs as
+# the sandbox's user, so it picks among these only: never a status or code of the server's
+# own (a key, a tenant, a replica), and nothing undocumented.
+_SANDBOX_CODES: dict[str, tuple[int, str]] = {
+    "not_found": (404, NotFound.code),
+    "resource_exhausted": (429, "resource_exhausted"),  # 507 when it says so: a full disk
+    **dict.fromkeys(
+        ("invalid_argument", "failed_precondition", "out_of_range", "already_exists",
+         "permission_denied", "unimplemented", "unauthenticated"),
+        (400, InvalidRequest.code),
+    ),
+}  # fmt: skip
+# envd's /files answers carry their HTTP status as the code.
+_FILE_CODES = {
+    400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied",
+    404: "not_found", 409: "already_exists", 415: "invalid_argument", 507: "resource_exhausted",
+}  # fmt: skip
+
+
+def sandbox_error(status: int, body: bytes) -> tuple[int, str, str]:
+    """The status, code and message the native API answers for a daemon's refusal (its
+    ``status`` and ``body``: a Connect error ``{"code": "not_found", "message"}`` or envd's
+    ``{"code": 404, "message"}``). What the daemon says that is not one of its known errors
+    is a 502 ``sandbox_error``."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:  # UnicodeDecodeError too
+        parsed = None
+    code: object = parsed.get("code") if isinstance(parsed, dict) else None
+    said = parsed.get("message") if isinstance(parsed, dict) else None
+    message = _clip(said) if isinstance(said, str) else ""
+    if isinstance(code, int) and not isinstance(code, bool):
+        code = _FILE_CODES.get(code)
+    known = _SANDBOX_CODES.get(code) if isinstance(code, str) and status >= 400 else None
+    if known is None:
+        detail = f": {message}" if message else ""
+        return 502, SandboxError.code, f"the sandbox answered HTTP {status}{detail}"
+    answered, ours = known
+    if code == "resource_exhausted" and status == 507:
+        answered = 507
+    return answered, ours, message or f"the sandbox answered {code}"
+
+
+async def _refusal(upstream: DaemonResponse) -> JSONResponse:
+    body = bytearray()
+    try:
+        async for chunk in upstream.aiter_raw():
+            body += chunk
+            if len(body) > _REFUSAL_BYTES:
+                break
+    except SandboxNotRunning:
+        pass  # what came is all there is
+    finally:
+        await upstream.aclose()
+    status, code, message = sandbox_error(upstream.status_code, bytes(body))
+    headers = {**_INERT, ORIGIN_HEADER: "sandbox"}
+    return JSONResponse({"error": {"code": code, "message": message}}, status, headers)
 
 
 def answer_headers(
