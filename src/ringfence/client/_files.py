@@ -4,12 +4,16 @@ Contents move as raw bytes, streamed both ways: a file-like object or an iterato
 ``write`` is sent chunk by chunk and never read whole into memory, and ``read_stream`` /
 ``download`` hand chunks over as they arrive. Relative paths start at /home/user. A write
 replaces the file whole when it completes (an aborted upload leaves the old content), and
-creates missing parent directories.
+creates missing parent directories; so does ``download`` on the local side (a failed one
+leaves no file, and an existing one as it was).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,11 +136,21 @@ class AsyncFiles:
             return await self.write(path, source)
 
     async def download(self, path: str, local_path: str | Path) -> Path:
-        """Copy a file out of the sandbox, streamed, to ``local_path``. Raises as ``read``."""
+        """Copy a file out of the sandbox, streamed, to ``local_path``: into a temporary file
+        beside it, renamed into place once whole. A failure leaves no file behind, and a file
+        already at ``local_path`` as it was. Raises as ``read``, and OSError."""
         target = Path(local_path)
-        with open(target, "wb") as sink:
-            async for chunk in self.read_stream(path):
-                await asyncio.to_thread(sink.write, chunk)
+        temp = target.with_name(f".{target.name}.download-{secrets.token_hex(6)}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            with open(fd, "wb") as sink:
+                async for chunk in self.read_stream(path):
+                    await asyncio.to_thread(sink.write, chunk)
+            os.replace(temp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
         return target
 
     async def list(self, path: str, depth: int = 1) -> list[EntryInfo]:
