@@ -14,7 +14,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticSerializationError
 
 from ringfence._units import parse_size
@@ -34,6 +42,7 @@ __all__ = [
     "SandboxState",
     "Status",
     "advance",
+    "problems",
 ]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -75,6 +84,18 @@ def advance(current: Status, new: Status) -> Status:
     if new not in _NEXT.get(current, frozenset()):
         raise ValueError(f"an execution cannot go from {current.value} to {new.value}")
     return new
+
+
+def problems(exc: Exception) -> str:
+    """What is wrong, in one line naming each field: ``limits.pids: Input should be ...;
+    env: ...`` (a ``ValidationError``), or the error's own words."""
+    if not isinstance(exc, ValidationError):
+        return " ".join(str(exc).split())
+    found = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "input"
+        found.append(f"{where}: {error['msg']}")
+    return " ".join("; ".join(found).split())
 
 
 def _checked_env(env: dict[str, str]) -> dict[str, str]:

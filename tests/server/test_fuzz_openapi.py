@@ -12,6 +12,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +20,7 @@ import pytest
 schemathesis = pytest.importorskip("schemathesis")  # the dev extra installs it
 
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from schemathesis import Case  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
     content_type_conformance,
     response_schema_conformance,
@@ -94,7 +96,7 @@ def test_no_request_gets_a_5xx_or_an_undocumented_answer(fuzzed: Fuzzed) -> None
             phases=[Phase.explicit, Phase.generate],
             suppress_health_check=list(HealthCheck),
         )
-        def fuzz(case: schemathesis.Case) -> None:
+        def fuzz(case: Case[Any]) -> None:
             _call(case, fuzzed)
 
         try:
@@ -104,8 +106,8 @@ def test_no_request_gets_a_5xx_or_an_undocumented_answer(fuzzed: Fuzzed) -> None
     assert not failures, "\n\n".join(failures)
 
 
-def _call(case: schemathesis.Case, fuzzed: Fuzzed) -> None:
+def _call(case: Case[Any], fuzzed: Fuzzed) -> None:
     killing = case.method == "DELETE" and case.path == "/v1/sandboxes/{sandbox_id}"
     if "sandbox_id" in (case.path_parameters or {}) and not killing:
-        case.path_parameters["sandbox_id"] = fuzzed.live_sandbox()  # type: ignore[index]
+        case.path_parameters["sandbox_id"] = fuzzed.live_sandbox()
     case.call_and_validate(headers=fuzzed.headers, checks=_CHECKS, timeout=60)

@@ -7,6 +7,7 @@ import logging
 import click
 
 from ringfence import __version__
+from ringfence.cli._common import OneLineErrors
 from ringfence.cli.audit import audit
 from ringfence.cli.doctor import doctor
 from ringfence.cli.exec_cmd import exec_command
@@ -22,7 +23,7 @@ from ringfence.cli.template import template
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ringfence")
 def main() -> None:
     """Ringfence: run untrusted, agent-written code in isolated, bounded sandboxes."""

@@ -23,7 +23,7 @@ from ringfence.errors import (
     ServerUnreachable,
     error_for,
 )
-from ringfence.models import ExecutionRequest, ExecutionResult, NetworkPolicy, Status
+from ringfence.models import ExecutionRequest, ExecutionResult, NetworkPolicy, Status, problems
 
 __all__ = [
     "Call",
@@ -98,7 +98,7 @@ def build_request(
     try:
         return ExecutionRequest(command=list(command), **fields)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        raise InvalidRequest(str(exc)) from exc
+        raise InvalidRequest(problems(exc)) from exc
 
 
 def network_policy(policy: NetworkPolicy | Mapping[str, Any]) -> NetworkPolicy:

@@ -15,7 +15,7 @@ import httpx
 
 from ringfence.client._base import Call, _segment, build_request, checked
 from ringfence.errors import InvalidRequest, ProposalNotFound, RingfenceError
-from ringfence.models import ExecutionRequest
+from ringfence.models import ExecutionRequest, problems
 from ringfence.proposals import Proposal, ProposalSpec, ProposalState, Risk
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def build_spec(
             task_id=task_id if task_id is not None else request.task_id,
         )
     except ValueError as exc:  # pydantic's ValidationError, or an unknown risk
-        raise InvalidRequest(str(exc)) from exc
+        raise InvalidRequest(problems(exc)) from exc
 
 
 def create_call(spec: ProposalSpec) -> Call:

@@ -30,7 +30,14 @@ from ringfence.client._commands import AsyncCommands
 from ringfence.client._files import AsyncFiles
 from ringfence.client._link import Link, http_client
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
-from ringfence.models import NetworkPolicy, ResourceLimits, SandboxSpec, SandboxState
+from ringfence.models import (
+    NetworkPolicy,
+    ResourceLimits,
+    SandboxLimits,
+    SandboxSpec,
+    SandboxState,
+    problems,
+)
 from ringfence.models import Sandbox as SandboxInfo
 
 __all__ = ["AsyncSandbox", "SandboxInfo", "list_params", "sandbox_spec"]
@@ -54,13 +61,13 @@ def sandbox_spec(
     policy = None if network is None else _base.network_policy(network)
     try:
         if limits is not None and not isinstance(limits, ResourceLimits):
-            limits = ResourceLimits(**limits)
+            limits = SandboxLimits(**limits)
         return SandboxSpec(
             template=template, timeout=timeout, env=dict(env or {}),
-            metadata=dict(metadata or {}), limits=limits or ResourceLimits(), network=policy,
+            metadata=dict(metadata or {}), limits=limits or SandboxLimits(), network=policy,
         )  # fmt: skip
     except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
-        raise InvalidRequest(str(exc)) from exc
+        raise InvalidRequest(problems(exc)) from exc
 
 
 def list_params(
@@ -75,7 +82,7 @@ def list_params(
             ("state", SandboxState(s).value) for s in states
         ]
     except ValueError as exc:
-        raise InvalidRequest(str(exc)) from exc
+        raise InvalidRequest(problems(exc)) from exc
     params += [("metadata", f"{key}={value}") for key, value in (metadata or {}).items()]
     params.append(("limit", limit))
     return params

@@ -16,6 +16,7 @@ from ringfence.server.errors import install_error_handlers
 from ringfence.server.limits import BodyLimit
 from ringfence.server.routes import audit as audit_routes
 from ringfence.server.routes import executions as execution_routes
+from ringfence.server.routes import keys as key_routes
 from ringfence.server.routes import meta
 from ringfence.server.routes import network as network_routes
 from ringfence.server.routes import proposals as proposal_routes
@@ -100,6 +101,7 @@ def create_app(
     app.include_router(network_routes.router)
     app.include_router(proposal_routes.router)
     app.include_router(audit_routes.router)
+    app.include_router(key_routes.router)
     app.include_router(console_router)
     mcp = McpEndpoint(app, store, app.state.keys)  # MCP over streamable HTTP: docs/mcp.md
     app.router.routes.append(mcp.route())

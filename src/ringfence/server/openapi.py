@@ -8,6 +8,7 @@ request the document calls valid is one this server accepts, as far as its form 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ def with_server_bounds(document: dict[str, Any], config: Config) -> dict[str, An
         if name.split("-")[0] in _LIMIT_SCHEMAS:
             for field, most in ceilings.model_dump(exclude_none=True).items():
                 if field in properties:
-                    _narrow(properties[field], lambda branch, m=most: _at_most(branch, m))
+                    _narrow(properties[field], functools.partial(_at_most, most=most))
         if "timeout" in properties:
             _narrow(properties["timeout"], lambda branch: _timeout_at_most(branch, config))
         if "mounts" in properties and not config.allow_tenant_mounts:

@@ -34,6 +34,7 @@ from ringfence.server.routes.sandboxes import (
     answer_headers,
 )
 from ringfence.service.daemon_client import DaemonClient
+from ringfence.service.keys import in_force
 
 __all__ = ["CODE_PORT", "ENVD_PORT", "code_router", "envd_router"]
 
@@ -66,8 +67,19 @@ async def _admit(request: Request, *purposes: Purpose) -> tuple[E2bContext, Gran
     for purpose in purposes:
         grant = context.grants.check(request.headers.get(headers[purpose]), sandbox_id, purpose)
         if grant is not None:
-            return context, grant
+            return context, await _in_force(context, grant)
     raise Unauthenticated(f"a valid access token for sandbox {sandbox_id} is required")
+
+
+async def _in_force(context: E2bContext, grant: Grant) -> Grant:
+    """``grant``, if the key it was handed to is not revoked since.
+
+    Raises:
+        Unauthenticated: that key was revoked.
+    """
+    if not await in_force(context.store, grant.key_id, context.keys):
+        raise Unauthenticated("the API key this access token was handed to was revoked")
+    return grant
 
 
 def _check_user(request: Request) -> None:
@@ -192,7 +204,7 @@ async def _admit_file(request: Request, operation: str) -> tuple[E2bContext, Gra
     named = request.headers.get("e2b-sandbox-id")
     if signed is None or (named and named != signed.sandbox_id):
         raise Unauthenticated(f"the URL's signature is not valid for a {operation}")
-    return context, signed, True
+    return context, await _in_force(context, signed), True
 
 
 def _path(request: Request) -> str:
