@@ -1,7 +1,14 @@
-"""API keys: minted once, stored as a digest, checked in constant time.
+"""API keys: minted once, stored as a digest, checked in constant time; listed, revoked
+and rotated by admins (``ringfence keys``, ``/v1/keys``).
 
 A key reads ``rf_<key id>_<secret>``. The id finds the stored key; the secret (32 random
 bytes) is stored only as its SHA-256 digest: a fast digest is enough for a secret that long.
+The key in clear exists once, in the answer that made it (create, rotate).
+
+Revocation and rotation are seen by every replica within ``KEY_CACHE_SECONDS``: that is how
+long a replica trusts a key it read from the store. The replica that revokes forgets the
+key at once. A rotated key keeps its id, name and role (what it did stays its own in the
+audit log, and the one who proposed still cannot approve); only its secret changes.
 """
 
 from __future__ import annotations
@@ -17,42 +24,61 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ringfence.audit.chain import AuditEvent
-from ringfence.errors import InvalidRequest, Unauthenticated
+from ringfence.errors import Conflict, InvalidRequest, NotFound, Unauthenticated
 from ringfence.store import ApiKey, Role, Store
 
 __all__ = [
     "ADMIN_KEY_FILE",
     "FIRST_TENANT",
+    "KEY_CACHE_SECONDS",
     "KeyCache",
     "Principal",
     "authenticate",
     "bootstrap_admin_key",
+    "fingerprint",
+    "in_force",
+    "list_keys",
     "mint_key",
     "new_key",
+    "revoke_key",
+    "rotate_key",
+    "still_valid",
 ]
 
 _TENANT = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _KEY = re.compile(r"^rf_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+_KEY_ID = re.compile(r"^[0-9a-f]{16}$")
+MAX_NAME = 100
+KEY_CACHE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: the tenant and role of a valid key."""
+    """Who is calling: the tenant and role of a valid key, and the name it was made with."""
 
     tenant: str
     role: Role
     key_id: str
+    name: str = ""
 
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def new_key(tenant: str, role: Role, description: str = "") -> tuple[ApiKey, str]:
+def _checked_name(name: str) -> str:
+    name = name.strip()
+    if len(name) > MAX_NAME or any(not c.isprintable() for c in name):
+        raise InvalidRequest(f"name: at most {MAX_NAME} printable characters")
+    return name
+
+
+def new_key(tenant: str, role: Role, description: str = "", name: str = "") -> tuple[ApiKey, str]:
     """A fresh key: what the store keeps, and the key itself (shown once, never stored).
 
     Raises:
-        InvalidRequest: the tenant name is not a DNS label (lowercase, digits, '-').
+        InvalidRequest: the tenant name is not a DNS label (lowercase, digits, '-'), or
+            the name is too long or has control characters.
     """
     if not _TENANT.match(tenant):
         raise InvalidRequest(
@@ -61,17 +87,21 @@ def new_key(tenant: str, role: Role, description: str = "") -> tuple[ApiKey, str
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     created = datetime.now(UTC).replace(microsecond=0)
-    stored = ApiKey(key_id, tenant, role, _digest(secret), created, description)
+    stored = ApiKey(
+        key_id, tenant, role, _digest(secret), created, description, _checked_name(name)
+    )
     return stored, f"rf_{key_id}_{secret}"
 
 
-async def mint_key(store: Store, tenant: str, role: Role, description: str = "") -> str:
+async def mint_key(
+    store: Store, tenant: str, role: Role, description: str = "", name: str = ""
+) -> str:
     """Create a key in the store and return it; this is the only time it exists in clear.
 
     Raises:
-        InvalidRequest: the tenant name is not a DNS label.
+        InvalidRequest: the tenant name is not a DNS label, or the name is not valid.
     """
-    stored, key = new_key(tenant, role, description)
+    stored, key = new_key(tenant, role, description, name)
     await _store_key(store, stored)
     return key
 
@@ -79,18 +109,92 @@ async def mint_key(store: Store, tenant: str, role: Role, description: str = "")
 async def _store_key(store: Store, stored: ApiKey) -> None:
     """Add the key and put it on the audit record (keys are rare: appended at once)."""
     await store.add_key(stored)
-    details = {"role": stored.role.value, "description": stored.description}
+    details = {"role": stored.role.value, "description": stored.description, "name": stored.name}
     event = AuditEvent(stored.tenant, OPERATOR, "key.create", f"key:{stored.key_id}", "ok", details)
     await store.append_audit([event])
+
+
+async def list_keys(store: Store, tenant: str | None) -> list[ApiKey]:
+    """The keys of ``tenant`` (None: every tenant's, for the operator), oldest first.
+
+    Raises:
+        StoreError: the store failed.
+    """
+    return await store.list_keys(tenant)
+
+
+async def _key_of(store: Store, key_id: str, tenant: str | None) -> ApiKey:
+    key = await store.get_key(key_id) if _KEY_ID.match(key_id) else None
+    if key is None or (tenant is not None and key.tenant != tenant):
+        raise NotFound(f"no key with id {key_id!r}")  # another tenant's looks the same
+    return key
+
+
+async def revoke_key(
+    store: Store,
+    key_id: str,
+    actor: str,
+    tenant: str | None = None,
+    cache: KeyCache | None = None,
+) -> ApiKey:
+    """Revoke a key for good: from now on it is refused by this replica (``cache`` forgets
+    it), and by every other within ``KEY_CACHE_SECONDS``. Revoking it again changes nothing.
+    ``tenant``: the caller's (None: the operator, any tenant).
+
+    Raises:
+        NotFound: no key with this id (in ``tenant``).
+    """
+    known = await _key_of(store, key_id, tenant)
+    if known.revoked:
+        return known  # revoked once, for good: nothing changes, nothing to record
+    revoked = await store.revoke_key(key_id, datetime.now(UTC))
+    if revoked is None:
+        raise NotFound(f"no key with id {key_id!r}")
+    if cache is not None:
+        cache.forget(key_id)
+    details = {"name": revoked.name, "role": revoked.role.value}
+    event = AuditEvent(revoked.tenant, actor, "key.revoke", f"key:{key_id}", "ok", details)
+    await store.append_audit([event])
+    return revoked
+
+
+async def rotate_key(
+    store: Store,
+    key_id: str,
+    actor: str,
+    tenant: str | None = None,
+    cache: KeyCache | None = None,
+) -> tuple[ApiKey, str]:
+    """Give a key a new secret (the same id, name and role) and return it with the new key
+    in clear (the only time it exists so). The old secret is refused from now on by this
+    replica, by every other within ``KEY_CACHE_SECONDS``; console sessions signed in with
+    it end.
+
+    Raises:
+        NotFound: no key with this id (in ``tenant``).
+        Conflict: the key is revoked (a revoked key stays revoked).
+    """
+    await _key_of(store, key_id, tenant)
+    secret = secrets.token_urlsafe(32)
+    rotated = await store.rotate_key(key_id, _digest(secret), datetime.now(UTC))
+    if rotated is None:
+        raise Conflict(f"key {key_id!r} is revoked: create a new one instead")
+    if cache is not None:
+        cache.forget(key_id)
+    details = {"name": rotated.name, "role": rotated.role.value}
+    event = AuditEvent(rotated.tenant, actor, "key.rotate", f"key:{key_id}", "ok", details)
+    await store.append_audit([event])
+    return rotated, f"rf_{key_id}_{secret}"
 
 
 async def authenticate(
     store: Store, presented: str | None, cache: KeyCache | None = None
 ) -> Principal:
-    """The principal behind a presented key; found keys are remembered in ``cache``.
+    """The principal behind a presented key; keys read from the store are remembered in
+    ``cache`` for ``KEY_CACHE_SECONDS``.
 
     Raises:
-        Unauthenticated: no key, a malformed key, or one that does not exist.
+        Unauthenticated: no key, a malformed key, one that does not exist, or one revoked.
     """
     if not presented:
         raise Unauthenticated("an API key is required (Authorization: Bearer <key>)")
@@ -98,25 +202,75 @@ async def authenticate(
     if match is None:
         raise Unauthenticated("malformed API key")
     key_id, secret = match.groups()
+    stored = await _matching(store, key_id, _digest(secret), cache)
+    if stored is None:
+        raise Unauthenticated("invalid API key")
+    if stored.revoked:
+        raise Unauthenticated("this API key was revoked")
+    return Principal(stored.tenant, stored.role, key_id, stored.name)
+
+
+def fingerprint(presented: str) -> str:
+    """What a session keeps of the key that opened it, to tell later whether that key is
+    still valid (``still_valid``): the digest of its secret, never the secret ("" for a
+    malformed key)."""
+    match = _KEY.match(presented.strip())
+    return _digest(match.group(2)) if match else ""
+
+
+async def still_valid(
+    store: Store, key_id: str, key_fingerprint: str, cache: KeyCache | None = None
+) -> bool:
+    """Whether the key that opened a session is still valid: not revoked, not rotated.
+
+    Raises:
+        StoreError: the store failed.
+    """
+    if not key_fingerprint:
+        return False
+    stored = await _matching(store, key_id, key_fingerprint, cache)
+    return stored is not None and not stored.revoked
+
+
+async def in_force(store: Store, key_id: str, cache: KeyCache | None = None) -> bool:
+    """Whether the key is still in force (exists, not revoked): for what was handed to a
+    key and is presented without it (E2B's per-sandbox access tokens, signed URLs).
+
+    Raises:
+        StoreError: the store failed.
+    """
     stored = cache.get(key_id) if cache else None
     if stored is None:
         stored = await store.get_key(key_id)
         if stored is not None and cache is not None:
             cache.put(stored)
+    return stored is not None and not stored.revoked
+
+
+async def _matching(
+    store: Store, key_id: str, digest: str, cache: KeyCache | None
+) -> ApiKey | None:
+    """The stored key whose digest is ``digest``, or None. A remembered key whose digest
+    differs is read again (it may have been rotated since)."""
+    stored = cache.get(key_id) if cache else None
+    if stored is None or not hmac.compare_digest(stored.secret_hash, digest):
+        stored = await store.get_key(key_id)
+        if stored is not None and cache is not None:
+            cache.put(stored)
     # Compare even when the key is unknown, so timing does not tell which ids exist.
     expected = stored.secret_hash if stored else _digest("")
-    if not hmac.compare_digest(expected, _digest(secret)) or stored is None:
-        raise Unauthenticated("invalid API key")
-    return Principal(stored.tenant, stored.role, key_id)
+    if not hmac.compare_digest(expected, digest) or stored is None:
+        return None
+    return stored
 
 
 class KeyCache:
     """Stored keys (digests, never secrets) remembered for ``ttl`` seconds, so a request
     does not wait for the store (a SQLite lookup measured about 2 ms, most of a command's
-    round-trip goal). Unknown ids are never cached. Keys cannot be revoked yet; when they
-    can, a revocation takes up to ``ttl`` to reach a replica that cached the key."""
+    round-trip goal). Unknown ids are never cached. ``ttl`` bounds how long another
+    replica's revocation or rotation takes to reach this one."""
 
-    def __init__(self, ttl: float = 10.0, max_keys: int = 10_000) -> None:
+    def __init__(self, ttl: float = KEY_CACHE_SECONDS, max_keys: int = 10_000) -> None:
         self._ttl = ttl
         self._max_keys = max_keys
         self._keys: dict[str, tuple[ApiKey, float]] = {}
@@ -131,6 +285,9 @@ class KeyCache:
         if len(self._keys) >= self._max_keys:
             self._keys.clear()  # bounded; a refill costs one lookup per key
         self._keys[key.key_id] = (key, time.monotonic())
+
+    def forget(self, key_id: str) -> None:
+        self._keys.pop(key_id, None)
 
 
 FIRST_TENANT = "default"
@@ -151,7 +308,7 @@ async def bootstrap_admin_key(store: Store, data_dir: Path) -> Path | None:
     """
     if await store.count_keys():
         return None
-    stored, key = new_key(FIRST_TENANT, Role.ADMIN, "created at first start")
+    stored, key = new_key(FIRST_TENANT, Role.ADMIN, "created at first start", "admin")
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = data_dir / ADMIN_KEY_FILE
     partial = path.with_name(f".{ADMIN_KEY_FILE}.{os.getpid()}")

@@ -38,7 +38,13 @@ class Role(StrEnum):
 
 @dataclass(frozen=True)
 class ApiKey:
-    """A stored key. The secret itself is never stored: only its SHA-256 digest (hex)."""
+    """A stored key. The secret itself is never stored: only its SHA-256 digest (hex).
+
+    ``name``: who or what holds it, given at creation (shown in the console and the audit
+    log; "" for keys made before names). ``revoked_at``: when it was revoked (then it is
+    refused everywhere, and kept only for the record); a revoked key is never valid again.
+    ``rotated_at``: when its secret was last replaced (its id, name and role stay).
+    """
 
     key_id: str
     tenant: str
@@ -46,6 +52,13 @@ class ApiKey:
     secret_hash: str
     created_at: datetime
     description: str = ""
+    name: str = ""
+    revoked_at: datetime | None = None
+    rotated_at: datetime | None = None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
 
 
 @dataclass(frozen=True)
@@ -110,6 +123,20 @@ class Store(Protocol):
 
     async def count_keys(self) -> int:
         """How many keys exist, in every tenant (0 means a fresh data directory)."""
+        ...
+
+    async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        """The keys of ``tenant`` (None: of every tenant), revoked ones included, oldest first."""
+        ...
+
+    async def revoke_key(self, key_id: str, at: datetime) -> ApiKey | None:
+        """Mark the key revoked at ``at`` (a key revoked already keeps its first time) and
+        return it as stored now; None when no key has this id."""
+        ...
+
+    async def rotate_key(self, key_id: str, secret_hash: str, at: datetime) -> ApiKey | None:
+        """Replace the digest of a key that is not revoked and return it as stored now;
+        None when no key has this id or it is revoked (nothing changes then)."""
         ...
 
     async def add_execution(

@@ -34,6 +34,22 @@ class MemoryStore:
     async def count_keys(self) -> int:
         return len(self._keys)
 
+    async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        return [k for k in self._keys.values() if tenant is None or k.tenant == tenant]
+
+    async def revoke_key(self, key_id: str, at: datetime) -> ApiKey | None:
+        key = self._keys.get(key_id)
+        if key is not None and key.revoked_at is None:
+            key = self._keys[key_id] = dataclasses.replace(key, revoked_at=at)
+        return key
+
+    async def rotate_key(self, key_id: str, secret_hash: str, at: datetime) -> ApiKey | None:
+        key = self._keys.get(key_id)
+        if key is None or key.revoked_at is not None:
+            return None
+        key = self._keys[key_id] = dataclasses.replace(key, secret_hash=secret_hash, rotated_at=at)
+        return key
+
     async def add_execution(
         self, tenant: str, request: ExecutionRequest, result: ExecutionResult
     ) -> ExecutionRecord:

@@ -77,6 +77,9 @@ _keys = sa.Table(
     sa.Column("secret_hash", sa.Text, nullable=False),
     sa.Column("description", sa.Text, nullable=False),
     sa.Column("created_at", _UtcDateTime, nullable=False),
+    sa.Column("name", sa.Text, nullable=False, server_default=""),
+    sa.Column("revoked_at", _UtcDateTime, nullable=True),
+    sa.Column("rotated_at", _UtcDateTime, nullable=True),
 )
 _executions = sa.Table(
     "executions",
@@ -228,6 +231,9 @@ class SqlStore:
             secret_hash=key.secret_hash,
             description=key.description,
             created_at=key.created_at,
+            name=key.name,
+            revoked_at=key.revoked_at,
+            rotated_at=key.rotated_at,
         )
         async with self._transaction("adding a key") as connection:
             try:
@@ -256,6 +262,54 @@ class SqlStore:
         async with self._transaction("counting keys") as connection:
             count: int = (await connection.execute(query)).scalar_one()
         return count
+
+    async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        """The keys of ``tenant`` (None: every tenant's), oldest first.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        query = sa.select(_keys).order_by(_keys.c.created_at, _keys.c.key_id)
+        if tenant is not None:
+            query = query.where(_keys.c.tenant == tenant)
+        async with self._transaction("listing keys") as connection:
+            rows = (await connection.execute(query)).all()
+        return [self._key(row) for row in rows]
+
+    async def revoke_key(self, key_id: str, at: datetime) -> ApiKey | None:
+        """Mark the key revoked (once: the first time stays) and return it.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        update = (
+            _keys.update()
+            .where(_keys.c.key_id == key_id, _keys.c.revoked_at.is_(None))
+            .values(revoked_at=at)
+        )
+        query = sa.select(_keys).where(_keys.c.key_id == key_id)
+        async with self._transaction("revoking a key") as connection:
+            await connection.execute(update)
+            row = (await connection.execute(query)).one_or_none()
+        return None if row is None else self._key(row)
+
+    async def rotate_key(self, key_id: str, secret_hash: str, at: datetime) -> ApiKey | None:
+        """Replace the digest of a key not revoked, and return it; None if none changed.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        update = (
+            _keys.update()
+            .where(_keys.c.key_id == key_id, _keys.c.revoked_at.is_(None))
+            .values(secret_hash=secret_hash, rotated_at=at)
+        )
+        query = sa.select(_keys).where(_keys.c.key_id == key_id)
+        async with self._transaction("rotating a key") as connection:
+            if (await connection.execute(update)).rowcount != 1:
+                return None
+            row = (await connection.execute(query)).one()
+        return self._key(row)
 
     async def add_execution(
         self, tenant: str, request: ExecutionRequest, result: ExecutionResult
@@ -681,8 +735,9 @@ class SqlStore:
         except ValueError as exc:
             raise StoreError(f"{self._name}: key {row.key_id!r} has an unknown role") from exc
         return ApiKey(
-            row.key_id, row.tenant, role, row.secret_hash, row.created_at, row.description
-        )
+            row.key_id, row.tenant, role, row.secret_hash, row.created_at, row.description,
+            row.name, row.revoked_at, row.rotated_at,
+        )  # fmt: skip
 
     def _record(self, row: sa.Row[Any]) -> ExecutionRecord:
         try:

@@ -7,6 +7,7 @@ contract. Tests run them against every implementation (memory, SQLite, PostgreSQ
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
@@ -69,6 +70,33 @@ async def keys_round_trip(store: Store) -> None:
     assert await store.get_key("k1") == key
     assert await store.get_key("nope") is None
     assert await store.count_keys() == 1
+
+
+async def keys_are_named_listed_revoked_and_rotated(store: Store) -> None:
+    named = dataclasses.replace(_key("k1"), name="Ada's agent")
+    await store.add_key(named)
+    await store.add_key(_key("k2", tenant="other"))
+    assert await store.get_key("k1") == named, "the name is kept"
+    assert [k.key_id for k in await store.list_keys("acme")] == ["k1"]
+    assert sorted(k.key_id for k in await store.list_keys()) == ["k1", "k2"]
+    later = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+    rotated = await store.rotate_key("k1", "cd" * 32, later)
+    assert rotated is not None and rotated.secret_hash == "cd" * 32
+    assert rotated.rotated_at == later and rotated.name == "Ada's agent"
+    assert await store.get_key("k1") == rotated
+    assert await store.rotate_key("nope", "cd" * 32, later) is None
+    revoked = await store.revoke_key("k1", later)
+    assert revoked is not None and revoked.revoked and revoked.revoked_at == later
+    again = await store.revoke_key("k1", later + timedelta(hours=1))
+    assert again is not None and again.revoked_at == later, "the first revocation stays"
+    assert await store.rotate_key("k1", "ef" * 32, later) is None, "a revoked key stays revoked"
+    stored = await store.get_key("k1")
+    assert stored is not None and stored.secret_hash == "cd" * 32 and stored.revoked
+    assert await store.revoke_key("nope", later) is None
+    [listed] = await store.list_keys("acme")
+    assert listed.revoked, "revoked keys are listed, for the record"
+    other = await store.get_key("k2")
+    assert other is not None and not other.revoked, "only that key"
 
 
 async def a_duplicate_key_id_is_refused(store: Store) -> None:
@@ -341,6 +369,7 @@ async def proposals_list_and_expire(store: Store) -> None:
 
 STORE_CHECKS: tuple[StoreCheck, ...] = (
     keys_round_trip,
+    keys_are_named_listed_revoked_and_rotated,
     a_duplicate_key_id_is_refused,
     executions_round_trip,
     executions_are_scoped_by_tenant,

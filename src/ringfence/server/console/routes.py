@@ -36,7 +36,7 @@ from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
 from ringfence.service.egress_asks import EgressAsk, EgressAsks, EgressAskState
 from ringfence.service.executions import ExecutionService
-from ringfence.service.keys import authenticate
+from ringfence.service.keys import authenticate, fingerprint, still_valid
 from ringfence.store import ApiKey, AuditQuery, Role, Store
 
 __all__ = ["router"]
@@ -65,6 +65,7 @@ class _ConsoleRoute(APIRoute):
 
         async def guarded(request: Request) -> Response:
             try:
+                await _end_session_of_a_dead_key(request)
                 response = await handler(request)
             except RequestValidationError as exc:
                 problems = "; ".join(
@@ -127,6 +128,23 @@ def _audit(request: Request) -> AuditLog:
 
 def _session(request: Request) -> Session | None:
     return _sessions(request).get(request.cookies.get(COOKIE))
+
+
+async def _end_session_of_a_dead_key(request: Request) -> None:
+    """Before any console page: end the session if its key was revoked or rotated since
+    it signed in (``still_valid``; another replica's change is seen within 2 s)."""
+    session = _session(request)
+    if session is None:
+        return
+    principal = session.principal
+    store, cache = request.app.state.store, request.app.state.keys
+    if await still_valid(store, principal.key_id, session.key_fingerprint, cache):
+        return
+    _sessions(request).drop(session.token)
+    _audit(request).record(
+        principal.tenant, principal.key_id, "console.logout", f"key:{principal.key_id}",
+        "ok", {"why": "the key was revoked or rotated"},
+    )  # fmt: skip
 
 
 def _secure_cookie(request: Request) -> bool:
@@ -231,10 +249,9 @@ async def login(request: Request) -> Response:
         return _error(request, 400, "That form could not be read.")
     if not tokens_match(request.cookies.get(LOGIN_COOKIE, ""), form.get("csrf")):
         return _refused(request, "the sign-in form expired or was not sent from this page")
+    presented = form.get("key", "")
     try:
-        principal = await authenticate(
-            request.app.state.store, form.get("key", ""), request.app.state.keys
-        )
+        principal = await authenticate(request.app.state.store, presented, request.app.state.keys)
     except Unauthenticated:
         return _login_page(request, 401, "That key is not a valid Ringfence API key.")
     if principal.role is Role.AGENT:
@@ -248,7 +265,7 @@ async def login(request: Request) -> Response:
             "This is an agent key. Agents propose remediations; only approver and admin "
             "keys can sign in to the console and decide on them.",
         )
-    session = _sessions(request).create(principal)
+    session = _sessions(request).create(principal, fingerprint(presented))
     _audit(request).record(
         principal.tenant, principal.key_id, "console.login", f"key:{principal.key_id}"
     )
@@ -406,8 +423,9 @@ async def _people(request: Request, tenant: str, proposal: Proposal) -> dict[str
 
 
 def _key_name(key: ApiKey) -> str:
-    """The name a key was created with (``ringfence keys create --description``)."""
-    return key.description
+    """The name a key was created with (``ringfence keys create --name``); for keys made
+    before names, their description."""
+    return key.name or key.description
 
 
 # --- egress asks ---------------------------------------------------------------------------

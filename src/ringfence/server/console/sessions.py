@@ -2,9 +2,12 @@
 
 A session is a random token (the cookie) that maps, in this process's memory, to the
 principal of the key that signed in, a CSRF token for its forms, and an expiry. The API key
-itself is checked once, at sign-in, and never stored or sent back. Sessions do not survive a
-restart and are not shared between server processes: behind several replicas, pin a browser
-to one of them (or sign in again).
+itself is never stored or sent back: the session keeps its fingerprint (the digest of its
+secret, ``keys.fingerprint``), and every console request checks that the key is still valid
+(``keys.still_valid``), so a session ends once its key is revoked or rotated, on every
+replica within ``KEY_CACHE_SECONDS``. Sessions do not survive a restart and are not shared
+between server processes: behind several replicas, pin a browser to one of them (or sign
+in again).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Session:
     principal: Principal
     csrf: str
     expires: float  # time.monotonic() deadline
+    key_fingerprint: str = ""  # of the key that signed in; "" passes no check
     flash: list[tuple[str, str]] = field(default_factory=list)  # (kind, text), shown once
 
     def take_flash(self) -> list[tuple[str, str]]:
@@ -70,7 +74,7 @@ class SessionTable:
     def ttl(self) -> float:
         return self._ttl
 
-    def create(self, principal: Principal) -> Session:
+    def create(self, principal: Principal, key_fingerprint: str = "") -> Session:
         now = self._clock()
         for token in [t for t, s in self._sessions.items() if s.expires <= now]:
             del self._sessions[token]
@@ -81,6 +85,7 @@ class SessionTable:
             principal=principal,
             csrf=new_token(),
             expires=now + self._ttl,
+            key_fingerprint=key_fingerprint,
         )
         self._sessions[session.token] = session
         return session

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ringfence import __version__
 from ringfence.server.auth import Caller
@@ -24,6 +24,7 @@ class Identity(BaseModel):
     tenant: str
     role: Role
     key_id: str
+    name: str = Field("", description="The name the key was created with ('' for none).")
 
 
 @router.get("/health", response_model=Health, summary="Is the server up (no key needed)")
@@ -33,7 +34,7 @@ async def health() -> Health:
 
 @router.get("/whoami", response_model=Identity, summary="The tenant and role of your key")
 async def whoami(caller: Caller) -> Identity:
-    return Identity(tenant=caller.tenant, role=caller.role, key_id=caller.key_id)
+    return Identity(tenant=caller.tenant, role=caller.role, key_id=caller.key_id, name=caller.name)
 
 
 @router.get(
