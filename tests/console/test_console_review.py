@@ -113,8 +113,8 @@ async def review(local_host: object, sqlite_database: str, tmp_path: Path) -> As
         approvals=ApprovalService(store, executions, audit, config),
     )  # fmt: skip
     keys = [
-        await mint_key(store, "acme", Role.AGENT, "incident-bot"),
-        await mint_key(store, "acme", Role.APPROVER, "Ada Lovelace"),
+        await mint_key(store, "acme", Role.AGENT, name="incident-bot"),
+        await mint_key(store, "acme", Role.APPROVER, name="Ada Lovelace"),
         await mint_key(store, "acme", Role.APPROVER),  # no name
     ]
     try:
@@ -203,28 +203,32 @@ async def test_every_field_the_digest_covers_is_on_the_page(review: Review) -> N
 
 
 async def test_scripts_keep_their_lines_and_people_have_their_names(review: Review) -> None:
-    proposal = await review.propose({"command": ["sh", "-c", SCRIPT], "timeout": 30})
+    proposal = await review.propose({"command": ["sh", "-c", SCRIPT], "timeout": 30}, "high")
     path = f"/console/proposals/{proposal['id']}"
     page = _Fields(await _page(review, review.approver, path))
     assert page.fields["command.2"] == SCRIPT  # line breaks and tabs kept, nothing added
     assert "incident-bot" in page.text  # the proposer, by its key's name
     assert re.search(r"expires in (59 min|1 h 0 min)", page.text), page.text
-    # Approved by a named key and by one without a name (shown by its id).
-    async with httpx.AsyncClient(base_url=review.url, timeout=30) as client:
-        await sign_in(client, review.approver)
-        form = await client.get(path)
-        digest = re.search(r'name="digest" value="([0-9a-f]{64})"', form.text)
-        assert digest is not None
-        posted = await client.post(
-            f"{path}/approve", data={"csrf": csrf_of(form.text), "digest": digest.group(1)}
-        )
-        assert posted.status_code == 303
-        for _ in range(600):
-            shown = _Fields((await client.get(path)).text)
-            if "succeeded" in shown.text:
-                break
-            await asyncio.sleep(0.05)
-    assert "Approved by" in shown.text and "Ada Lovelace" in shown.text
+    # Approved by a named key, then by one without a name (shown by its id alone).
+    for key in (review.approver, review.second):
+        async with httpx.AsyncClient(base_url=review.url, timeout=30) as client:
+            await sign_in(client, key)
+            form = await client.get(path)
+            digest = re.search(r'name="digest" value="([0-9a-f]{64})"', form.text)
+            assert digest is not None
+            posted = await client.post(
+                f"{path}/approve", data={"csrf": csrf_of(form.text), "digest": digest.group(1)}
+            )
+            assert posted.status_code == 303
+    for _ in range(600):
+        shown = _Fields(await _page(review, review.approver, path))
+        if "succeeded" in shown.text:
+            break
+        await asyncio.sleep(0.05)
+    approvals = re.findall(r"Approved by\s*(.*?) at ", shown.text)
+    second_id = review.second.split("_")[1]
+    assert approvals == ["Ada Lovelace (key " + review.approver.split("_")[1] + ")",
+                         f"key {second_id}"], approvals  # fmt: skip
 
 
 async def test_a_namespace_this_server_cannot_reach_is_said_before_approval(
