@@ -122,6 +122,25 @@ class Config(BaseSettings):
     max_request_bytes: int = Field(
         4 << 20, ge=1024, description="The largest HTTP request body the server reads."
     )
+    request_head_timeout: float = Field(
+        20.0,
+        gt=0,
+        description="Seconds a connection has to send a complete request head (from its "
+        "opening, or the first byte of its next request), and the longest a connection that "
+        "has not authenticated may idle between requests; then it is closed.",
+    )
+    max_unauthenticated_connections_per_client: int = Field(
+        64,
+        ge=1,
+        description="Connections one client address (IPv6: its /64) may hold open before "
+        "one of them authenticates; more are closed as they open.",
+    )
+    max_unauthenticated_connections: int = Field(
+        1024,
+        ge=1,
+        description="Connections all clients together may hold open before they "
+        "authenticate; more are closed as they open.",
+    )
     approval_ttl: float = Field(
         3600.0, gt=0, description="Seconds a proposal may wait for its approvals; then expired."
     )

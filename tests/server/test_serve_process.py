@@ -27,9 +27,12 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, data_dir: Path, database_url: str | None) -> None:
+    def __init__(
+        self, data_dir: Path, database_url: str | None, env: dict[str, str] | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.database_url = database_url
+        self.env = {**os.environ, **(env or {})}
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[str] | None = None
@@ -44,6 +47,7 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env=self.env,
         )
         for _ in range(300):
             try:

@@ -83,6 +83,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
     from ringfence.audit.signing import SealKey
     from ringfence.backends import create_executor, create_sandbox_runtime
     from ringfence.server import create_app
+    from ringfence.server.connections import protocol_class
     from ringfence.service.approvals import ApprovalService
     from ringfence.service.audit import AuditLog
     from ringfence.service.budget import Budget
@@ -143,9 +144,15 @@ async def _serve(config: Config, host: str, port: int) -> None:
     )  # fmt: skip
     # E2B's SDKs keep idle connections for 300 s; a server that closes them sooner races
     # their next request (a reset connection, seen about once in ten 32-sandbox runs).
+    # Only authenticated connections get that long: server/connections.py bounds the rest.
+    protocol = protocol_class(
+        head_timeout=config.request_head_timeout,
+        per_client=config.max_unauthenticated_connections_per_client,
+        in_all=config.max_unauthenticated_connections,
+    )
     config_ = uvicorn.Config(
         app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
-        timeout_keep_alive=_KEEP_ALIVE_SECONDS,
+        timeout_keep_alive=_KEEP_ALIVE_SECONDS, http=protocol,
     )  # fmt: skip
 
     async def on_exit() -> None:

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ringfence.errors import HTTP_STATUS, RingfenceError
 from ringfence.mcp._connect import CallerConnector
 from ringfence.mcp.server import build_server
+from ringfence.server.connections import authenticated
 from ringfence.service.keys import KeyCache, authenticate
 from ringfence.store import Store
 
@@ -98,6 +99,7 @@ class McpEndpoint:
         except RingfenceError as exc:
             await _refuse(exc, send)
             return
+        authenticated()  # its connection may idle as long as keep-alive allows
         assert presented is not None  # authenticate refuses a missing key
         token = AccessToken(
             token=presented, client_id=principal.key_id, scopes=[principal.role.value],

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from ringfence.server.connections import authenticated
 from ringfence.service.keys import Principal, authenticate
 
 __all__ = ["Caller"]
@@ -21,7 +22,9 @@ async def _caller(
     header: Annotated[str | None, Depends(_header)],
 ) -> Principal:
     presented = bearer.credentials if bearer else header
-    return await authenticate(request.app.state.store, presented, request.app.state.keys)
+    principal = await authenticate(request.app.state.store, presented, request.app.state.keys)
+    authenticated()  # its connection may idle as long as keep-alive allows
+    return principal
 
 
 Caller = Annotated[Principal, Depends(_caller)]

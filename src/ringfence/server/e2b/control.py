@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
 from ringfence.models import Sandbox, SandboxSpec, SandboxState
+from ringfence.server.connections import authenticated
 from ringfence.server.e2b.context import E2bContext, context_of
 from ringfence.server.e2b.models import (
     ConnectRequest,
@@ -52,7 +53,9 @@ _LIST_CEILING = 10_000  # sandboxes of one tenant considered by one list request
 
 async def _caller(request: Request, key: str | None) -> tuple[E2bContext, Principal]:
     context = context_of(request)
-    return context, await authenticate(context.store, key, context.keys)
+    principal = await authenticate(context.store, key, context.keys)
+    authenticated()  # its connection may idle as long as keep-alive allows
+    return context, principal
 
 
 def _answer(context: E2bContext, caller: Principal, sandbox: Sandbox) -> E2bSandbox:

@@ -1,0 +1,186 @@
+"""Connections before authentication: bounded in time and in number.
+
+uvicorn keeps a connection for as long as its client takes to send a request head, and an
+idle one for its keep-alive (330 s here: E2B's SDKs keep idle connections for 300 s). So
+1,500 connections without a key that trickled their heads stayed open for 70 s and grew the
+server's descriptors without bound. ``protocol_class`` makes uvicorn's h11 protocol hold:
+
+- **A head deadline.** A request head is complete within ``head_timeout`` seconds of the
+  connection's opening, or of the first byte of a keep-alive connection's next request; else
+  the connection is closed. Trickling a byte at a time does not move the deadline.
+- **Idle time before authentication.** Until a request on it has authenticated, a connection
+  idles between requests for at most ``head_timeout``; afterwards for uvicorn's keep-alive.
+- **Connections before authentication.** At most ``per_client`` connections of one client
+  address (an IPv6 address by its /64, what one host is usually given) and ``in_all`` of
+  all clients have not yet carried an authenticated request; one past either is closed as
+  soon as it opens. Authenticated connections are not counted: a client with a key keeps
+  the pool of connections its SDK wants.
+
+What authenticates a request is the app's to say: the code that accepts a key or an access
+token calls ``authenticated()``, which a context variable (set in the request's own task)
+ties to the request's connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextvars
+import ipaddress
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["authenticated", "client_of", "protocol_class"]
+
+
+class _Unproven:
+    """The connections of each client that have not authenticated, counted."""
+
+    def __init__(self, per_client: int, in_all: int) -> None:
+        self.per_client = per_client
+        self.in_all = in_all
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.total = 0
+
+    def admit(self, client: str) -> bool:
+        if self.counts[client] >= self.per_client or self.total >= self.in_all:
+            return False
+        self.counts[client] += 1
+        self.total += 1
+        return True
+
+    def leave(self, client: str) -> None:
+        self.total -= 1
+        self.counts[client] -= 1
+        if not self.counts[client]:
+            del self.counts[client]
+
+
+class _Connection:
+    """What ``authenticated()`` reaches of a request's connection."""
+
+    def __init__(self, unproven: _Unproven) -> None:
+        self._unproven = unproven
+        self.client: str | None = None  # counted as unproven, under this client's name
+        self.proven = False
+
+    def counted(self, client: str) -> bool:
+        if not self._unproven.admit(client):
+            return False
+        self.client = client
+        return True
+
+    def prove(self) -> None:
+        self.proven = True
+        self.uncount()
+
+    def uncount(self) -> None:
+        if self.client is not None:
+            self._unproven.leave(self.client)
+            self.client = None
+
+
+_CURRENT: contextvars.ContextVar[_Connection | None] = contextvars.ContextVar(
+    "ringfence_connection", default=None
+)
+
+
+def authenticated() -> None:
+    """Mark the current request's connection as authenticated (a key or an access token
+    was accepted): it idles for the full keep-alive and no longer counts against its
+    client's connections before authentication. Outside a request served by
+    ``protocol_class``'s protocol (in-process tests, MCP in process), nothing happens."""
+    connection = _CURRENT.get()
+    if connection is not None:
+        connection.prove()
+
+
+def client_of(host: str) -> str:
+    """The name a client's connections are counted under: its IP address, an IPv6 one by
+    its /64 (an IPv4-mapped one as the IPv4 address)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+def protocol_class(*, head_timeout: float, per_client: int, in_all: int) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, holding to the bounds of this module's docstring (give it as
+    ``uvicorn.Config(http=...)``). Connections of one server share the counts."""
+    unproven = _Unproven(per_client, in_all)
+
+    class Protocol(H11Protocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._connection = _Connection(unproven)
+            self._head_deadline: asyncio.TimerHandle | None = None
+            app = self.app
+
+            async def tied(scope: Any, receive: Any, send: Any) -> None:
+                _CURRENT.set(self._connection)  # in the request's task: its own context
+                await app(scope, receive, send)
+
+            self.app = tied
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if not self._connection.counted(client_of(self.client[0] if self.client else "")):
+                transport.abort()  # past the cap: closed before a byte is read
+                return
+            self._start_head_deadline()  # nothing sent yet is an incomplete head, too
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch_head()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            keep_alive = self.timeout_keep_alive_task  # None: a pipelined request began
+            if keep_alive is not None and not self._connection.proven:
+                keep_alive.cancel()
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    head_timeout, self.timeout_keep_alive_handler
+                )
+            if self.conn.trailing_data[0]:  # the start of a next head, already here
+                self._watch_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_head_deadline()
+            self._connection.uncount()
+            super().connection_lost(exc)
+
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            self._stop_head_deadline()  # no longer this protocol's connection
+            self._connection.uncount()
+            super().handle_websocket_upgrade(event)
+
+        def _watch_head(self) -> None:
+            if self.transport.is_closing():
+                self._stop_head_deadline()
+            elif self.conn.their_state is h11.IDLE:  # bytes of a head, not all of it yet
+                if self._head_deadline is None:
+                    self._start_head_deadline()
+            else:  # the head is complete: the app has the request
+                self._stop_head_deadline()
+
+        def _start_head_deadline(self) -> None:
+            self._head_deadline = self.loop.call_later(head_timeout, self._head_too_slow)
+
+        def _stop_head_deadline(self) -> None:
+            if self._head_deadline is not None:
+                self._head_deadline.cancel()
+                self._head_deadline = None
+
+        def _head_too_slow(self) -> None:
+            self._head_deadline = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
