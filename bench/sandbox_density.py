@@ -5,10 +5,10 @@ sandboxes over HTTP (``--concurrency`` at a time, each with a small memory limit
 them idle, then measures what each one holds, three ways:
 
 * PSS: the proportional set size (``/proc/PID/smaps_rollup``) summed over the sandbox's host
-  processes: the daemon (found by ``RINGFENCE_SANDBOX_ID=<id>`` in its environment, as the
-  sandbox uid) and anything it started, plus the two bubblewrap processes above it (found by
-  walking parent pids up to the server). Shared pages are split between their sharers, so
-  the sum over all sandboxes is what they take together;
+  processes: the daemon (found by ``RINGFENCE_SANDBOX_ID=<id>`` in its environment, as a
+  uid of the sandbox range) and anything it started, plus the two bubblewrap processes above
+  it (found by walking parent pids up to the server). Shared pages are split between their
+  sharers, so the sum over all sandboxes is what they take together;
 * the sandbox's cgroup: ``memory.usage_in_bytes`` (cgroup v1) or ``memory.current`` (v2),
   what the kernel charges against the sandbox's limit (its processes' anonymous memory and
   the page cache and kernel memory they caused, not the outer bwrap);
@@ -140,15 +140,15 @@ class Footprint:
         return self.pss_inner + self.pss_wrappers
 
 
-def footprints(ids: set[str], server_pid: int, uid: int) -> dict[str, Footprint]:
+def footprints(ids: set[str], server_pid: int, uids: range) -> dict[str, Footprint]:
     """Find each sandbox's host processes and measure them."""
     found = {sandbox_id: Footprint(sandbox_id) for sandbox_id in ids}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        uids = status_field(pid, "Uid")
-        if uids is None or int(uids.split()[0]) != uid:
+        real = status_field(pid, "Uid")
+        if real is None or int(real.split()[0]) not in uids:
             continue
         sandbox_id = sandbox_of(pid)
         if sandbox_id in found:
@@ -240,11 +240,11 @@ async def kill_all(client: httpx.AsyncClient, ids: Sequence[str], concurrency: i
 
 
 async def leftovers(
-    client: httpx.AsyncClient, ids: set[str], server_pid: int, uid: int
+    client: httpx.AsyncClient, ids: set[str], server_pid: int, uids: range
 ) -> list[str]:
     """What remains of the sandboxes after the kill: processes, cgroups, running records."""
     remains: list[str] = []
-    left = {i: f for i, f in footprints(ids, server_pid, uid).items() if f.inner or f.wrappers}
+    left = {i: f for i, f in footprints(ids, server_pid, uids).items() if f.inner or f.wrappers}
     if left:
         remains.append(f"{len(left)} sandbox(es) still have processes, e.g. {next(iter(left))}")
     cgroups = [
@@ -409,7 +409,8 @@ class Report:
 
 
 async def benchmark(args: argparse.Namespace, server: Server) -> Report:
-    uid = Config().sandbox_uid
+    first, last = Config().sandbox_uids
+    uids = range(first, last + 1)  # each live sandbox has one of these
     async with server.client(timeout=120) as client:
         await asyncio.sleep(1)  # let the fresh server settle before the baseline
         before, server_before = mem_available(), pss(server.pid)
@@ -419,7 +420,7 @@ async def benchmark(args: argparse.Namespace, server: Server) -> Report:
             progress(f"idle for {args.settle:g} s, then measuring")
             await asyncio.sleep(args.settle)
             after, server_after = mem_available(), pss(server.pid)
-            found = footprints(set(created.ids), server.pid, uid)
+            found = footprints(set(created.ids), server.pid, uids)
         finally:
             progress(f"killing {len(created.ids)} sandboxes")
             begun = time.perf_counter()
@@ -427,7 +428,7 @@ async def benchmark(args: argparse.Namespace, server: Server) -> Report:
             kill_seconds = time.perf_counter() - begun
         await asyncio.sleep(args.settle)
         after_kill = mem_available()
-        remains = await leftovers(client, set(created.ids), server.pid, uid)
+        remains = await leftovers(client, set(created.ids), server.pid, uids)
     return Report(
         host={**host_facts(None), "MemAvailable MB": before // MB},
         count=args.count,

@@ -734,7 +734,7 @@ async def benchmark(args: argparse.Namespace, server: Server, workdir: Path) -> 
     daemon_root.mkdir(mode=0o755)
     workdir.chmod(0o755)  # the daemon runs as the sandbox uid: it must reach its package
     daemon_dir = prepare_daemon(daemon_root)
-    uid = config.sandbox_uid if os.geteuid() == 0 else None
+    uid = config.sandbox_uids[0] if os.geteuid() == 0 else None  # as a sandbox would run
 
     try:
         async with server.client() as sdk_client, server.lean_client() as client:

@@ -7,13 +7,20 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, BeforeValidator, Field, IPvAnyAddress, field_validator
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    IPvAnyAddress,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ringfence._units import parse_size
 from ringfence.models import NetworkPolicy, ResourceLimits
 
-__all__ = ["Config", "parse_endpoint"]
+__all__ = ["DEFAULT_SANDBOX_UIDS", "Config", "parse_endpoint"]
 
 
 def parse_endpoint(text: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
@@ -33,6 +40,13 @@ def parse_endpoint(text: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Add
         return ipaddress.ip_address(host), int(port)
     except ValueError:
         raise ValueError(f"{text!r}: {host!r} is not an IP address") from None
+
+
+# Clear of every allocation convention: regular users (1000-60000), nobody (65534), the
+# /etc/subuid ranges useradd hands out (100000-600100000) and systemd's container uids
+# (524288-1879048191); below 2^31, which tools that take uids as signed ints mishandle.
+DEFAULT_SANDBOX_UIDS = "2000000000-2000065535"
+_MAX_UID = 4294967294  # (uid_t) -1 means "no uid"
 
 
 def _size(value: object) -> object:
@@ -95,10 +109,20 @@ class Config(BaseSettings):
         ),
         description="Limits for fields a request leaves unset (JSON in the environment).",
     )
-    sandbox_uid: int = Field(
-        64000, ge=1, description="Host uid that sandboxed processes run as when run by root."
+    sandbox_uid_range: str = Field(
+        DEFAULT_SANDBOX_UIDS,
+        description="FIRST-LAST: the host uids sandboxes run as when Ringfence is root, one "
+        "of its own per live sandbox (its gid is the same number); the range bounds how many "
+        "sandboxes live at once. Keep it clear of real users and of /etc/subuid ranges; "
+        "replicas on one host share the runtime directory (their claims are locked there) or "
+        "use ranges that do not overlap.",
     )
-    sandbox_gid: int = Field(64000, ge=1, description="Host gid that goes with sandbox_uid.")
+    sandbox_uid: int | None = Field(
+        None, description="Removed: sandboxes no longer share one uid (sandbox_uid_range)."
+    )
+    sandbox_gid: int | None = Field(
+        None, description="Removed: sandboxes no longer share one gid (sandbox_uid_range)."
+    )
     runtime_dir: Path = Field(
         default_factory=_default_runtime_dir,
         description="Where the local backend keeps the small files sandboxes bind read-only.",
@@ -278,6 +302,34 @@ class Config(BaseSettings):
         description="SQLAlchemy URL of the store, e.g. postgresql+psycopg://user@host/db; "
         "default: SQLite in the data directory.",
     )
+
+    @property
+    def sandbox_uids(self) -> tuple[int, int]:
+        """``sandbox_uid_range`` as (first, last), both included."""
+        first, _, last = self.sandbox_uid_range.partition("-")
+        return int(first), int(last)
+
+    @field_validator("sandbox_uid_range")
+    @classmethod
+    def _uid_range(cls, value: str) -> str:
+        first, dash, last = value.strip().partition("-")
+        if not (dash and first.isascii() and first.isdigit() and last.isascii() and last.isdigit()):
+            raise ValueError(
+                f"{value!r}: write the range as FIRST-LAST, e.g. {DEFAULT_SANDBOX_UIDS}"
+            )
+        if not 0 < int(first) <= int(last) <= _MAX_UID:
+            raise ValueError(f"{value!r}: uids from 1 to {_MAX_UID}, the first not above the last")
+        return f"{int(first)}-{int(last)}"
+
+    @model_validator(mode="after")
+    def _no_single_uid(self) -> Config:
+        if self.sandbox_uid is not None or self.sandbox_gid is not None:
+            raise ValueError(
+                "RINGFENCE_SANDBOX_UID and RINGFENCE_SANDBOX_GID are gone: each live sandbox "
+                "runs as a host uid of its own (and the gid of the same number) from "
+                f"RINGFENCE_SANDBOX_UID_RANGE (default {DEFAULT_SANDBOX_UIDS}); set that instead"
+            )
+        return self
 
     @field_validator("network_reserved_endpoints")
     @classmethod

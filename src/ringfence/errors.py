@@ -17,6 +17,7 @@ apart without matching message text.
     ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
     ├── SandboxNotRunning       the sandbox has ended (killed, expired)   (sandbox_not_running)
     ├── TooManyRequests         a limit on concurrent requests was hit    (too_many_requests)
+    │   ├── SandboxUidsExhausted every host uid for sandboxes is in use   (sandbox_uids_exhausted)
     │   └── ServerAtCapacity    the server's totals have no room now      (server_at_capacity)
     ├── StoreError              the store failed (database unreachable)   (store_error)
     ├── Unauthenticated         no valid API key                          (unauthenticated)
@@ -47,6 +48,7 @@ __all__ = [
     "SandboxError",
     "SandboxNotFound",
     "SandboxNotRunning",
+    "SandboxUidsExhausted",
     "ServerAtCapacity",
     "ServerUnreachable",
     "StoreError",
@@ -145,6 +147,13 @@ class ServerAtCapacity(TooManyRequests):
     code = "server_at_capacity"
 
 
+class SandboxUidsExhausted(TooManyRequests):
+    """Every host uid of the operator's sandbox range runs a live sandbox (sandboxes never
+    share one); retry when one has ended."""
+
+    code = "sandbox_uids_exhausted"
+
+
 class StoreError(RingfenceError):
     """The store could not read or write (for example the database is unreachable)."""
 
@@ -191,6 +200,7 @@ HTTP_STATUS: dict[str, int] = {
     SandboxNotRunning.code: 409,
     SandboxElsewhere.code: 421,  # Misdirected Request: a router sent it to the wrong replica
     TooManyRequests.code: 429,
+    SandboxUidsExhausted.code: 503,  # the host's capacity, not the caller's rate
     ServerAtCapacity.code: 503,
     StoreError.code: 503,
     Unauthenticated.code: 401,
@@ -201,5 +211,5 @@ _ALL: tuple[type[RingfenceError], ...] = (
     InvalidRequest, NotFound, DuplicateExecution, Conflict, UnknownBackend, BackendUnavailable,
     SandboxError, SandboxNotRunning, SandboxElsewhere, TooManyRequests, ServerAtCapacity,
     StoreError,
-    Unauthenticated, Forbidden, ServerUnreachable,
+    Unauthenticated, Forbidden, ServerUnreachable, SandboxUidsExhausted,
 )  # fmt: skip

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -47,14 +48,17 @@ from _attack_helpers import (
 
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.bwrap import DEFAULT_PATH
+from ringfence.backends.local.probe import Host
 from ringfence.backends.local.rootfs import GENERATED_ETC
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, ExecutionResult, Mount, ResourceLimits, Status
 
 pytestmark = pytest.mark.integration
 
-SANDBOX_UID = Config().sandbox_uid
-SANDBOX_GID = Config().sandbox_gid
+# Each live sandbox runs as a host uid of its own from this range (the gid of the same
+# number). Host permissions treat every uid of it alike: none owns a file the tests make.
+SANDBOX_UIDS = range(Config().sandbox_uids[0], Config().sandbox_uids[1] + 1)
+SANDBOX_UID = SANDBOX_GID = SANDBOX_UIDS[0]
 SANDBOX_PYTHON = shutil.which("python3", path=DEFAULT_PATH) or "/usr/bin/python3"
 MiB = 1 << 20
 
@@ -68,7 +72,7 @@ async def run(executor: LocalExecutor, command: list[str], **fields: object) -> 
 @pytest.fixture
 def world_dir() -> Iterator[Path]:
     """A host directory every user may enter: only the sandbox, not file permissions, can
-    keep the sandbox user (host uid ``sandbox_uid``) out of it."""
+    keep the sandbox user (a host uid of ``sandbox_uid_range``) out of it."""
     directory = Path(tempfile.mkdtemp(prefix="ringfence-attack-"))
     directory.chmod(0o755)
     yield directory
@@ -299,14 +303,17 @@ def _assert_processes_hidden(out: dict[str, Any], target: int) -> None:
     assert code != 0 and "No such process" in message, out["kill -9"]
 
 
-async def test_cannot_see_or_signal_host_processes(local_executor: LocalExecutor) -> None:
+async def test_cannot_see_or_signal_host_processes(local_host: object) -> None:
     target_mark = marker("host-process")
-    # The host process runs as the sandbox's own host uid: only the pid namespace, not
-    # credentials, can protect it from the sandbox.
+    # The host process runs as the sandbox's own host uid (a range of one uid makes it the
+    # sandbox's): only the pid namespace, not credentials, can protect it from the sandbox.
+    uid = random.randrange(1_990_000_000, 1_999_999_999)
+    config = Config(sandbox_uid_range=f"{uid}-{uid}")
+    assert isinstance(local_host, Host)
+    local_executor = LocalExecutor(config, host=local_host)
     host = subprocess.Popen(
         [SANDBOX_PYTHON, "-c", "import time; time.sleep(60)", target_mark],
-        user=SANDBOX_UID, group=SANDBOX_GID, extra_groups=[], cwd="/",
-        start_new_session=True,
+        user=uid, group=uid, extra_groups=[], cwd="/", start_new_session=True,
     )  # fmt: skip
     try:
         assert pids_with_argument(target_mark) == [host.pid]
@@ -323,6 +330,7 @@ async def test_cannot_see_or_signal_host_processes(local_executor: LocalExecutor
     finally:
         host.kill()
         host.wait()
+        await local_executor.aclose()
 
 
 async def test_cannot_see_or_signal_another_sandbox(local_executor: LocalExecutor) -> None:
@@ -336,8 +344,9 @@ async def test_cannot_see_or_signal_another_sandbox(local_executor: LocalExecuto
             lambda: named(pids_with_argument(victim_mark), "python3"),
             what="the victim sandbox's process",
         )
-        # Both sandboxes run as the same host uid: only namespaces separate them.
-        assert os.stat(f"/proc/{victim_pid}").st_uid == SANDBOX_UID
+        # Each sandbox has a host uid of its own (so credentials separate them too), but
+        # namespaces alone must hide the victim: the attack below never learns it exists.
+        assert int(proc_status(victim_pid)["Uid"].split()[0]) in SANDBOX_UIDS
         result = await run(
             local_executor,
             python(_PROCESS_SCRIPT, marker("self")),
@@ -1154,11 +1163,13 @@ async def test_no_sandbox_process_runs_as_host_root(local_executor: LocalExecuto
         # Every process with the marker (bwrap has it among its arguments) is accounted for.
         assert set(pids_with_argument(mark)) <= procs | {outer}
         assert proc_status(outer)["Name"] == "bwrap", "control: the parent is bwrap"
+        uid = int(proc_status(outer)["Uid"].split()[0])
+        assert uid in SANDBOX_UIDS, "a host uid of the sandbox range"
         for pid in [*procs, outer]:
             status = proc_status(pid)
             assert os.stat(f"/proc/{pid}").st_uid != 0, f"pid {pid} ({status['Name']})"
-            assert status["Uid"].split() == [str(SANDBOX_UID)] * 4, (pid, status["Uid"])
-            assert status["Gid"].split() == [str(SANDBOX_GID)] * 4, (pid, status["Gid"])
+            assert status["Uid"].split() == [str(uid)] * 4, (pid, status["Uid"])
+            assert status["Gid"].split() == [str(uid)] * 4, (pid, status["Gid"])
             assert status["Groups"] == "", (pid, status["Groups"])
         # The outer bwrap is in the host's user namespace: its capabilities are real ones.
         assert int(proc_status(outer)["CapEff"], 16) == 0

@@ -6,6 +6,8 @@
   surface nothing in a sandbox needs. Every other family fails with EAFNOSUPPORT.
 - ptrace equivalents: a command cannot take the daemon's descriptors (pidfd_getfd) nor read
   its /proc files or memory; the daemon is non-dumpable and pidfd_getfd and kcmp are denied.
+- One host uid per live sandbox: per-uid kernel limits (inotify instances here) are not
+  shared between sandboxes, and a uid goes back to the range only once its sandbox is gone.
 
 Each attack has a control in the same sandbox (the allowed families work, the command's own
 child is readable), so that no test passes because the attacking script crashed.
@@ -14,18 +16,28 @@ child is readable), so that no test passes because the attacking script crashed.
 from __future__ import annotations
 
 import json
+import os
+import random
 import textwrap
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ringfence.config import Config
 from ringfence.policy.seccomp import ALLOWED_SOCKET_FAMILIES
+from ringfence.service.sandboxes import SANDBOX_ID_VARIABLE
+from ringfence.store import MemoryStore, Store
 from tests.server._envd import run
-from tests.server.conftest import Api
+from tests.server.conftest import Api, _serving
 
-# One store is enough: these tests are about the sandbox, not the store.
-pytestmark = pytest.mark.parametrize("store", ["memory"], indirect=True)
+
+@pytest.fixture
+def store() -> Store:
+    """One store is enough (``api`` takes it): these tests are about the sandbox."""
+    return MemoryStore()
+
 
 _REPORT = """
 import json as _json
@@ -197,3 +209,135 @@ async def test_a_command_cannot_take_the_daemons_descriptors_or_read_its_memory(
     assert daemon["kcmp"] == control["kcmp"] == "EPERM"
     for name in ("fd", "mem", "environ", "cwd"):
         assert daemon[name] == "EACCES", (name, daemon)
+
+
+# -- one host uid per live sandbox -----------------------------------------------------------
+
+
+def _host_ids(sandbox_id: str) -> dict[int, tuple[str, str]]:
+    """Host pid -> (real uid, real gid) of every process of the sandbox, read from the host
+    (each inherits the sandbox's id in its environment)."""
+    marker = f"{SANDBOX_ID_VARIABLE}={sandbox_id}\0".encode()
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if marker not in Path(f"/proc/{entry}/environ").read_bytes():
+                continue
+            lines = Path(f"/proc/{entry}/status").read_text().splitlines()
+            status = dict(line.split(":", 1) for line in lines)
+        except OSError:
+            continue  # gone meanwhile
+        found[int(entry)] = (status["Uid"].split()[0], status["Gid"].split()[0])
+    return found
+
+
+async def _create(api: Api) -> str:
+    created = await api.client.post("/v1/sandboxes", headers=api.acme, json={})
+    assert created.status_code == 201, created.text
+    sandbox_id: str = created.json()["id"]
+    return sandbox_id
+
+
+def _the_one_id(sandbox_id: str) -> int:
+    ids = set(_host_ids(sandbox_id).values())
+    assert len(ids) == 1, f"sandbox {sandbox_id}: host (uid, gid) {ids}"
+    uid, gid = ids.pop()
+    assert uid == gid, "the gid is the uid's number"
+    return int(uid)
+
+
+async def test_two_live_sandboxes_run_as_different_host_uids(api: Api, sandbox: str) -> None:
+    other = await _create(api)
+    first, last = Config().sandbox_uids
+    mine, theirs = _the_one_id(sandbox), _the_one_id(other)
+    assert mine != theirs
+    assert first <= mine <= last and first <= theirs <= last
+
+
+_EXHAUST_INOTIFY = """
+import ctypes, errno, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+def instances():
+    fds = []
+    while True:
+        fd = libc.inotify_init()
+        if fd < 0:
+            return fds, errno.errorcode[ctypes.get_errno()]
+        fds.append(fd)
+ready_r, ready_w = os.pipe()
+if os.fork() == 0:  # holds every instance of the uid, after the command has answered
+    os.setsid()
+    fds, why = instances()
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.write(ready_w, f"{len(fds)} {why}".encode())
+    while True:
+        time.sleep(3600)
+count, why = os.read(ready_r, 100).decode().split()
+again = instances()  # another process of the same sandbox
+report({"count": int(count), "why": why, "again": [len(again[0]), again[1]],
+        "max": int(open("/proc/sys/fs/inotify/max_user_instances").read())})
+"""
+
+_ONE_INOTIFY = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init()
+report("ok" if fd >= 0 else errno.errorcode[ctypes.get_errno()])
+"""
+
+
+async def test_one_sandbox_exhausting_its_inotify_instances_leaves_others_theirs(
+    api: Api, sandbox: str
+) -> None:
+    other = await _create(api)
+    held = await _in_sandbox(api, sandbox, _EXHAUST_INOTIFY)
+    # The per-uid limit, not the descriptor limit: a second process of the same sandbox
+    # gets none either.
+    assert held["why"] == "EMFILE" and 0 < held["count"] <= held["max"], held
+    assert held["again"] == [0, "EMFILE"], held
+    assert await _in_sandbox(api, other, _ONE_INOTIFY) == "ok"
+    watched = await api.client.post(
+        f"/v1/sandboxes/{other}/rpc/filesystem.Filesystem/CreateWatcher",
+        headers=api.acme,
+        json={"path": "/home/user"},
+    )
+    assert watched.status_code == 200, watched.text
+    assert await _in_sandbox(api, sandbox, _ONE_INOTIFY) == "EMFILE", "control: still held"
+
+
+@pytest.fixture
+async def one_uid(monkeypatch: pytest.MonkeyPatch, local_host: object) -> AsyncIterator[Api]:
+    """A server whose sandbox range is a single uid (outside the default range, picked at
+    random so that concurrent runs of this test do not meet)."""
+    uid = random.randrange(1_990_000_000, 1_999_999_999)
+    monkeypatch.setenv("RINGFENCE_SANDBOX_UID_RANGE", f"{uid}-{uid}")
+    async with _serving(local_host, MemoryStore()) as api:
+        yield api
+
+
+async def test_a_uid_is_reused_only_after_its_sandbox_is_gone_and_never_shared(
+    one_uid: Api,
+) -> None:
+    api = one_uid
+    uid = Config().sandbox_uids[0]
+    first = await _create(api)
+    assert _the_one_id(first) == uid
+    refused = await api.client.post("/v1/sandboxes", headers=api.acme, json={})
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "sandbox_uids_exhausted"
+    execution = await api.client.post(
+        "/v1/executions", headers=api.acme, json={"command": ["true"]}
+    )
+    assert execution.status_code == 503, execution.text
+    assert execution.json()["error"]["code"] == "sandbox_uids_exhausted"
+    killed = await api.client.delete(f"/v1/sandboxes/{first}", headers=api.acme)
+    assert killed.status_code in (200, 204), killed.text
+    second = await _create(api)
+    assert _host_ids(first) == {}, "nothing of the first sandbox remains"
+    assert _the_one_id(second) == uid
+    ran = await api.client.post("/v1/executions", headers=api.acme, json={"command": ["true"]})
+    assert ran.status_code == 503, "the uid is the second sandbox's alone"

@@ -12,11 +12,13 @@ from pathlib import Path
 import httpx
 
 from ringfence.backends.local.bwrap import SANDBOX_UID
+from ringfence.config import Config
 from ringfence.service.sandboxes import SANDBOX_ID_VARIABLE
 from tests.server._envd import STREAM, Ran, collect, envelope, messages, run, start_body
 from tests.server.conftest import Api
 
-_SANDBOX_HOST_UID = 64000  # Config().sandbox_uid: the host uid sandboxed processes run as
+# Each live sandbox runs as a host uid of its own from this range.
+_SANDBOX_HOST_UIDS = range(Config().sandbox_uids[0], Config().sandbox_uids[1] + 1)
 
 
 async def _create(api: Api, **spec: object) -> dict[str, object]:
@@ -266,8 +268,11 @@ def _sandbox_processes(sandbox_id: object) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
+                # The real uid from status: /proc/PID of the (non-dumpable) daemon is root's.
+                status = Path(f"/proc/{entry}/status").read_text()
+                uid = int(status.split("\nUid:", 1)[1].split()[0])
                 if (
-                    Path(f"/proc/{entry}").stat().st_uid == _SANDBOX_HOST_UID
+                    uid in _SANDBOX_HOST_UIDS
                     and marker in Path(f"/proc/{entry}/environ").read_bytes()
                 ):
                     pids.append(int(entry))

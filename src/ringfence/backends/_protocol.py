@@ -23,8 +23,9 @@ class Executor(Protocol):
     cgroup and mount it creates: when ``execute`` returns (or is itself cancelled), nothing of
     the sandbox remains. ``aclose`` cancels what still runs. Errors that may escape:
     ``InvalidRequest`` (the request cannot be honoured by this backend), ``DuplicateExecution``,
-    ``ExecutionNotFound``; failures of the sandbox itself are reported in the result's
-    ``status`` and ``error``, not raised.
+    ``ExecutionNotFound``, ``TooManyRequests`` (the host has no room for the sandbox: nothing
+    ran); failures of the sandbox itself are reported in the result's ``status`` and
+    ``error``, not raised.
     """
 
     name: str
@@ -36,6 +37,8 @@ class Executor(Protocol):
 
         Raises:
             InvalidRequest: for example an unknown image or a missing mount source.
+            TooManyRequests: the host has no room for another sandbox now (for example
+                ``SandboxUidsExhausted``).
         """
         ...
 
@@ -53,6 +56,7 @@ class Executor(Protocol):
         Raises:
             DuplicateExecution: an execution with this id is running or retained.
             InvalidRequest: this backend cannot honour the request.
+            TooManyRequests: the host had no room to start it (nothing ran).
         """
         ...
 

@@ -19,7 +19,7 @@ from ringfence.backends._output import BoundedLog
 from ringfence.backends._protocol import OutputCallback, StartCallback
 from ringfence.backends._runs import Run, RunTable
 from ringfence.config import Config
-from ringfence.errors import RingfenceError
+from ringfence.errors import RingfenceError, TooManyRequests
 from ringfence.models import ExecutionRequest, ExecutionResult, ResourceLimits, Status
 
 __all__ = ["Launched", "SupervisingExecutor"]
@@ -76,7 +76,8 @@ class SupervisingExecutor(ABC):
         self, request: ExecutionRequest, limits: ResourceLimits, pass_fds: Sequence[int]
     ) -> Launched:
         """Start ``request`` in a fresh sandbox, its command inheriting ``pass_fds`` as they
-        are numbered here. Raise ``RingfenceError`` or ``OSError``."""
+        are numbered here. Raise ``RingfenceError`` or ``OSError``; a ``TooManyRequests``
+        (the host has no room) escapes ``execute`` instead of failing the execution."""
 
     async def execute(
         self,
@@ -87,7 +88,11 @@ class SupervisingExecutor(ABC):
         pass_fds: Sequence[int] = (),
     ) -> ExecutionResult:
         """See ``Executor.execute``. ``pass_fds`` are inherited by the command (an
-        interactive sandbox's daemon gets its listening socket this way)."""
+        interactive sandbox's daemon gets its listening socket this way).
+
+        Raises:
+            TooManyRequests: the host had no room to start it (nothing ran).
+        """
         self.check(request)
         run = Run(id=request.id, log=BoundedLog(self.config.max_log_bytes), backend=self.name)
         self._runs.add(run)
@@ -142,6 +147,10 @@ class SupervisingExecutor(ABC):
         timeout = request.timeout or self.config.default_timeout
         try:
             sandbox = await self._launch(request, limits, pass_fds)
+        except TooManyRequests as exc:  # no room on this host: the caller's to answer
+            run.error = f"could not start the sandbox: {exc.message}"
+            run.move_to(Status.FAILED)
+            raise
         except (RingfenceError, OSError) as exc:
             run.error = f"could not start the sandbox: {exc}"
             run.move_to(Status.FAILED)

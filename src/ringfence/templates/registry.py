@@ -93,7 +93,8 @@ class Registry:
 
     @classmethod
     def for_config(cls, config: Config) -> Registry:
-        uid = config.sandbox_uid if os.geteuid() == 0 else None
+        # Any uid of the range: none owns a template, so "other" permissions decide for all.
+        uid = config.sandbox_uids[0] if os.geteuid() == 0 else None
         return cls(templates_dir(config), sandbox_uid=uid)
 
     def get(self, name: str) -> Template:

@@ -1,15 +1,16 @@
 """The ``local`` backend: bubblewrap namespaces + seccomp + cgroups, the embedded default.
 
 Start-up of one sandbox:
-1. create its cgroup with the limits;
-2. start bwrap as the unprivileged sandbox user, with the seccomp program on a pipe, told to
+1. take a host uid of its own from the operator's range (``uids``), and create its cgroup;
+2. start bwrap as that unprivileged uid, with the seccomp program on a pipe, told to
    report the sandbox init's pid (``--info-fd``) and to wait (``--block-fd``) before it starts
    the command;
 3. move the sandbox init into the cgroup, so every process of the sandbox is inside it;
 4. with a network policy, attach Ringfence's proxy and resolver to the sandbox's loopback
    (``ringfence.network``): they exist before any code of the request runs;
 5. let the command start.
-The end: the pid namespace dies with its init; the cgroup is swept and removed.
+The end: the pid namespace dies with its init; the cgroup is swept and removed; only then,
+with no process of the sandbox left, does its uid go back to the range.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 import os
 import struct
 import termios
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from ringfence.backends.local.bwrap import LAUNCH_ENV, Fds, bwrap_args, pack_arg
 from ringfence.backends.local.cgroups import Cgroup
 from ringfence.backends.local.probe import Host, require
 from ringfence.backends.local.rootfs import HOST_IMAGE, Entry, layout_for
+from ringfence.backends.local.uids import SandboxUids, drop_privileges
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
@@ -60,6 +62,8 @@ class LocalExecutor(SupervisingExecutor):
         super().__init__(config)
         self._host = host or require(config)
         self._host_layout = layout_for(HOST_IMAGE, self._host.files)
+        # Not root: every sandbox runs as our own uid, there is none to hand out.
+        self._uids = SandboxUids(config) if self._host.setpriv is not None else None
         self._own_interceptor: Interceptor | None = None
         if egress is None:
             if config.network_intercept:
@@ -72,8 +76,13 @@ class LocalExecutor(SupervisingExecutor):
         await super().aclose()
         if self._own_interceptor is not None:  # its CA dies with it: so does the bundle
             self._own_interceptor.close()
+        if self._uids is not None:
+            self._uids.close()
 
     def check(self, request: ExecutionRequest) -> None:
+        """Also raises ``SandboxUidsExhausted`` when every sandbox uid is in use."""
+        if self._uids is not None:
+            self._uids.check_free()
         self._layout(request)
         for mount in request.mounts:
             if not os.path.exists(mount.source):
@@ -91,6 +100,8 @@ class LocalExecutor(SupervisingExecutor):
         layout = self._layout(request)  # may refuse: before anything is created
         name = f"rf-{request.id}"
         with contextlib.ExitStack() as undo, contextlib.ExitStack() as after_spawn:
+            uid, give_back = self._take_uid()
+            undo.callback(give_back)
             cgroup = self._host.cgroups.create(name, limits)
             undo.callback(cgroup.remove)
             seccomp = memfd_with("seccomp", self._host.seccomp)
@@ -107,15 +118,20 @@ class LocalExecutor(SupervisingExecutor):
             argv_ = bwrap_args(layout, request, limits, fds, trust_bundle=bundle)
             args = memfd_with("bwrap-args", pack_args(argv_))
             after_spawn.callback(os.close, args)
-            argv = [*self._host.drop_privileges, self._host.bwrap, "--args", str(args)]
+            argv = [
+                *drop_privileges(self._host.setpriv, uid),
+                self._host.bwrap,
+                "--args",
+                str(args),
+            ]
             child = Child.spawn(
                 [*argv, "--", *request.argv],
                 env=LAUNCH_ENV,
                 pass_fds=(args, seccomp, info_w, gate_r, *pass_fds),
             )
             after_spawn.close()
-            undo.pop_all()  # from here on the sandbox owns the cgroup, gate_r and the child
-        sandbox = _Sandbox(child, name, cgroup, gate_r)
+            undo.pop_all()  # from here on the sandbox owns its uid, cgroup, gate_r and child
+        sandbox = _Sandbox(child, name, cgroup, gate_r, give_back)
         try:
             info = await _read_json(info_r, _INFO_TIMEOUT_SECONDS)
             # No info, or an init gone before it could be moved: bwrap failed while setting
@@ -129,6 +145,18 @@ class LocalExecutor(SupervisingExecutor):
         finally:
             gate.close()
         return sandbox
+
+    def _take_uid(self) -> tuple[int, Callable[[], None]]:
+        """A host uid for one sandbox and what gives it back (our own uid, not root).
+
+        Raises:
+            SandboxUidsExhausted: every uid of the range runs a live sandbox.
+        """
+        uids = self._uids
+        if uids is None:
+            return os.geteuid(), lambda: None
+        uid = uids.acquire()
+        return uid, lambda: uids.release(uid)
 
     def _trust_bundle(self, request: ExecutionRequest) -> str | None:
         """The bundle with the egress CA, for a sandbox with a policy when the proxy
@@ -179,10 +207,13 @@ def _close(fd: int) -> None:
 class _Sandbox:
     killed = "the whole process tree was killed"
 
-    def __init__(self, child: Child, name: str, cgroup: Cgroup, gate: int) -> None:
+    def __init__(
+        self, child: Child, name: str, cgroup: Cgroup, gate: int, give_back_uid: Callable[[], None]
+    ) -> None:
         self.child = child
         self.name = name
         self._cgroup = cgroup
+        self._give_back_uid: Callable[[], None] | None = give_back_uid
         # bwrap reads one byte from the gate (--block-fd) after setting the sandbox up and
         # just before it starts the command. We keep the gate's read end: a byte still
         # unread at the end means the command never started, which the command cannot fake.
@@ -223,8 +254,11 @@ class _Sandbox:
         oom_kills = self._cgroup.oom_kills()
         try:
             self._cgroup.remove()
-        except SandboxError as exc:
+        except SandboxError as exc:  # a process may be left: its uid stays taken
             return f"cleanup failed: {exc.message}"
+        if self._give_back_uid is not None:  # the cgroup is gone, so is every process
+            self._give_back_uid()
+            self._give_back_uid = None
         return "out of memory" if oom_kills else None
 
     def setup_error(self, exit_code: int, head: str) -> str | None:

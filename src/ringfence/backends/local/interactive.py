@@ -100,6 +100,7 @@ class LocalSandboxRuntime:
 
         Raises:
             SandboxError: the sandbox could not be set up (the message says why).
+            SandboxUidsExhausted: every host uid for sandboxes is taken; nothing started.
         """
         execution_id = uuid.uuid4().hex
         socket_path = self._sockets / f"{execution_id}.sock"

@@ -12,13 +12,15 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ringfence.backends.local._memfd import memfd_with
 from ringfence.backends.local.bwrap import LAUNCH_ENV, Fds, bwrap_args, pack_args
 from ringfence.backends.local.cgroups import CgroupDriver, detect
 from ringfence.backends.local.rootfs import RuntimeFiles, layout_for, prepare_runtime_files
+from ringfence.backends.local.uids import SandboxUids, drop_privileges
 from ringfence.config import Config
-from ringfence.errors import BackendUnavailable, RingfenceError
+from ringfence.errors import BackendUnavailable, RingfenceError, SandboxUidsExhausted
 from ringfence.models import ExecutionRequest, ResourceLimits
 
 __all__ = ["Check", "Host", "check_host", "require"]
@@ -43,9 +45,9 @@ class Host:
     cgroups: CgroupDriver
     seccomp: bytes
     files: RuntimeFiles
-    # Runs bwrap as the unprivileged sandbox user. An exec'd setpriv rather than Popen(user=):
-    # Python cannot vfork when it changes uid, and fork costs grow with the server's size.
-    drop_privileges: tuple[str, ...]
+    # Runs bwrap as each sandbox's own unprivileged host uid (``uids.drop_privileges``);
+    # None when Ringfence is not root: sandboxes run as its own uid.
+    setpriv: str | None
 
 
 def check_host(config: Config) -> tuple[list[Check], Host | None]:
@@ -54,15 +56,15 @@ def check_host(config: Config) -> tuple[list[Check], Host | None]:
     bwrap = _check_bwrap(config, checks)
     seccomp = _check_seccomp(checks)
     cgroups = _check_cgroups(config, checks)
-    drop = _check_user(config, checks)
+    setpriv = _check_user(config, checks)
     files = _check_runtime_dir(config, checks)
-    if bwrap and seccomp is not None and files is not None and drop is not None:
-        _check_namespaces(bwrap, seccomp, files, drop, checks)
+    if bwrap and seccomp is not None and files is not None and setpriv is not False:
+        _check_namespaces(config, bwrap, seccomp, files, setpriv, checks)
     else:
         checks.append(Check("namespaces", False, "not tried: a prerequisite above is missing"))
     if all(c.ok for c in checks):
-        assert bwrap and seccomp is not None and cgroups and files and drop is not None
-        return checks, Host(bwrap, cgroups, seccomp, files, drop)
+        assert bwrap and seccomp is not None and cgroups and files and setpriv is not False
+        return checks, Host(bwrap, cgroups, seccomp, files, setpriv)
     return checks, None
 
 
@@ -151,16 +153,15 @@ def _check_cgroups(config: Config, checks: list[Check]) -> CgroupDriver | None:
     return driver
 
 
-def _check_user(config: Config, checks: list[Check]) -> tuple[str, ...] | None:
+def _check_user(config: Config, checks: list[Check]) -> str | Literal[False] | None:
+    """setpriv's path; None when not root (no uid to change to); False when missing."""
     if os.geteuid() != 0:
-        checks.append(
-            Check(
-                "unprivileged user",
-                True,
-                f"sandboxes run as your own uid {os.geteuid()} (not root)",
-            )
+        detail = (
+            f"sandboxes run as your own uid {os.geteuid()} (not root): they share its "
+            "per-uid kernel limits; run Ringfence as root to give each sandbox its own uid"
         )
-        return ()
+        checks.append(Check("unprivileged user", True, detail))
+        return None
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         checks.append(
@@ -171,25 +172,43 @@ def _check_user(config: Config, checks: list[Check]) -> tuple[str, ...] | None:
                 "apt-get install util-linux",
             )
         )
-        return None
-    uid, gid = config.sandbox_uid, config.sandbox_gid
-    checks.append(
-        Check(
-            "unprivileged user",
-            True,
-            f"sandboxes run as host uid {uid}, gid {gid}, "
-            "no supplementary groups, no capabilities (never host root)",
-        )
+        return False
+    first, last = config.sandbox_uids
+    clash = uid_range_clash(first, last, _read("/etc/passwd"), _read("/etc/subuid"))
+    if clash is not None:
+        fix = "set RINGFENCE_SANDBOX_UID_RANGE to uids no user or subordinate range has"
+        checks.append(Check("unprivileged user", False, f"uids {first}-{last}: {clash}", fix))
+        return False
+    detail = (
+        f"each live sandbox runs as a host uid of its own from {first}-{last} (gid the same "
+        "number), no supplementary groups, no capabilities (never host root)"
     )
-    return (
-        setpriv,
-        f"--reuid={uid}",
-        f"--regid={gid}",
-        "--clear-groups",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--",
-    )
+    checks.append(Check("unprivileged user", True, detail))
+    return setpriv
+
+
+def uid_range_clash(first: int, last: int, passwd: str, subuid: str) -> str | None:
+    """What of ``first``..``last`` a host user owns already (pure): a user's uid in
+    /etc/passwd, or a subordinate range in /etc/subuid (rootless containers run as those).
+    A process of that uid could signal and trace the sandbox's. None when clear."""
+    for line in passwd.splitlines():
+        fields = line.split(":")
+        if len(fields) > 2 and fields[2].isdigit() and first <= int(fields[2]) <= last:
+            return f"user {fields[0]!r} has uid {fields[2]}"
+    for line in subuid.splitlines():
+        fields = line.strip().split(":")
+        if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+            start, count = int(fields[1]), int(fields[2])
+            if start <= last and first < start + count:
+                return f"{fields[0]!r} has the subordinate uids {start}-{start + count - 1}"
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def _check_runtime_dir(config: Config, checks: list[Check]) -> RuntimeFiles | None:
@@ -211,23 +230,38 @@ def _check_runtime_dir(config: Config, checks: list[Check]) -> RuntimeFiles | No
 
 
 def _check_namespaces(
-    bwrap: str, seccomp: bytes, files: RuntimeFiles, drop: tuple[str, ...], checks: list[Check]
+    config: Config,
+    bwrap: str,
+    seccomp: bytes,
+    files: RuntimeFiles,
+    setpriv: str | None,
+    checks: list[Check],
 ) -> None:
-    """Start a real sandbox with every namespace and the seccomp filter."""
+    """Start a real sandbox with every namespace and the seccomp filter, as a uid of the
+    sandbox range that no live sandbox has."""
     request = ExecutionRequest(command=["/bin/true"])
     limits = ResourceLimits(disk=1 << 20)
+    try:
+        uids = SandboxUids(config) if setpriv is not None else None
+        uid = uids.acquire() if uids is not None else os.geteuid()
+    except (OSError, SandboxUidsExhausted) as exc:
+        checks.append(Check("namespaces", False, f"not tried: no sandbox uid: {exc}"))
+        return
     program = memfd_with("seccomp", seccomp)
     args = bwrap_args(layout_for("host", files), request, limits, Fds(program))
     packed = memfd_with("bwrap-args", pack_args(args))
     try:
         result = subprocess.run(
-            [*drop, bwrap, "--args", str(packed), "--", *request.argv],
+            [*drop_privileges(setpriv, uid), bwrap, "--args", str(packed), "--", *request.argv],
             pass_fds=(packed, program),
             capture_output=True, text=True, cwd="/", timeout=30, env=LAUNCH_ENV,
         )  # fmt: skip
     finally:
         os.close(program)
         os.close(packed)
+        if uids is not None:  # the probe's process is gone: subprocess.run reaped it
+            uids.release(uid)
+            uids.close()
     if result.returncode == 0:
         checks.append(
             Check(
