@@ -20,6 +20,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response, StreamingResponse
 
 from ringfence.errors import Forbidden, InvalidRequest, Unauthenticated
+from ringfence.server.connections import authenticated
 from ringfence.server.e2b.context import E2bContext, context_of
 from ringfence.server.e2b.errors import error_response
 from ringfence.server.e2b.tokens import Grant, Purpose, expired
@@ -67,7 +68,9 @@ async def _admit(request: Request, *purposes: Purpose) -> tuple[E2bContext, Gran
     for purpose in purposes:
         grant = context.grants.check(request.headers.get(headers[purpose]), sandbox_id, purpose)
         if grant is not None:
-            return context, await _in_force(context, grant)
+            grant = await _in_force(context, grant)
+            authenticated()  # its connection may idle as long as keep-alive allows
+            return context, grant
     raise Unauthenticated(f"a valid access token for sandbox {sandbox_id} is required")
 
 
