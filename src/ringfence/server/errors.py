@@ -110,7 +110,10 @@ _ANY_OPERATION = {
 # And any operation that reads a key (the store is asked, or its cache).
 _AUTHENTICATED = {
     "401": _error("Missing or invalid API key (unauthenticated)"),
-    "503": _error("The store or the backend is unavailable (store_error, backend_unavailable)"),
+    "503": _error(
+        "The store or the backend is unavailable (store_error, backend_unavailable), or the "
+        "server has granted all its host has (server_at_capacity)"
+    ),
 }
 
 

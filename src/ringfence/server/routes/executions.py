@@ -49,6 +49,11 @@ def _service(request: Request) -> ExecutionService:
         **_ERRORS,
         **BUDGET_ERRORS,
         202: {"model": ExecutionResult, "description": "Accepted (wait=false)"},
+        403: {
+            "model": ErrorBody,
+            "description": "The request claims an approval or is a remediation: those run "
+            "only once approved (forbidden; propose them)",
+        },
         409: {"model": ErrorBody, "description": "The id is already used"},
     },
     summary="Run a command once in a fresh sandbox",

@@ -50,7 +50,13 @@ async def get_network(sandbox_id: SandboxId, caller: Caller, request: Request) -
 @router.put(
     "/v1/sandboxes/{sandbox_id}/network",
     response_model=NetworkPolicy,
-    responses=_ERRORS,
+    responses={
+        **_ERRORS,
+        421: {
+            "model": ErrorBody,
+            "description": "Another server replica runs the sandbox (sandbox_on_another_replica)",
+        },
+    },
     summary="Replace the egress policy of a running sandbox",
 )
 async def set_network(
