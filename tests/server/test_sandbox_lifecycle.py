@@ -12,10 +12,11 @@ import pytest
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
-from ringfence.errors import SandboxError
+from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import SandboxSpec, SandboxState
 from ringfence.service.sandboxes import SandboxService
 from ringfence.store import MemoryStore
+from ringfence.templates import import_template
 from tests.server.test_sandboxes_api import _assert_nothing_remains
 
 
@@ -83,3 +84,18 @@ async def test_an_abandoned_create_leaves_nothing(service: SandboxService) -> No
             except AssertionError:
                 await asyncio.sleep(0.05)
         _assert_nothing_remains(sandbox.id)
+
+
+async def test_a_template_without_python3_is_refused_naming_it(
+    local_host: object, open_tmp: Path
+) -> None:
+    from tests.templates._images import busybox_layers, docker_archive
+
+    config = Config(data_dir=open_tmp / "data")
+    import_template(config, "bb", docker_archive(open_tmp / "image.tar", busybox_layers()))
+    async for service in _service(local_host, config):
+        with pytest.raises(InvalidRequest) as raised:
+            await service.create("acme", SandboxSpec(template="bb"))
+        assert raised.value.code == "invalid_request"
+        assert "python3" in raised.value.message and "'bb'" in raised.value.message
+        assert await service.list("acme") == []  # refused before anything started

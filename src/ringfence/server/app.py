@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
 from ringfence import __version__
 from ringfence.audit.chain import SYSTEM
+from ringfence.config import Config
 from ringfence.mcp.http import McpEndpoint
 from ringfence.server.console import router as console_router
 from ringfence.server.e2b import E2bLayer
 from ringfence.server.errors import install_error_handlers
 from ringfence.server.limits import BodyLimit
+from ringfence.server.openapi import with_server_bounds
 from ringfence.server.routes import audit as audit_routes
 from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import keys as key_routes
@@ -88,6 +91,7 @@ def create_app(
     app.state.audit = audit
     app.state.approvals = approvals
     install_error_handlers(app)
+    _state_bounds(app, sandboxes.config)
     app.add_middleware(
         BodyLimit, max_bytes=max_request_bytes, streamed=sandbox_routes.STREAMED_PATHS
     )
@@ -106,3 +110,15 @@ def create_app(
     mcp = McpEndpoint(app, store, app.state.keys)  # MCP over streamable HTTP: docs/mcp.md
     app.router.routes.append(mcp.route())
     return app
+
+
+def _state_bounds(app: FastAPI, config: Config) -> None:
+    """Serve an OpenAPI document that states this server's ceilings (built once, kept)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = with_server_bounds(build(), config)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

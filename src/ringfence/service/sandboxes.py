@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from ringfence.audit.chain import SYSTEM
 from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
@@ -49,7 +50,7 @@ from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.service.pool import PoolStats, Warm, WarmPool
 from ringfence.store import Store
-from ringfence.templates import TemplateNotFound
+from ringfence.templates import DAEMON_PYTHON, TemplateNotFound, has_program
 from ringfence.templates import resolve as resolve_template
 
 __all__ = ["RESTART_ERROR", "SANDBOX_ID_VARIABLE", "SandboxService", "template_image"]
@@ -147,6 +148,13 @@ class SandboxService:
             image = self.image_for(spec.template)
         except TemplateNotFound as exc:  # in a create, a bad field: 400, not 404
             raise InvalidRequest(f"template: {exc.message}") from exc
+        if image != self._config.default_image and not has_program(Path(image), DAEMON_PYTHON):
+            raise InvalidRequest(
+                f"template: {spec.template!r} has no python3 ({DAEMON_PYTHON}), which an "
+                "interactive sandbox runs its daemon on; build it with python3 "
+                "(ringfence template build --packages python3), or use it for one-shot "
+                "executions"
+            )
         check_limits(spec.limits, self._config)
         check_timeout(spec.timeout, self._config)
         check_tenant_policy(spec.network, self._config)

@@ -8,7 +8,8 @@ sandbox runs on with ``resolve``; the local backend binds it read-only.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
 
 from ringfence.config import Config
 from ringfence.templates.registry import (
@@ -21,15 +22,49 @@ from ringfence.templates.registry import (
 )
 
 __all__ = [
+    "DAEMON_PYTHON",
     "Registry",
     "Template",
     "TemplateNotFound",
     "TemplateUnusable",
     "check_name",
+    "has_program",
     "import_template",
     "resolve",
     "templates_dir",
 ]
+
+
+# What an interactive sandbox's daemon runs on: the template's own python3.
+DAEMON_PYTHON = "/usr/bin/python3"
+_MAX_LINKS = 40  # as the kernel's path walk allows
+
+
+def has_program(rootfs: Path, path: str) -> bool:
+    """Whether ``path`` names an executable file inside ``rootfs``, following its symbolic
+    links as the sandbox would see them (an absolute link starts again at ``rootfs``)."""
+    todo = list(PurePosixPath(path).parts[1:])
+    here = PurePosixPath("/")
+    links = 0
+    while todo:
+        name = todo.pop(0)
+        if name == "..":
+            here = here.parent
+            continue
+        on_host = rootfs / (here / name).relative_to("/")
+        if on_host.is_symlink():
+            links += 1
+            if links > _MAX_LINKS:
+                return False
+            target = PurePosixPath(os.readlink(on_host))
+            if target.is_absolute():
+                here, todo = PurePosixPath("/"), [*target.parts[1:], *todo]
+            else:
+                todo = [*target.parts, *todo]
+            continue
+        here = here / name
+    found = rootfs / here.relative_to("/")
+    return found.is_file() and os.access(found, os.X_OK)
 
 
 def resolve(name: str, config: Config) -> str:

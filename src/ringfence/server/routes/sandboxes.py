@@ -9,11 +9,12 @@ Bodies stream both ways; nothing is buffered whole.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -21,7 +22,7 @@ from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
 
 from ringfence.errors import InvalidRequest, NotFound, SandboxError, SandboxNotRunning
-from ringfence.models import MAX_TIMEOUT_SECONDS, Sandbox, SandboxSpec, SandboxState
+from ringfence.models import MAX_TIMEOUT_SECONDS, Env, Sandbox, SandboxSpec, SandboxState
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
 from ringfence.server.routes.executions import BUDGET_ERRORS
@@ -90,6 +91,8 @@ _LIVE_ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 SandboxId = Annotated[str, Path(max_length=64, description="The sandbox's id.")]
+# A file's path: not empty, no NUL, within the kernel's PATH_MAX.
+SandboxPath = functools.partial(Query, min_length=1, max_length=4095, pattern=r"^[^\x00]+$")
 
 
 class Timeout(BaseModel):
@@ -105,13 +108,43 @@ class Service(StrEnum):
     FILESYSTEM = "filesystem.Filesystem"
 
 
-def _body(description: str, *media_types: str) -> dict[str, object]:
+# The languages of code contexts (javascript where the template has node).
+Language = Literal["python", "bash", "javascript"]
+
+
+class CodeRequest(BaseModel):
+    """A cell to run (the document's schema: the daemon reads the body itself)."""
+
+    code: str = Field(max_length=1 << 19, description="The code to run.")
+    context_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_-]{1,64}$", description="A context of this sandbox."
+    )
+    language: Language | None = Field(
+        None, description="Its language's default context (not with context_id)."
+    )
+    env_vars: Env = Field(default_factory=dict, description="Variables of this cell only.")
+    timeout: float | None = Field(
+        None, gt=0, le=MAX_TIMEOUT_SECONDS, description="Seconds; then it is interrupted."
+    )
+
+
+class ContextRequest(BaseModel):
+    """A code context to create (the document's schema)."""
+
+    language: Language | None = Field(None, description="Default python.")
+    cwd: str | None = Field(None, min_length=1, max_length=4095, pattern=r"^[^\x00]+$")
+
+
+def _body(
+    description: str, *media_types: str, model: type[BaseModel] | None = None
+) -> dict[str, object]:
     """An OpenAPI request body for a route that streams its body instead of parsing it (a
-    declared body parameter would make FastAPI read it whole first)."""
-    content = {
-        media_type: {"schema": {"type": "string", "format": "binary"}} for media_type in media_types
-    }
-    return {"requestBody": {"description": description, "content": content}}
+    declared body parameter would make FastAPI read it whole first); ``model`` is its
+    schema when it is JSON."""
+    binary = {"type": "string", "format": "binary"}
+    schema = binary if model is None else model.model_json_schema()
+    content = {media_type: {"schema": schema} for media_type in media_types}
+    return {"requestBody": {"description": description, "content": content, "required": True}}
 
 
 def _service(request: Request) -> SandboxService:
@@ -149,7 +182,7 @@ async def list_sandboxes(
         list[SandboxState] | None, Query(description="Only sandboxes in these states.")
     ] = None,
     metadata: Annotated[
-        list[str] | None,
+        list[Annotated[str, Field(pattern=r"^[^=]{1,128}=")]] | None,
         Query(description="key=value: only sandboxes with this metadata (repeat for more)."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -249,7 +282,7 @@ async def read_file(
     sandbox_id: SandboxId,
     caller: Caller,
     request: Request,
-    path: Annotated[str, Query(description="Path in the sandbox; relative to the home.")],
+    path: Annotated[str, SandboxPath(description="Path in the sandbox; relative to the home.")],
 ) -> Response:
     daemon = await _service(request).daemon(caller.tenant, sandbox_id)
     return await _forward(daemon, request, "GET", "/files", {"path": path})
@@ -271,7 +304,7 @@ async def write_file(
     sandbox_id: SandboxId,
     caller: Caller,
     request: Request,
-    path: Annotated[str, Query(description="Path in the sandbox; parents are created.")],
+    path: Annotated[str, SandboxPath(description="Path in the sandbox; parents are created.")],
 ) -> Response:
     sandboxes = _service(request)
     daemon = await sandboxes.daemon(caller.tenant, sandbox_id)
@@ -298,6 +331,7 @@ async def write_file(
         '"env_vars"?: {}, "timeout"?: seconds}: a context keeps its state between calls; '
         "at the timeout the cell is interrupted (KeyboardInterrupt) and the context kept.",
         "application/json",
+        model=CodeRequest,
     ),
 )
 async def execute_code(sandbox_id: SandboxId, caller: Caller, request: Request) -> Response:
@@ -328,6 +362,7 @@ async def list_contexts(sandbox_id: SandboxId, caller: Caller, request: Request)
     "/{sandbox_id}/code/contexts",
     responses=_LIVE_ERRORS,
     summary="Create a code context: {language?: python|bash, cwd?} -> {id, language, cwd}",
+    openapi_extra=_body("The context to create.", "application/json", model=ContextRequest),
 )
 async def create_context(sandbox_id: SandboxId, caller: Caller, request: Request) -> Response:
     sandboxes = _service(request)
@@ -378,9 +413,7 @@ async def restart_context(
 
 
 def _pair(item: str) -> tuple[str, str]:
-    key, sep, value = item.partition("=")
-    if not sep or not key:
-        raise InvalidRequest(f"metadata filter must be key=value, got {item!r}")
+    key, _, value = item.partition("=")  # the query's pattern ensures the '='
     return key, value
 
 
