@@ -30,8 +30,9 @@ BUDGET_ERRORS: dict[int | str, dict[str, object]] = {
     503: {
         "model": ErrorBody,
         "description": "The server has granted all the memory or CPU its host has "
-        "(server_at_capacity; retry when sandboxes or executions end), or the store or the "
-        "backend is unavailable (store_error, backend_unavailable)",
+        "(server_at_capacity), or every host uid for sandboxes runs a live one "
+        "(sandbox_uids_exhausted); retry when sandboxes or executions end. Or the store or "
+        "the backend is unavailable (store_error, backend_unavailable)",
     },
 }
 
