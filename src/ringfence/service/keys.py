@@ -150,11 +150,7 @@ async def revoke_key(
     revoked = await store.revoke_key(key_id, datetime.now(UTC))
     if revoked is None:
         raise NotFound(f"no key with id {key_id!r}")
-    if cache is not None:
-        cache.forget(key_id)
-    details = {"name": revoked.name, "role": revoked.role.value}
-    event = AuditEvent(revoked.tenant, actor, "key.revoke", f"key:{key_id}", "ok", details)
-    await store.append_audit([event])
+    await _changed(store, revoked, actor, "key.revoke", cache)
     return revoked
 
 
@@ -179,12 +175,19 @@ async def rotate_key(
     rotated = await store.rotate_key(key_id, _digest(secret), datetime.now(UTC))
     if rotated is None:
         raise Conflict(f"key {key_id!r} is revoked: create a new one instead")
-    if cache is not None:
-        cache.forget(key_id)
-    details = {"name": rotated.name, "role": rotated.role.value}
-    event = AuditEvent(rotated.tenant, actor, "key.rotate", f"key:{key_id}", "ok", details)
-    await store.append_audit([event])
+    await _changed(store, rotated, actor, "key.rotate", cache)
     return rotated, f"rf_{key_id}_{secret}"
+
+
+async def _changed(
+    store: Store, key: ApiKey, actor: str, action: str, cache: KeyCache | None
+) -> None:
+    """This replica forgets ``key`` at once; the change goes on the audit record."""
+    if cache is not None:
+        cache.forget(key.key_id)
+    details = {"name": key.name, "role": key.role.value}
+    event = AuditEvent(key.tenant, actor, action, f"key:{key.key_id}", "ok", details)
+    await store.append_audit([event])
 
 
 async def authenticate(
@@ -239,11 +242,7 @@ async def in_force(store: Store, key_id: str, cache: KeyCache | None = None) -> 
     Raises:
         StoreError: the store failed.
     """
-    stored = cache.get(key_id) if cache else None
-    if stored is None:
-        stored = await store.get_key(key_id)
-        if stored is not None and cache is not None:
-            cache.put(stored)
+    stored = await _stored(store, key_id, cache)
     return stored is not None and not stored.revoked
 
 
@@ -252,15 +251,25 @@ async def _matching(
 ) -> ApiKey | None:
     """The stored key whose digest is ``digest``, or None. A remembered key whose digest
     differs is read again (it may have been rotated since)."""
-    stored = cache.get(key_id) if cache else None
+    stored = cache.get(key_id) if cache is not None else None
     if stored is None or not hmac.compare_digest(stored.secret_hash, digest):
-        stored = await store.get_key(key_id)
-        if stored is not None and cache is not None:
-            cache.put(stored)
+        stored = await _stored(store, key_id, cache, fresh=True)
     # Compare even when the key is unknown, so timing does not tell which ids exist.
     expected = stored.secret_hash if stored else _digest("")
     if not hmac.compare_digest(expected, digest) or stored is None:
         return None
+    return stored
+
+
+async def _stored(
+    store: Store, key_id: str, cache: KeyCache | None, *, fresh: bool = False
+) -> ApiKey | None:
+    """The key as ``cache`` remembers it, else (or when ``fresh``) as the store has it now."""
+    stored = cache.get(key_id) if cache is not None and not fresh else None
+    if stored is None:
+        stored = await store.get_key(key_id)
+        if stored is not None and cache is not None:
+            cache.put(stored)
     return stored
 
 
