@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest
+from ringfence.policy.placement import placement
 from ringfence.proposals import Proposal, ProposalState, Risk, request_digest
 from ringfence.server.console.pages import expires_in, render
-from ringfence.service.placement import placement
 
 CONFIG = Config(
     namespace="rf-sandboxes",

@@ -12,6 +12,7 @@ import pytest
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import ExecutionRequest
+from ringfence.policy.placement import placement
 from ringfence.policy.risk import RiskPolicy, assess, load_risk_policy
 from ringfence.proposals import Risk, RiskSource
 
@@ -62,13 +63,13 @@ def _assess(
     tenant: str = "acme",
     role: str = "agent",
     config: Config | None = None,
+    backend: str = "local",
     **request: Any,
 ) -> Any:
+    asked = ExecutionRequest(**{"command": ["sh", "-c", "true"], **request})
     return assess(
-        policy,
-        ExecutionRequest(**{"command": ["sh", "-c", "true"], **request}),
-        tenant=tenant, requester="k-agent", role=role, proposed=proposed,
-        config=config or Config(),
+        policy, asked, tenant=tenant, requester="k-agent", role=role, proposed=proposed,
+        where=placement(asked, tenant, config or Config(), backend),
     )  # fmt: skip
 
 
@@ -122,6 +123,20 @@ def test_forbid_rules_refuse_by_namespace_image_credentials_tenant_and_env(
         assert refused.rules == (why,)
     assert _assess(policy, network=credential).refusal is None  # acme may broker credentials
     assert _assess(policy, image="/srv/images/tools").refusal is None
+
+
+def test_image_namespace_and_backend_are_the_ones_it_would_run_with(tmp_path: Path) -> None:
+    policy = _policy(
+        tmp_path,
+        """
+        @id("cluster-work-is-high")
+        permit (principal, action == Ringfence::Action::"high_risk", resource)
+        when { context.backend == "job" && context.namespace == "ringfence-sandboxes" &&
+               context.image == "python:3.12-slim" };
+        """,
+    )
+    assert _assess(policy, backend="job").rules == ("cluster-work-is-high",)
+    assert _assess(policy, backend="local").risk is Risk.LOW  # no namespace, the host image
 
 
 def test_without_a_policy_the_proposers_risk_stands() -> None:

@@ -15,8 +15,8 @@ never lower it below the policy's.
 
 The principal is the proposing key, ``Ringfence::Key::"<key id>"`` (attribute ``role``),
 a member of its tenant ``Ringfence::Tenant::"<tenant>"``, which is also the resource. The
-context describes what would run, resolved as it would run (the default image, namespace
-and the tenant's default egress policy filled in); ``SCHEMA`` lists it. Policies are
+context describes what would run as it would run on this server (``policy.placement``: the
+backend's image and namespace, the egress policy in force); ``SCHEMA`` lists it. Policies are
 checked against ``SCHEMA`` when loaded, so a misspelt attribute refuses to start the
 server; every policy needs an ``@id("...")`` annotation, which answers and the console show.
 
@@ -37,10 +37,9 @@ from typing import Any
 
 import cedarpy
 
-from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import EgressAction, ExecutionRequest, NetworkMode
-from ringfence.network.defaults import policy_for
+from ringfence.policy.placement import Placement
 from ringfence.proposals import Risk, RiskSource
 
 __all__ = ["SCHEMA", "Assessment", "RiskPolicy", "assess", "load_risk_policy"]
@@ -58,8 +57,9 @@ namespace Ringfence {
       program_name: String,       // the first word's last path part ("kubectl")
       command_line: String,       // the command as one shell-quoted line, for `like`
       env: Set<String>,           // names of the environment variables it sets
-      image: String,              // the root filesystem (the default filled in)
-      namespace: String,          // the sandbox namespace (Kubernetes; the default filled in)
+      image: String,              // the root filesystem or container image (default filled in)
+      namespace: String,          // the sandbox namespace on Kubernetes, "" on other backends
+      backend: String,            // the server's backend: "local", "job", "process"
       target_namespace: String,   // the namespace it acts on, "" for none
       remediation_action: String, // "" for none
       network: Bool,              // it may reach anything beyond loopback
@@ -152,10 +152,11 @@ def assess(
     requester: str,
     role: str,
     proposed: Risk,
-    config: Config,
+    where: Placement,
 ) -> Assessment:
     """The risk ``request``, proposed by key ``requester`` (``role``) of ``tenant`` as
-    ``proposed``, gets under ``policy``, or why it is refused. Pure apart from Cedar."""
+    ``proposed`` and to run ``where``, gets under ``policy``, or why it is refused. Pure
+    apart from Cedar."""
     if policy is None:
         return Assessment(proposed, RiskSource.PROPOSER)
     principal = {"type": "Ringfence::Key", "id": requester}
@@ -164,7 +165,7 @@ def assess(
          "parents": [{"type": "Ringfence::Tenant", "id": tenant}]},
         {"uid": {"type": "Ringfence::Tenant", "id": tenant}, "attrs": {}, "parents": []},
     ]  # fmt: skip
-    context = _context(request, tenant, proposed, config)
+    context = _context(request, proposed, where)
     questions = [
         {
             "principal": principal,
@@ -195,11 +196,9 @@ def assess(
     return Assessment(proposed, RiskSource.PROPOSER)
 
 
-def _context(
-    request: ExecutionRequest, tenant: str, proposed: Risk, config: Config
-) -> dict[str, object]:
+def _context(request: ExecutionRequest, proposed: Risk, where: Placement) -> dict[str, object]:
     argv = request.argv
-    network = policy_for(tenant, request.network, config)
+    network = where.network
     reach = [rule for rule in network.rules if rule.action is not EgressAction.DENY]
     return {
         "argv": sorted(set(argv)),
@@ -207,8 +206,9 @@ def _context(
         "program_name": posixpath.basename(argv[0]),
         "command_line": shlex.join(argv),
         "env": sorted(request.env),
-        "image": request.image or config.default_image,
-        "namespace": request.namespace or config.namespace,
+        "image": where.image,
+        "namespace": where.namespace or "",
+        "backend": where.backend,
         "target_namespace": request.target_namespace or "",
         "remediation_action": request.remediation_action or "",
         "network": network.mode is NetworkMode.RULES and bool(reach),

@@ -133,7 +133,8 @@ class ApprovalService:
         self._executions.check_policy(request, approved=True)
         risk = assess(
             self._risk_policy, request, tenant=caller.tenant, requester=caller.key_id,
-            role=caller.role.value, proposed=spec.risk, config=self._config,
+            role=caller.role.value, proposed=spec.risk,
+            where=self._executions.placement(caller.tenant, request),
         )  # fmt: skip
         if risk.refusal is not None:
             await self._audit.record_now(

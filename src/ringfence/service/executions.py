@@ -30,10 +30,10 @@ from ringfence.errors import (
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, requesting
+from ringfence.policy.placement import Placement, placement
 from ringfence.proposals import is_proposal_id
 from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Amount, Budget, Reservation
-from ringfence.service.placement import Placement, placement
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
 

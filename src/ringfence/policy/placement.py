@@ -1,6 +1,7 @@
 """Where an execution request would run on this server, with every default filled in: what
-an approver needs besides the request itself (which backend, namespace and service account,
-the limits and egress policy in force), and what this server cannot do of what it asks."""
+an approver and the operator's risk policy need besides the request itself (which backend,
+image, namespace and service account, the limits and egress policy in force), and what this
+server cannot do of what it asks. Pure."""
 
 from __future__ import annotations
 
