@@ -178,11 +178,11 @@ def assess(
     try:
         may, high = cedarpy.is_authorized_batch(questions, policy.policies, entities, _SCHEMA)
     except (ValueError, TypeError, RuntimeError) as exc:  # a request Cedar would not take
-        return _failed(policy, _one_line(exc), proposed)
+        return _failed(_one_line(exc), proposed)
     for answer in (may, high):
         errors = answer.diagnostics.errors
         if errors or answer.decision not in (cedarpy.Decision.Allow, cedarpy.Decision.Deny):
-            return _failed(policy, _one_line(errors[0] if errors else "no decision"), proposed)
+            return _failed(_one_line(errors[0] if errors else "no decision"), proposed)
     if may.decision is not cedarpy.Decision.Allow:
         forbidding = _rules(policy, may)
         return Assessment(
@@ -228,7 +228,7 @@ def _rules(policy: RiskPolicy, answer: cedarpy.AuthzResult) -> tuple[str, ...]:
     return tuple(rule for rule in policy.order if rule in matched)
 
 
-def _failed(policy: RiskPolicy, why: str, proposed: Risk) -> Assessment:
+def _failed(why: str, proposed: Risk) -> Assessment:
     return Assessment(
         proposed,
         RiskSource.POLICY,
