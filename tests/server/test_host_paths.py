@@ -4,11 +4,21 @@ a path is a step towards an attack on it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from ringfence.config import Config
+from ringfence.models import (
+    ExecutionRequest,
+    ExecutionResult,
+    NetworkPolicy,
+    ResourceLimits,
+    Sandbox,
+    SandboxState,
+    Status,
+)
 from ringfence.server.errors import HostPaths
 from tests.server.conftest import Api
 
@@ -41,6 +51,33 @@ async def test_template_errors_name_no_host_path(templates: Path, api: Api) -> N
         assert (response.status_code, error["code"]) == (status, code), response.text
         assert template in error["message"] and "<templates>" in error["message"], error
         assert str(templates) not in response.text and "host-templates" not in response.text
+
+
+@in_memory
+async def test_why_a_sandbox_or_an_execution_failed_names_no_host_path(
+    templates: Path, api: Api
+) -> None:
+    """What a backend said of a failure (stored as it was, for the operator) is shown to the
+    tenant without the server's directories."""
+    why = f"bwrap: Can't find source path {templates}/broken/rootfs/usr: Permission denied"
+    failed = Sandbox(
+        id="sb-planted", template="broken", state=SandboxState.FAILED,
+        limits=ResourceLimits(), network=NetworkPolicy(), created_at=datetime.now(UTC),
+        expires_at=None, ended_at=datetime.now(UTC), error=why,
+    )  # fmt: skip
+    await api.store.add_sandbox("acme", failed)
+    got = await api.client.get("/v1/sandboxes/sb-planted", headers=api.acme)
+    listed = await api.client.get("/v1/sandboxes", headers=api.acme)
+    killed = await api.client.delete("/v1/sandboxes/sb-planted", headers=api.acme)
+    request = ExecutionRequest(id="planted", command=["true"])
+    result = ExecutionResult(execution_id="planted", status=Status.FAILED, error=why)
+    await api.store.add_execution("acme", request, result)
+    execution = await api.client.get("/v1/executions/planted", headers=api.acme)
+    executions = await api.client.get("/v1/executions", headers=api.acme)
+    for answer in (got, listed, killed, execution, executions):
+        assert answer.status_code == 200, answer.text
+        assert "<templates>/broken/rootfs/usr" in answer.text, answer.text
+        assert str(templates) not in answer.text
 
 
 def test_host_paths_are_redacted_where_they_are_named() -> None:

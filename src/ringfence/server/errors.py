@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,9 +25,10 @@ from starlette.exceptions import HTTPException
 
 from ringfence.config import Config
 from ringfence.errors import HTTP_STATUS, RingfenceError
+from ringfence.models import ExecutionResult, Sandbox
 from ringfence.templates import templates_dir
 
-__all__ = ["ErrorBody", "HostPaths", "install_error_handlers"]
+__all__ = ["ErrorBody", "HostPaths", "install_error_handlers", "shown"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,22 @@ class HostPaths:
 def host_paths(config: Config | None) -> HostPaths:
     """The ``HostPaths`` of an app's settings (the defaults when it has none)."""
     return HostPaths.of(config or Config())
+
+
+def _host_paths_of(request: Request) -> HostPaths:
+    sandboxes = getattr(request.app.state, "sandboxes", None)
+    return host_paths(getattr(sandboxes, "config", None))
+
+
+_Ended = TypeVar("_Ended", Sandbox, ExecutionResult)
+
+
+def shown(request: Request, value: _Ended) -> _Ended:
+    """``value`` as a tenant reads it: its ``error`` (why a sandbox or an execution failed,
+    in the backend's words) names no host directory."""
+    if not value.error:
+        return value
+    return value.model_copy(update={"error": _host_paths_of(request).redact(value.error)})
 
 
 def _body(status: int, code: str, message: str) -> JSONResponse:
@@ -148,8 +165,7 @@ def install_error_handlers(app: FastAPI) -> None:
         if status >= 500:
             log.warning("%s %s: %s", request.method, request.url.path, exc.message)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        sandboxes = getattr(request.app.state, "sandboxes", None)
-        message = host_paths(getattr(sandboxes, "config", None)).redact(exc.message)
+        message = _host_paths_of(request).redact(exc.message)
         response = _body(status, exc.code, message)
         if headers:
             response.headers.update(headers)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 from ringfence.server.auth import Caller
-from ringfence.server.errors import ErrorBody
+from ringfence.server.errors import ErrorBody, shown
 from ringfence.service.executions import ExecutionService
 
 __all__ = ["BUDGET_ERRORS", "router"]
@@ -72,7 +72,7 @@ async def submit(
     result = await _service(request).submit(caller.tenant, body, wait=wait, actor=caller.key_id)
     if not wait:
         response.status_code = 202
-    return result
+    return shown(request, result)
 
 
 @router.get(
@@ -87,7 +87,8 @@ async def list_executions(
     status: Annotated[Status | None, Query(description="Only executions in this status.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[ExecutionResult]:
-    return await _service(request).list(caller.tenant, status=status, limit=limit)
+    found = await _service(request).list(caller.tenant, status=status, limit=limit)
+    return [shown(request, result) for result in found]
 
 
 @router.get(
@@ -97,7 +98,7 @@ async def list_executions(
     summary="The state of an execution (live while it runs)",
 )
 async def get_execution(execution_id: str, caller: Caller, request: Request) -> ExecutionResult:
-    return await _service(request).get(caller.tenant, execution_id)
+    return shown(request, await _service(request).get(caller.tenant, execution_id))
 
 
 @router.post(
@@ -108,4 +109,5 @@ async def get_execution(execution_id: str, caller: Caller, request: Request) -> 
 )
 async def cancel_execution(execution_id: str, caller: Caller, request: Request) -> ExecutionResult:
     """Ends ``cancelled``; cancelling a finished execution returns it unchanged."""
-    return await _service(request).cancel(caller.tenant, execution_id, actor=caller.key_id)
+    cancelled = await _service(request).cancel(caller.tenant, execution_id, actor=caller.key_id)
+    return shown(request, cancelled)

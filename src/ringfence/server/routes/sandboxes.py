@@ -24,7 +24,7 @@ from starlette.background import BackgroundTask
 from ringfence.errors import InvalidRequest, NotFound, SandboxError, SandboxNotRunning
 from ringfence.models import MAX_TIMEOUT_SECONDS, Env, Sandbox, SandboxSpec, SandboxState
 from ringfence.server.auth import Caller
-from ringfence.server.errors import ErrorBody
+from ringfence.server.errors import ErrorBody, shown
 from ringfence.server.routes.executions import BUDGET_ERRORS
 from ringfence.service.daemon_client import (
     FORWARDED_RESPONSE_HEADERS,
@@ -166,7 +166,7 @@ def _service(request: Request) -> SandboxService:
 async def create_sandbox(body: SandboxSpec, caller: Caller, request: Request) -> Sandbox:
     """Answers once the sandbox's daemon is ready for commands and files. The sandbox lives
     until its timeout (default 300 s) or a kill; then nothing of it remains."""
-    return await _service(request).create(caller.tenant, body, actor=caller.key_id)
+    return shown(request, await _service(request).create(caller.tenant, body, actor=caller.key_id))
 
 
 @router.get(
@@ -188,16 +188,17 @@ async def list_sandboxes(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Sandbox]:
     wanted = dict(_pair(item) for item in metadata or [])
-    return await _service(request).list(
+    found = await _service(request).list(
         caller.tenant, states=state or None, metadata=wanted, limit=limit
     )
+    return [shown(request, sandbox) for sandbox in found]
 
 
 @router.get(
     "/{sandbox_id}", response_model=Sandbox, responses=_ERRORS, summary="One of your sandboxes"
 )
 async def get_sandbox(sandbox_id: SandboxId, caller: Caller, request: Request) -> Sandbox:
-    return await _service(request).get(caller.tenant, sandbox_id)
+    return shown(request, await _service(request).get(caller.tenant, sandbox_id))
 
 
 @router.post(
@@ -223,7 +224,9 @@ async def set_timeout(
 )
 async def kill_sandbox(sandbox_id: SandboxId, caller: Caller, request: Request) -> Sandbox:
     """Answers once nothing of it remains; killing an ended sandbox returns it unchanged."""
-    return await _service(request).kill(caller.tenant, sandbox_id, actor=caller.key_id)
+    return shown(
+        request, await _service(request).kill(caller.tenant, sandbox_id, actor=caller.key_id)
+    )
 
 
 @router.post(
