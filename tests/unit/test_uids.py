@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,6 +97,25 @@ def test_two_claimants_on_one_host_never_hold_the_same_uid(tmp_path: Path) -> No
     finally:
         one.close()
         two.close()
+
+
+def test_another_process_cannot_claim_a_uid_held_here(tmp_path: Path) -> None:
+    claims = UidClaims(tmp_path / "claims")
+    try:
+        assert claims.claim(2_000_000_005)
+        script = (
+            "import sys; from pathlib import Path; "
+            "from ringfence.backends.local.uids import UidClaims; "
+            "c = UidClaims(Path(sys.argv[1])); "
+            "print(c.claim(2_000_000_005), c.claim(2_000_000_006))"
+        )
+        other = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "claims")],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert other.stdout.split() == ["False", "True"]
+    finally:
+        claims.close()
 
 
 def test_allocators_on_one_host_skip_each_others_uids(tmp_path: Path) -> None:
