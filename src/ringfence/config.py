@@ -150,8 +150,9 @@ class Config(BaseSettings):
         20.0,
         gt=0,
         description="Seconds a connection has to send a complete request head (from its "
-        "opening, or the first byte of its next request), and the longest a connection that "
-        "has not authenticated may idle between requests; then it is closed.",
+        "opening, or the first byte of its next request), and its body too until it has "
+        "authenticated; also the longest a connection that has not authenticated may idle "
+        "between requests. Then it is closed.",
     )
     max_unauthenticated_connections_per_client: int = Field(
         64,

@@ -88,8 +88,13 @@ def _key(server: Server) -> str:
 
 def test_slowloris_connections_are_closed_after_the_head_deadline(started: Server) -> None:
     trickling = [_connect(started) for _ in range(CAP - 2)]
-    for sock in trickling:
+    for sock in trickling[1:]:  # heads, a byte at a time
         sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: rf\r\n")
+    # A whole head and then its body, a byte at a time: the key is read after the body.
+    trickling[0].sendall(
+        b"POST /v1/executions HTTP/1.1\r\nHost: rf\r\nContent-Length: 100000\r\n"
+        b"Content-Type: application/json\r\n\r\n"
+    )
     silent = _connect(started, "127.0.0.2")  # never sends a byte
     deadline = time.monotonic() + _BOUND
     open_ = list(trickling)

@@ -7,7 +7,9 @@ server's descriptors without bound. ``protocol_class`` makes uvicorn's h11 proto
 
 - **A head deadline.** A request head is complete within ``head_timeout`` seconds of the
   connection's opening, or of the first byte of a keep-alive connection's next request; else
-  the connection is closed. Trickling a byte at a time does not move the deadline.
+  the connection is closed. Trickling a byte at a time does not move the deadline. Until the
+  connection has authenticated, the deadline holds for the request's body too (the API reads
+  a JSON body before it looks at the key): an unauthenticated request is whole in time.
 - **Idle time before authentication.** Until a request on it has authenticated, a connection
   idles between requests for at most ``head_timeout``; afterwards for uvicorn's keep-alive.
 - **Connections before authentication.** At most ``per_client`` connections of one client
@@ -27,6 +29,7 @@ import asyncio
 import collections
 import contextvars
 import ipaddress
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -61,8 +64,9 @@ class _Unproven:
 class _Connection:
     """What ``authenticated()`` reaches of a request's connection."""
 
-    def __init__(self, unproven: _Unproven) -> None:
+    def __init__(self, unproven: _Unproven, on_proven: Callable[[], None]) -> None:
         self._unproven = unproven
+        self._on_proven = on_proven
         self.client: str | None = None  # counted as unproven, under this client's name
         self.proven = False
 
@@ -73,8 +77,10 @@ class _Connection:
         return True
 
     def prove(self) -> None:
-        self.proven = True
-        self.uncount()
+        if not self.proven:
+            self.proven = True
+            self.uncount()
+            self._on_proven()
 
     def uncount(self) -> None:
         if self.client is not None:
@@ -119,8 +125,8 @@ def protocol_class(*, head_timeout: float, per_client: int, in_all: int) -> type
     class Protocol(H11Protocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._connection = _Connection(unproven)
             self._head_deadline: asyncio.TimerHandle | None = None
+            self._connection = _Connection(unproven, self._stop_head_deadline)
             app = self.app
 
             async def tied(scope: Any, receive: Any, send: Any) -> None:
@@ -161,14 +167,17 @@ def protocol_class(*, head_timeout: float, per_client: int, in_all: int) -> type
             self._connection.uncount()
             super().handle_websocket_upgrade(event)
 
+        def _waiting(self) -> bool:
+            """Whether the request is not whole yet, as far as the deadline cares: its head
+            (bytes of it, or none yet), or its body before the connection authenticated."""
+            state = self.conn.their_state
+            return state is h11.IDLE or (state is h11.SEND_BODY and not self._connection.proven)
+
         def _watch_head(self) -> None:
-            if self.transport.is_closing():
+            if self.transport.is_closing() or not self._waiting():
                 self._stop_head_deadline()
-            elif self.conn.their_state is h11.IDLE:  # bytes of a head, not all of it yet
-                if self._head_deadline is None:
-                    self._start_head_deadline()
-            else:  # the head is complete: the app has the request
-                self._stop_head_deadline()
+            elif self._head_deadline is None:
+                self._start_head_deadline()
 
         def _start_head_deadline(self) -> None:
             self._head_deadline = self.loop.call_later(head_timeout, self._head_too_slow)
@@ -180,7 +189,7 @@ def protocol_class(*, head_timeout: float, per_client: int, in_all: int) -> type
 
         def _head_too_slow(self) -> None:
             self._head_deadline = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self._waiting() and not self.transport.is_closing():
                 self.transport.close()
 
     return Protocol

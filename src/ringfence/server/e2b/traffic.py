@@ -207,7 +207,9 @@ async def _admit_file(request: Request, operation: str) -> tuple[E2bContext, Gra
     named = request.headers.get("e2b-sandbox-id")
     if signed is None or (named and named != signed.sandbox_id):
         raise Unauthenticated(f"the URL's signature is not valid for a {operation}")
-    return context, await _in_force(context, signed), True
+    signed = await _in_force(context, signed)
+    authenticated()  # its upload's body may take as long as it takes
+    return context, signed, True
 
 
 def _path(request: Request) -> str:
