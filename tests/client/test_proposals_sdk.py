@@ -89,7 +89,9 @@ def test_the_sync_twin_approves_the_digest_it_reads_and_reports_a_failure(
     with Ringfence(live.url, keys.agent) as agent:
         request = ExecutionRequest(command=["sh", "-c", "echo broken; exit 3"], timeout=30)
         proposal = agent.proposals.create(request, rationale="try it", session_id="s-2")
-        assert proposal.request == request and proposal.session_id == "s-2"
+        # Exactly the request sent, but for its id: the server names the proposal's run.
+        assert proposal.request == request.model_copy(update={"id": proposal.id})
+        assert proposal.session_id == "s-2"
         sync_approver.proposals.approve(proposal.id)  # no digest: the one it holds now
         done = agent.proposals.wait(proposal.id, timeout=60)
     assert done.state is ProposalState.FAILED
