@@ -394,9 +394,9 @@ class ApprovalService:
         Raises:
             Conflict: they cannot be opened, or are not the ones approved.
         """
+        if _credentials_lost(proposal):
+            raise Conflict("this proposal's egress header values are gone: refused")
         if proposal.sealed_credentials is None or request.network is None:
-            if _credentials_lost(proposal):
-                raise Conflict("this proposal's egress header values are gone: refused")
             return request
         network = self._credentials.open(
             proposal.sealed_credentials, request.network, tenant=tenant, proposal_id=proposal.id
