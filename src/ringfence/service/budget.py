@@ -128,6 +128,10 @@ class Budget:
         cpus = min(_bounds(self.tenant_cpus, self.total_cpus), default=float(1 << 20))
         return Amount(int(memory), cpus)
 
+    def amount(self, limits: ResourceLimits) -> Amount:
+        """What a sandbox or execution of ``limits`` (defaults merged) holds."""
+        return Amount.of(limits, self.unlimited)
+
     def held(self, tenant: str | None) -> tuple[int, int, float]:
         """(count, memory, cpus) held now by ``tenant``, or by the whole server (None)."""
         held = self._host if tenant is None else self._tenants.get(tenant, _Held())

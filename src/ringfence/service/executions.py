@@ -33,7 +33,7 @@ from ringfence.network.session import Asker, Requester, requesting
 from ringfence.policy.placement import Placement, placement
 from ringfence.proposals import is_proposal_id
 from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Amount, Budget, Reservation
+from ringfence.service.budget import Budget, Reservation
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
 
@@ -158,7 +158,7 @@ class ExecutionService:
         if key in self._live:  # being recorded right now by a concurrent submit
             raise DuplicateExecution(f"an execution with id {request.id!r} already exists")
         limits = request.limits.merged_over(self._config.default_limits)
-        reservation = self._budget.reserve(tenant, Amount.of(limits, self._budget.unlimited))
+        reservation = self._budget.reserve(tenant, self._budget.amount(limits))
         submission = _Submission(internal.id, reservation, actor)
         self._live[key] = submission  # before the first await: a cancel can find it now
         try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import RingfenceError
-from ringfence.service.budget import Amount, Budget, Reservation
+from ringfence.service.budget import Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 
 __all__ = ["PoolStats", "Warm", "WarmPool"]
@@ -161,7 +161,7 @@ class WarmPool:
         limits = self._config.default_limits
         reservation = None
         if self._budget is not None:
-            reservation = self._budget.reserve(None, Amount.of(limits, self._budget.unlimited))
+            reservation = self._budget.reserve(None, self._budget.amount(limits))
         spec = LaunchSpec(image=image, env={}, limits=limits, timeout=_IDLE_SECONDS)
         try:
             live = await self._runtime.start(spec)

@@ -45,7 +45,7 @@ from ringfence.models import (
 from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, SessionLookup, requesting
 from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Amount, Budget, Reservation
+from ringfence.service.budget import Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.service.pool import PoolStats, Warm, WarmPool
@@ -175,8 +175,7 @@ class SandboxService:
             SandboxError: the sandbox could not start (recorded as failed, with why).
             SandboxUidsExhausted: every host uid for sandboxes is taken (recorded as failed).
         """
-        limits = spec.limits.merged_over(self._config.default_limits)
-        amount = Amount.of(limits, self._budget.unlimited)
+        amount = self._budget.amount(spec.limits.merged_over(self._config.default_limits))
         # The tenant's share now; the host's once it is known whether the pool serves it
         # (a pooled sandbox holds its own). Handed to its live entry (emptied here) once it
         # runs, and given back by the watcher at its end.
@@ -220,7 +219,7 @@ class SandboxService:
                     return await self._bind(warm, tenant, sandbox, spec, timeout, actor, held)
             else:
                 self._pool.pass_over(spec.template)
-        held.append(self._budget.reserve(None, Amount.of(sandbox.limits, self._budget.unlimited)))
+        held.append(self._budget.reserve(None, self._budget.amount(sandbox.limits)))
         launch = LaunchSpec(
             image=image,
             env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
