@@ -80,6 +80,18 @@ async def test_an_exception_is_data_not_raised(sbx: AsyncSandbox) -> None:
     assert "".join(execution.logs.stdout) == "before\n" and execution.text is None
 
 
+async def test_a_context_removed_right_after_its_restart_goes_at_once(sbx: AsyncSandbox) -> None:
+    # A context outside the daemon's directory starts by fork; removed at once after a
+    # restart, its new interpreter could still be between fork and setsid: the kill by its
+    # group missed it and the remove waited for it, 60 s, then "not running" (1 in 4 here).
+    for _ in range(12):
+        context = await sbx.create_code_context(cwd="/tmp")
+        await sbx.restart_code_context(context)
+        await asyncio.wait_for(sbx.remove_code_context(context), WAIT)
+    assert await sbx.list_code_contexts() == []
+    assert (await sbx.commands.run("echo alive")).stdout == "alive\n"
+
+
 async def test_contexts_are_apart_and_restart_and_remove(sbx: AsyncSandbox) -> None:
     one = await sbx.create_code_context()
     two = await sbx.create_code_context(cwd="/tmp")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfence.errors import SandboxNotRunning, TooManyRequests
+from ringfence.errors import SandboxError, SandboxNotRunning, TooManyRequests
 from ringfence.service import daemon_client
 from ringfence.service.daemon_client import DaemonClient
 
@@ -139,3 +139,28 @@ async def test_requests_in_flight_to_one_daemon_are_capped(
         await response.aclose()
     await client.aclose()
     server.close()
+
+
+async def test_a_daemon_slow_to_answer_is_not_called_not_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It read the request and is busy with it (a remove behind a stuck context): the
+    # sandbox still runs, and the error says so.
+    monkeypatch.setattr(daemon_client, "_HEAD_SECONDS", 0.2)
+    took = asyncio.Event()
+
+    async def busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        took.set()
+        await asyncio.sleep(30)  # holds the connection open, answers nothing
+
+    server = await asyncio.start_unix_server(busy, str(tmp_path / "d.sock"))
+    client = DaemonClient("sb1", tmp_path / "d.sock")
+    try:
+        with pytest.raises(SandboxError) as caught:
+            await client.send("DELETE", "/contexts/c1")
+        assert caught.value.code == "sandbox_error" and "still runs" in caught.value.message
+        assert took.is_set()
+    finally:
+        await client.aclose()
+        server.close()

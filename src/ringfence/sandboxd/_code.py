@@ -100,10 +100,15 @@ class Context:
         self.buffer = b""
 
     def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.waitpid(self.pid, 0)
+        # The group, and the interpreter itself should its code have left the group: the
+        # waitpid below must not wait for a process that was never killed.
+        if self.pid > 0:  # never -1 (every process there): a start that failed
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(OSError):
+                    kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(self.pid, 0)
+        self.pid = -1  # reaped: its number may be another process's now
         self.channel.close()
         for fd in (self.out, self.err):
             with contextlib.suppress(OSError):
@@ -362,6 +367,8 @@ def _json_body(request: Any) -> dict[str, Any]:
 
 
 def _interrupt(context: Context) -> None:
+    if context.pid <= 0:  # not running (a restart that failed): nothing to interrupt
+        return
     target = context.pid if context.language != "bash" else -context.pid
     try:
         if target > 0:
@@ -373,10 +380,19 @@ def _interrupt(context: Context) -> None:
 
 
 def _spawn_in(cwd: str, argv: list[str], env: dict[str, str], actions: list[Any]) -> int:
-    """posix_spawn in ``cwd`` (a fork when that is not the daemon's own directory)."""
+    """posix_spawn in ``cwd`` (a fork when that is not the daemon's own directory).
+
+    Either way the pid is returned only once the child runs the program in its own session:
+    a context stopped at once (a restart, then a remove) is then killed by its group, where
+    a child still between fork and setsid escaped the kill and its waitpid hung.
+
+    Raises:
+        OSError: the program could not be run.
+    """
     if cwd == os.getcwd():
         return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True,
                               setsigdef=(signal.SIGPIPE, signal.SIGINT))  # fmt: skip
+    gate_r, gate_w = os.pipe()  # close-on-exec: it closes when the exec succeeds
     pid = os.fork()
     if pid == 0:
         try:
@@ -391,8 +407,18 @@ def _spawn_in(cwd: str, argv: list[str], env: dict[str, str], actions: list[Any]
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execve(argv[0], argv, env)
+        except OSError as exc:
+            os.write(gate_w, b"%d" % (exc.errno or 0))
         finally:
             os._exit(127)
+    os.close(gate_w)
+    failure = b""
+    while chunk := os.read(gate_r, 64):
+        failure += chunk
+    os.close(gate_r)
+    if failure:
+        os.waitpid(pid, 0)
+        raise OSError(int(failure) if failure.isdigit() else 0, "exec failed")
     return pid
 
 

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 import h11
 
-from ringfence.errors import InvalidRequest, SandboxNotRunning, TooManyRequests
+from ringfence.errors import InvalidRequest, SandboxError, SandboxNotRunning, TooManyRequests
 
 __all__ = [
     "FORWARDED_REQUEST_HEADERS",
@@ -192,6 +192,7 @@ class DaemonClient:
         Raises:
             SandboxNotRunning: the daemon cannot be reached (the sandbox has ended), or its
                 init failed.
+            SandboxError: it is reached but gives no answer within a minute.
             InvalidRequest: a header cannot be sent as HTTP/1.1.
         """
         if self._initializing is not None:
@@ -228,6 +229,7 @@ class DaemonClient:
         connection = await self._connection()
         self._in_flight += 1
         connection.on_close = self._ended
+        sent = False
         try:
             await connection.send(h11.Request(method=method, target=target, headers=kept))
             if isinstance(content, bytes):
@@ -238,13 +240,23 @@ class DaemonClient:
                     if chunk:
                         await connection.send(h11.Data(data=chunk))
             await connection.send(h11.EndOfMessage())
+            sent = True
             event = await connection.next_event(timeout=_HEAD_SECONDS)
             if isinstance(event, h11.InformationalResponse):  # one 100 Continue at most
                 event = await connection.next_event(timeout=_HEAD_SECONDS)
         except h11.LocalProtocolError as exc:
             connection.close()
             raise InvalidRequest(f"the request cannot be passed to the sandbox: {exc}") from exc
-        except (OSError, h11.ProtocolError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            connection.close()
+            if not sent:  # it stopped reading the request: a daemon that is gone or wedged
+                raise _gone(self, "it stopped reading the request") from exc
+            # It took the whole request and is stuck on it: still running, not "not running".
+            raise SandboxError(
+                f"sandbox {self.sandbox_id}: its daemon did not answer within "
+                f"{_HEAD_SECONDS:g} s (the sandbox still runs)"
+            ) from exc
+        except (OSError, h11.ProtocolError) as exc:
             connection.close()
             raise _gone(self, str(exc) or type(exc).__name__) from exc
         except BaseException:
