@@ -325,7 +325,7 @@ async def write_file(
             "description": "JSON lines as they come: stdout, stderr, result (a MIME bundle: "
             "text, html, png, json...), error (name, value, traceback), "
             "number_of_executions, end_of_execution",
-            "content": {"application/json": {}},
+            "content": {"application/x-ndjson": {}},
         },
     },
     summary="Run code in a persistent context (Python by default; bash too)",
@@ -348,7 +348,10 @@ async def execute_code(sandbox_id: SandboxId, caller: Caller, request: Request) 
         "language": message.get("language"),
     }
     sandboxes.record(caller.tenant, caller.key_id, "sandbox.run_code", sandbox_id, details=details)
-    return await _forward(daemon, request, "POST", "/execute", content=body)
+    answer = await _forward(daemon, request, "POST", "/execute", content=body)
+    if answer.status_code == 200:  # JSON lines, one message each: not one JSON document
+        answer.headers["content-type"] = "application/x-ndjson"
+    return answer
 
 
 @router.get(
