@@ -254,6 +254,12 @@ class Mount(BaseModel):
 # -- network egress policy (docs/network.md) ---------------------------------------------------
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+# The names _valid_domain accepts, for the JSON schema (checked by the validator, which also
+# lowercases and strips a final dot).
+_SCHEMA_LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_DOMAIN_SCHEMA = (
+    rf"^(\*\.{_SCHEMA_LABEL}(\.{_SCHEMA_LABEL})+|{_SCHEMA_LABEL}(\.{_SCHEMA_LABEL})*)\.?$"
+)
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 # Headers the proxy owns: a rule may not set them.
 _RESERVED_HEADERS = frozenset(
@@ -273,16 +279,30 @@ class EgressAction(StrEnum):
     ASK = "ask"  # a human decides at the first connection; remembered for the sandbox's life
 
 
+# What ``EgressRule._consistent`` checks, stated in its JSON schema: a domain or a cidr;
+# headers on allow rules only.
+_RULE_SCHEMA: dict[str, object] = {
+    "anyOf": [
+        {"required": [field], "properties": {field: {"type": "string"}}}
+        for field in ("domain", "cidr")
+    ],
+    "if": {"required": ["action"], "properties": {"action": {"enum": ["deny", "ask"]}}},
+    "then": {"properties": {"headers": {"maxProperties": 0}}},
+}
+
+
 class EgressRule(BaseModel):
     """One rule of an egress policy: which destinations it matches, and what it decides."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_RULE_SCHEMA)
 
     action: EgressAction = Field(EgressAction.ALLOW, description="allow, deny or ask.")
     domain: str | None = Field(
         None,
+        max_length=253,
         description="A host name ('pypi.org', matching only itself) or '*.suffix' (matching "
         "every name below the suffix, not the suffix itself). '*' and '*.tld' are refused.",
+        json_schema_extra={"pattern": _DOMAIN_SCHEMA},
     )
     cidr: str | None = Field(
         None,
