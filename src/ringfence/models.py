@@ -257,6 +257,11 @@ _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 # The names _valid_domain accepts, for the JSON schema (checked by the validator, which also
 # lowercases and strips a final dot).
 _SCHEMA_LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_CIDR_SCHEMA = (  # IPv4 exactly (at most /8 broad); IPv6 by its alphabet (the validator decides)
+    rf"^({_OCTET}(\.{_OCTET}){{3}}(/([89]|[12][0-9]|3[0-2]))?"
+    r"|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(/[0-9]{1,3})?)$"
+)
 _DOMAIN_SCHEMA = (
     rf"^(\*\.{_SCHEMA_LABEL}(\.{_SCHEMA_LABEL})+|{_SCHEMA_LABEL}(\.{_SCHEMA_LABEL})*)\.?$"
 )
@@ -309,7 +314,9 @@ class EgressRule(BaseModel):
         description="Addresses the destination must resolve into (with a domain), or IP "
         "literals the rule matches (alone). Needed to reach loopback or private addresses. "
         "At most /8 (IPv4) or /32 (IPv6) broad; an IPv4-mapped range (::ffff:a.b.c.d/n) "
-        "is stored as the IPv4 range it names.",
+        "is stored as the IPv4 range it names. Loopback and private ranges only where the "
+        "operator allows them (RINGFENCE_NETWORK_INTERNAL_CIDRS).",
+        json_schema_extra={"pattern": _CIDR_SCHEMA},
     )
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
         default_factory=lambda: [80, 443],
