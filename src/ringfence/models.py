@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict
 from pydantic_core import PydanticSerializationError
 
 from ringfence._units import parse_size
@@ -127,7 +128,7 @@ Env = Annotated[
 # inside ARG_MAX beside the environment.
 MAX_ARGV_BYTES = 512 << 10
 Word = Annotated[str, Field(max_length=(128 << 10) - 1, pattern=r"^[^\x00]*$")]
-_PROGRAM_FIRST: dict[str, object] = {"prefixItems": [{"type": "string", "minLength": 1}]}
+_PROGRAM_FIRST: JsonDict = {"prefixItems": [{"type": "string", "minLength": 1}]}
 _ARGV_BOUNDS = f" Words of at most {(128 << 10) - 1} characters, {MAX_ARGV_BYTES} with args in all."
 _ENV_BOUNDS = (
     f" At most {MAX_ENV_VARS} variables, names of at most 256 characters, values of at most "
@@ -286,7 +287,7 @@ class EgressAction(StrEnum):
 
 # What ``EgressRule._consistent`` checks, stated in its JSON schema: a domain or a cidr;
 # headers on allow rules only.
-_RULE_SCHEMA: dict[str, object] = {
+_RULE_SCHEMA: JsonDict = {
     "anyOf": [
         {"required": [field], "properties": {field: {"type": "string"}}}
         for field in ("domain", "cidr")
