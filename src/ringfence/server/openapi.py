@@ -30,7 +30,7 @@ def with_server_bounds(document: dict[str, Any], config: Config) -> dict[str, An
                 if field in properties:
                     _narrow(properties[field], functools.partial(_at_most, most=most))
         if "timeout" in properties:
-            _narrow(properties["timeout"], lambda branch: _timeout_at_most(branch, config))
+            _narrow(properties["timeout"], functools.partial(_timeout_at_most, config=config))
         if "mounts" in properties and not config.allow_tenant_mounts:
             properties["mounts"]["maxItems"] = 0
             properties["mounts"]["description"] += " Not allowed on this server."
