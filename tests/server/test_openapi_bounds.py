@@ -32,7 +32,8 @@ def _document(config: Config) -> dict[str, Any]:
 
 
 def _number(schema: dict[str, Any]) -> dict[str, Any]:
-    [branch] = [b for b in schema.get("anyOf", [schema]) if b.get("type") in ("integer", "number")]
+    branches: list[dict[str, Any]] = schema.get("anyOf", [schema])
+    [branch] = [b for b in branches if b.get("type") in ("integer", "number")]
     return branch
 
 
