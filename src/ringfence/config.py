@@ -12,13 +12,14 @@ from pydantic import (
     BeforeValidator,
     Field,
     IPvAnyAddress,
+    ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ringfence._units import parse_size
-from ringfence.models import NetworkPolicy, ResourceLimits
+from ringfence.models import NetworkPolicy, ResourceLimits, SandboxLimits, problems
 
 __all__ = ["DEFAULT_SANDBOX_UIDS", "Config", "parse_endpoint"]
 
@@ -331,6 +332,17 @@ class Config(BaseSettings):
                 f"RINGFENCE_SANDBOX_UID_RANGE (default {DEFAULT_SANDBOX_UIDS}); set that instead"
             )
         return self
+
+    @field_validator("default_limits")
+    @classmethod
+    def _defaults_run_a_daemon(cls, value: ResourceLimits) -> ResourceLimits:
+        # Interactive sandboxes take these defaults too: below their floors (the daemon's
+        # room) every sandbox created with defaults, and the warm pool, would fail to start.
+        try:
+            SandboxLimits.model_validate(value.model_dump(exclude_none=True))
+        except ValidationError as exc:
+            raise ValueError(f"too small for an interactive sandbox: {problems(exc)}") from None
+        return value
 
     @field_validator("network_reserved_endpoints")
     @classmethod

@@ -136,3 +136,12 @@ def test_every_bad_setting_fails_in_one_line_naming_it(field: str, bad: str) -> 
     variable = f"RINGFENCE_{field.upper()}"
     for args in (["exec", "--", "true"], ["serve", "--port", "1"]):
         _assert_one_line(CliRunner().invoke(main, args, env={variable: bad}), variable)
+
+
+@pytest.mark.parametrize("defaults", ['{"pids": 4}', '{"memory": "8M"}'])
+def test_defaults_too_small_for_a_sandboxs_daemon_are_refused_at_start(defaults: str) -> None:
+    # Every sandbox created with defaults, and the warm pool, would fail to start.
+    result = CliRunner().invoke(
+        main, ["serve", "--port", "1"], env={"RINGFENCE_DEFAULT_LIMITS": defaults}
+    )
+    _assert_one_line(result, "RINGFENCE_DEFAULT_LIMITS", "interactive sandbox")
