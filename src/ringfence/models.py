@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.config import JsonDict
-from pydantic_core import PydanticSerializationError
+from pydantic_core import ErrorDetails, PydanticSerializationError
 
 from ringfence._units import parse_size
 
@@ -44,6 +44,7 @@ __all__ = [
     "Status",
     "advance",
     "problems",
+    "said",
 ]
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -95,8 +96,17 @@ def problems(exc: Exception) -> str:
     found = []
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "input"
-        found.append(f"{where}: {error['msg']}")
+        found.append(f"{where}: {said(error)}")
     return " ".join("; ".join(found).split())
+
+
+def said(error: ErrorDetails) -> str:
+    """One validation error's message in our own words: a validator's ``ValueError`` without
+    the ``Value error,`` pydantic puts before it."""
+    message = error["msg"]
+    if error["type"] == "value_error":
+        message = message.removeprefix("Value error, ")
+    return message
 
 
 def _checked_env(env: dict[str, str]) -> dict[str, str]:

@@ -44,11 +44,12 @@ NOWHERE = "http://127.0.0.1:9"
 def net_live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """``ringfence serve`` (SQLite) whose proxy resolves the test names to this machine's
     loopback, and which lets tenants name 127.0.0.1/32 in rules (an operator's choice)."""
-    server = Server(tmp_path_factory.mktemp("net-live") / "data", None)
-    with pytest.MonkeyPatch.context() as env:  # the server process inherits these only
-        env.setenv("RINGFENCE_NETWORK_HOSTS", _hosts())
-        env.setenv("RINGFENCE_NETWORK_INTERNAL_CIDRS", '["127.0.0.1/32"]')
-        server.start()
+    env = {  # the server process's only
+        "RINGFENCE_NETWORK_HOSTS": _hosts(),
+        "RINGFENCE_NETWORK_INTERNAL_CIDRS": '["127.0.0.1/32"]',
+    }
+    server = Server(tmp_path_factory.mktemp("net-live") / "data", None, env)
+    server.start()
     try:
         key = (server.data_dir / "admin-key").read_text().strip()
         live = LiveServer(server.url, key, "", server.data_dir)

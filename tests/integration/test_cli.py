@@ -85,7 +85,8 @@ def test_bad_input_is_a_message_and_exit_2_never_a_traceback() -> None:
     ):
         done = _run("exec", *args, "--", "true")
         assert done.returncode == 2, (args, done.stderr)
-        assert "Traceback" not in done.stderr and "Error" in done.stderr
+        assert "Traceback" not in done.stderr, (args, done.stderr)
+        assert done.stderr.startswith("ringfence: ") and done.stderr.count("\n") == 1, done.stderr
 
 
 def test_an_unknown_backend_names_the_valid_ones() -> None:

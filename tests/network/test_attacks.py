@@ -75,8 +75,9 @@ async def test_nothing_leaves_but_through_the_proxy(
     # The host's own loopback services are not the sandbox's: its 127.0.0.1 is its own.
     assert out["host_loopback_service"] == "ECONNREFUSED"
     assert http_origin.connections == 0
-    for key in ("raw_icmp", "raw_ipv6", "packet"):
+    for key in ("raw_icmp", "raw_ipv6"):  # no CAP_NET_RAW
         assert out[key] == "socket:EPERM", (key, out[key])
+    assert out["packet"] == "socket:EAFNOSUPPORT", "AF_PACKET is not an allowed family"
     assert out["bind_proxy_port"] == "EADDRINUSE", "the proxy holds its port before code runs"
     assert out["interfaces"] == ["lo"]
     assert out["routes"] == [] and out["routes6"] == []

@@ -213,7 +213,8 @@ async def test_plain_http_through_a_tunnel_cannot_name_another_host(
         "other": tunnel([b"G", b"ET / HTTP/1.1\\r\\nHost: evil.test\\r\\n\\r\\n"]),
         "same": tunnel([b"GET /ok HTTP/1.1\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n"]),
         "absolute": tunnel([b"GET http://evil.test/ HTTP/1.1\\r\\n\\r\\n"]),
-        "two_hosts": tunnel([b"GET / HTTP/1.1\\r\\nHost: allowed.test\\r\\nHost: evil.test\\r\\n\\r\\n"]),
+        "two_hosts": tunnel([b"GET / HTTP/1.1\\r\\nHost: allowed.test\\r\\n"
+                             b"Host: evil.test\\r\\n\\r\\n"]),
     }})
     """
     out = reported(await run(egress_executor, policy, python(script), audit))

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from ringfence.config import Config
-from ringfence.models import problems
+from ringfence.models import problems, said
 
 __all__ = ["OneLineErrors", "fail", "settings", "validation_message"]
 
@@ -31,7 +31,7 @@ def validation_message(exc: ValidationError | ValueError) -> str:
         for error in exc.errors():
             name, *inner = [str(part) for part in error["loc"]] or ["input"]
             where = ".".join([_variable(name), *inner])
-            found.append(f"{where}: {error['msg']}")
+            found.append(f"{where}: {said(error)}")
         return " ".join("; ".join(found).split())
     if isinstance(exc, SettingsError):  # a value that is not even JSON
         match = re.search(r'field "(\w+)"', str(exc))
