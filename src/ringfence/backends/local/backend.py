@@ -256,7 +256,10 @@ class _Sandbox:
             self._cgroup.remove()
         except SandboxError as exc:  # a process may be left: its uid stays taken
             return f"cleanup failed: {exc.message}"
-        if self._give_back_uid is not None:  # the cgroup is gone, so is every process
+        # The cgroup is gone, so is every process in it; setpriv and bwrap's monitor run as
+        # the uid outside it, so the uid goes back only once they are reaped too (else it
+        # stays taken for this server's life: fail closed, never shared).
+        if self._give_back_uid is not None and self.child.returncode is not None:
             self._give_back_uid()
             self._give_back_uid = None
         return "out of memory" if oom_kills else None
