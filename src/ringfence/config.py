@@ -158,14 +158,14 @@ class Config(BaseSettings):
     max_unauthenticated_connections_per_client: int = Field(
         64,
         ge=1,
-        description="Connections one client address (IPv6: its /64) may hold open before "
+        description="Connections one client address (IPv6: its /48) may hold open before "
         "one of them authenticates; more are closed as they open.",
     )
     max_unauthenticated_connections: int = Field(
         1024,
         ge=1,
         description="Connections all clients together may hold open before they "
-        "authenticate; more are closed as they open.",
+        "authenticate; one more closes the oldest of them.",
     )
     approval_ttl: float = Field(
         3600.0, gt=0, description="Seconds a proposal may wait for its approvals; then expired."

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ringfence.server.connections import _Connection, _Unproven, client_of
 from tests.server.test_serve_process import Server
 
 CAP = 8  # connections before authentication, per client
@@ -117,8 +118,11 @@ def test_slowloris_connections_are_closed_after_the_head_deadline(started: Serve
 
 
 def test_only_authenticated_connections_idle_for_the_keep_alive(started: Server) -> None:
-    anonymous, keyed = _connect(started), _connect(started)
+    anonymous = _connect(started)
     assert _request(anonymous, "/v1/health") == 200
+    # Opened only now: its head is sent at once, not after anonymous's round trip, which on
+    # a loaded runner could outlast the 1 s head deadline.
+    keyed = _connect(started)
     assert _request(keyed, "/v1/whoami", _key(started)) == 200
     _wait_closed(anonymous)  # idle, never authenticated: closed after the head deadline
     assert not _closed_by_server(keyed), "the authenticated one was kept"
@@ -144,3 +148,41 @@ def test_the_per_client_cap_holds_while_another_client_is_served(started: Server
     assert _request(more, "/v1/whoami", _key(started)) == 200
     for sock in [*held, past, other, *keyed, more]:
         sock.close()
+
+
+class _Held:
+    """A connection in the admission structure, as the protocol holds one."""
+
+    def __init__(self, unproven: _Unproven, client: str) -> None:
+        self.closed = False
+        self.connection = _Connection(unproven, lambda: None, self._close)
+        self.admitted = self.connection.counted(client)
+
+    def _close(self) -> None:
+        self.closed = True
+
+
+def test_a_full_server_closes_its_oldest_unauthenticated_connection_not_a_newcomer() -> None:
+    # Every connection starts unauthenticated, keyed clients' too: 16 addresses holding 64
+    # each filled the 1,024 slots and every newcomer, anyone's, was refused.
+    unproven = _Unproven(per_client=2, in_all=4)
+    holders = [_Held(unproven, f"10.0.0.{n}") for n in range(4)]  # two slots each, at most
+    assert all(held.admitted for held in holders)
+    newcomer = _Held(unproven, "192.0.2.1")
+    assert newcomer.admitted, "a newcomer is admitted when all slots are held"
+    assert [held.closed for held in holders] == [True, False, False, False], "the oldest goes"
+    assert len(unproven.connections) == 4
+    newcomer.connection.prove()  # authenticated: no longer counted, never evicted
+    for n in range(4):
+        assert _Held(unproven, f"10.0.1.{n}").admitted
+    assert not newcomer.closed and all(held.closed for held in holders)
+    # The per-client cap still refuses its client's newcomer: that client holds the slots.
+    assert _Held(unproven, "10.0.2.1").admitted and _Held(unproven, "10.0.2.1").admitted
+    assert not _Held(unproven, "10.0.2.1").admitted
+
+
+def test_ipv6_clients_are_counted_by_their_48() -> None:
+    # One site is given a /48: by /64 it held 65,536 per-client caps.
+    assert client_of("2001:db8:1:2::1") == client_of("2001:db8:1:ffff::1") == "2001:db8:1::/48"
+    assert client_of("2001:db8:2::1") != client_of("2001:db8:1::1")
+    assert client_of("::ffff:192.0.2.1") == "192.0.2.1"

@@ -13,10 +13,15 @@ server's descriptors without bound. ``protocol_class`` makes uvicorn's h11 proto
 - **Idle time before authentication.** Until a request on it has authenticated, a connection
   idles between requests for at most ``head_timeout``; afterwards for uvicorn's keep-alive.
 - **Connections before authentication.** At most ``per_client`` connections of one client
-  address (an IPv6 address by its /64, what one host is usually given) and ``in_all`` of
-  all clients have not yet carried an authenticated request; one past either is closed as
-  soon as it opens. Authenticated connections are not counted: a client with a key keeps
-  the pool of connections its SDK wants.
+  address (an IPv6 address by its /48, what one site is usually given: a /64 each would
+  hand one site 65,536 caps) and ``in_all`` of all clients have not yet carried an
+  authenticated request. One past its client's cap is closed as soon as it opens. One past
+  ``in_all`` is admitted and the oldest unauthenticated connection of all is closed instead:
+  every connection starts unauthenticated, keyed clients' too, so refusing newcomers would
+  let a few addresses that hold the slots lock everyone out; evicting the oldest, a client
+  that sends its request at once is served unless ``in_all`` connections open before its
+  head arrives. Authenticated connections are not counted: a client with a key keeps the
+  pool of connections its SDK wants.
 
 What authenticates a request is the app's to say: the code that accepts a key or an access
 token calls ``authenticated()``, which a context variable (set in the request's own task)
@@ -39,23 +44,28 @@ __all__ = ["authenticated", "client_of", "protocol_class"]
 
 
 class _Unproven:
-    """The connections of each client that have not authenticated, counted."""
+    """The connections of each client that have not authenticated, counted, oldest first."""
 
     def __init__(self, per_client: int, in_all: int) -> None:
         self.per_client = per_client
         self.in_all = in_all
         self.counts: collections.Counter[str] = collections.Counter()
-        self.total = 0
+        self.connections: dict[_Connection, None] = {}  # in the order they were admitted
 
-    def admit(self, client: str) -> bool:
-        if self.counts[client] >= self.per_client or self.total >= self.in_all:
+    def admit(self, connection: _Connection, client: str) -> bool:
+        """Count ``connection`` under ``client``, closing the oldest unauthenticated
+        connection of all if ``in_all`` are counted; False (not counted) past ``client``'s
+        cap."""
+        if self.counts[client] >= self.per_client:
             return False
+        while len(self.connections) >= self.in_all:
+            next(iter(self.connections)).evict()
         self.counts[client] += 1
-        self.total += 1
+        self.connections[connection] = None
         return True
 
-    def leave(self, client: str) -> None:
-        self.total -= 1
+    def leave(self, connection: _Connection, client: str) -> None:
+        del self.connections[connection]
         self.counts[client] -= 1
         if not self.counts[client]:
             del self.counts[client]
@@ -64,14 +74,17 @@ class _Unproven:
 class _Connection:
     """What ``authenticated()`` reaches of a request's connection."""
 
-    def __init__(self, unproven: _Unproven, on_proven: Callable[[], None]) -> None:
+    def __init__(
+        self, unproven: _Unproven, on_proven: Callable[[], None], close: Callable[[], None]
+    ) -> None:
         self._unproven = unproven
         self._on_proven = on_proven
+        self._close = close
         self.client: str | None = None  # counted as unproven, under this client's name
         self.proven = False
 
     def counted(self, client: str) -> bool:
-        if not self._unproven.admit(client):
+        if not self._unproven.admit(self, client):
             return False
         self.client = client
         return True
@@ -82,9 +95,14 @@ class _Connection:
             self.uncount()
             self._on_proven()
 
+    def evict(self) -> None:
+        """Close this connection to make room: uncounted at once, not when it is lost."""
+        self.uncount()
+        self._close()
+
     def uncount(self) -> None:
         if self.client is not None:
-            self._unproven.leave(self.client)
+            self._unproven.leave(self, self.client)
             self.client = None
 
 
@@ -105,7 +123,7 @@ def authenticated() -> None:
 
 def client_of(host: str) -> str:
     """The name a client's connections are counted under: its IP address, an IPv6 one by
-    its /64 (an IPv4-mapped one as the IPv4 address)."""
+    its /48 (an IPv4-mapped one as the IPv4 address)."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -113,20 +131,21 @@ def client_of(host: str) -> str:
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return str(address.ipv4_mapped)
-        return str(ipaddress.IPv6Network((address, 64), strict=False))
+        return str(ipaddress.IPv6Network((address, 48), strict=False))
     return str(address)
 
 
 def protocol_class(*, head_timeout: float, per_client: int, in_all: int) -> type[H11Protocol]:
     """uvicorn's h11 protocol, holding to the bounds of this module's docstring (give it as
-    ``uvicorn.Config(http=...)``). Connections of one server share the counts."""
+    ``uvicorn.Config(http=..., ws="none")``: an upgraded connection would leave the counts).
+    Connections of one server share the counts."""
     unproven = _Unproven(per_client, in_all)
 
     class Protocol(H11Protocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._head_deadline: asyncio.TimerHandle | None = None
-            self._connection = _Connection(unproven, self._stop_head_deadline)
+            self._connection = _Connection(unproven, self._stop_head_deadline, self._evicted)
             app = self.app
 
             async def tied(scope: Any, receive: Any, send: Any) -> None:
@@ -162,16 +181,15 @@ def protocol_class(*, head_timeout: float, per_client: int, in_all: int) -> type
             self._connection.uncount()
             super().connection_lost(exc)
 
-        def handle_websocket_upgrade(self, event: h11.Request) -> None:
-            self._stop_head_deadline()  # no longer this protocol's connection
-            self._connection.uncount()
-            super().handle_websocket_upgrade(event)
-
         def _waiting(self) -> bool:
             """Whether the request is not whole yet, as far as the deadline cares: its head
             (bytes of it, or none yet), or its body before the connection authenticated."""
             state = self.conn.their_state
             return state is h11.IDLE or (state is h11.SEND_BODY and not self._connection.proven)
+
+        def _evicted(self) -> None:
+            self._stop_head_deadline()
+            self.transport.abort()
 
         def _watch_head(self) -> None:
             if self.transport.is_closing() or not self._waiting():
