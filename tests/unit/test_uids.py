@@ -6,11 +6,12 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from ringfence.backends.local.probe import uid_range_clash
+from ringfence.backends.local.probe import check_host, uid_range_clash
 from ringfence.backends.local.uids import _FLOCK, UidAllocator, UidClaims, drop_privileges
 from ringfence.config import DEFAULT_SANDBOX_UIDS, Config
 from ringfence.errors import HTTP_STATUS, SandboxUidsExhausted
@@ -154,16 +155,34 @@ def test_the_default_range_is_clear_of_users_and_subordinate_ranges() -> None:
     assert last - first + 1 == 65536
     assert 600_100_000 < 1_879_048_191 < first and last < 2**31  # subuid, systemd containers
     useradd_defaults = "alice:100000:65536\nbob:165536:65536\n"
-    assert uid_range_clash(first, last, "root:x:0:0::/root:/bin/sh\n", useradd_defaults) is None
+    root, root_group = "root:x:0:0::/root:/bin/sh\n", "root:x:0:\n"
+    tables = {"subuid": useradd_defaults, "subgid": useradd_defaults}
+    assert _clash(first, last, passwd=root, group=root_group, **tables) is None
+
+
+def _clash(first: int, last: int, **tables: str) -> str | None:
+    return uid_range_clash(
+        first, last, **{"passwd": "", "group": "", "subuid": "", "subgid": "", **tables}
+    )
 
 
 def test_a_range_that_overlaps_a_user_or_a_subordinate_range_is_named() -> None:
     passwd = "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n"
     subuid = "alice:100000:65536\n"
-    assert "alice" in (uid_range_clash(1000, 1000, passwd, "") or "")
-    assert "100000-165535" in (uid_range_clash(165535, 170000, passwd, subuid) or "")
-    assert uid_range_clash(165536, 170000, passwd, subuid) is None
-    assert uid_range_clash(64000, 64999, passwd, subuid) is None
+    assert "alice" in (_clash(1000, 1000, passwd=passwd) or "")
+    assert "100000-165535" in (_clash(165535, 170000, passwd=passwd, subuid=subuid) or "")
+    assert _clash(165536, 170000, passwd=passwd, subuid=subuid) is None
+    assert _clash(64000, 64999, passwd=passwd, subuid=subuid) is None
+
+
+def test_a_range_that_overlaps_a_group_or_a_subordinate_gid_range_is_named() -> None:
+    # A sandbox runs as gid N too: a group of that gid (its members' processes) or a
+    # subordinate gid range (rootless containers) shares the sandbox's gid, its files.
+    group = "root:x:0:\ndevs:x:5000:alice\n"
+    assert "group 'devs' has gid 5000" in (_clash(4000, 6000, group=group) or "")
+    subgid = "alice:300000:65536\n"
+    assert "subordinate gids 300000-365535" in (_clash(365535, 400000, subgid=subgid) or "")
+    assert _clash(365536, 400000, group=group, subgid=subgid) is None
 
 
 def test_the_range_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,3 +201,21 @@ def test_the_old_single_uid_settings_are_refused_with_what_replaced_them(
     monkeypatch.setenv(name, "64000")
     with pytest.raises(ValidationError, match="RINGFENCE_SANDBOX_UID_RANGE"):
         Config()
+
+
+def test_a_test_sandbox_that_hangs_is_a_failed_check_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = subprocess.run
+
+    def hangs(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if "--args" not in argv:  # bwrap --version, not the test sandbox
+            return run(argv, **kwargs)
+        raise subprocess.TimeoutExpired(argv, 30)
+
+    monkeypatch.setattr(subprocess, "run", hangs)  # probe calls subprocess.run
+    checks, host = check_host(Config())
+    namespaces = [check for check in checks if check.layer == "namespaces"]
+    assert host is None
+    assert len(namespaces) == 1 and not namespaces[0].ok
+    assert "did not exit within 30 s" in namespaces[0].detail

@@ -174,9 +174,12 @@ def _check_user(config: Config, checks: list[Check]) -> str | Literal[False] | N
         )
         return False
     first, last = config.sandbox_uids
-    clash = uid_range_clash(first, last, _read("/etc/passwd"), _read("/etc/subuid"))
+    clash = uid_range_clash(
+        first, last, passwd=_read("/etc/passwd"), group=_read("/etc/group"),
+        subuid=_read("/etc/subuid"), subgid=_read("/etc/subgid"),
+    )  # fmt: skip
     if clash is not None:
-        fix = "set RINGFENCE_SANDBOX_UID_RANGE to uids no user or subordinate range has"
+        fix = "set RINGFENCE_SANDBOX_UID_RANGE to ids no user, group or subordinate range has"
         checks.append(Check("unprivileged user", False, f"uids {first}-{last}: {clash}", fix))
         return False
     detail = (
@@ -187,20 +190,27 @@ def _check_user(config: Config, checks: list[Check]) -> str | Literal[False] | N
     return setpriv
 
 
-def uid_range_clash(first: int, last: int, passwd: str, subuid: str) -> str | None:
-    """What of ``first``..``last`` a host user owns already (pure): a user's uid in
-    /etc/passwd, or a subordinate range in /etc/subuid (rootless containers run as those).
-    A process of that uid could signal and trace the sandbox's. None when clear."""
-    for line in passwd.splitlines():
-        fields = line.split(":")
-        if len(fields) > 2 and fields[2].isdigit() and first <= int(fields[2]) <= last:
-            return f"user {fields[0]!r} has uid {fields[2]}"
-    for line in subuid.splitlines():
-        fields = line.strip().split(":")
-        if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
-            start, count = int(fields[1]), int(fields[2])
-            if start <= last and first < start + count:
-                return f"{fields[0]!r} has the subordinate uids {start}-{start + count - 1}"
+def uid_range_clash(
+    first: int, last: int, *, passwd: str, group: str, subuid: str, subgid: str
+) -> str | None:
+    """What of ``first``..``last`` a host user or group owns already (pure). A sandbox runs
+    as uid N and gid N, so both count: a user's uid in /etc/passwd, a group's gid in
+    /etc/group (its members' processes would share the sandbox's gid: its files), or a
+    subordinate range in /etc/subuid or /etc/subgid (rootless containers run as those). A
+    process of that uid could signal and trace the sandbox's. None when clear."""
+    for table, kind in ((passwd, "user"), (group, "group")):
+        id_ = "uid" if kind == "user" else "gid"
+        for line in table.splitlines():
+            fields = line.split(":")
+            if len(fields) > 2 and fields[2].isdigit() and first <= int(fields[2]) <= last:
+                return f"{kind} {fields[0]!r} has {id_} {fields[2]}"
+    for table, id_ in ((subuid, "uid"), (subgid, "gid")):
+        for line in table.splitlines():
+            fields = line.strip().split(":")
+            if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+                start, count = int(fields[1]), int(fields[2])
+                if start <= last and first < start + count:
+                    return f"{fields[0]!r} has the subordinate {id_}s {start}-{start + count - 1}"
     return None
 
 
@@ -256,6 +266,11 @@ def _check_namespaces(
             pass_fds=(packed, program),
             capture_output=True, text=True, cwd="/", timeout=30, env=LAUNCH_ENV,
         )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        detail = "a test sandbox (/bin/true) did not exit within 30 s"
+        fix = "check the host's load and that bwrap is not stuck (strace it)"
+        checks.append(Check("namespaces", False, detail, fix))
+        return
     finally:
         os.close(program)
         os.close(packed)
