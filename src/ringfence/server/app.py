@@ -15,7 +15,7 @@ from ringfence.mcp.http import McpEndpoint
 from ringfence.server.console import router as console_router
 from ringfence.server.e2b import E2bLayer
 from ringfence.server.errors import install_error_handlers
-from ringfence.server.limits import BodyLimit
+from ringfence.server.limits import BodyBeforeRefusal, BodyLimit
 from ringfence.server.openapi import with_server_bounds
 from ringfence.server.routes import audit as audit_routes
 from ringfence.server.routes import executions as execution_routes
@@ -95,10 +95,12 @@ def create_app(
     app.add_middleware(
         BodyLimit, max_bytes=max_request_bytes, streamed=sandbox_routes.STREAMED_PATHS
     )
-    app.add_middleware(  # outermost: E2B's SDKs' traffic never reaches the native routes
+    app.add_middleware(  # E2B's SDKs' traffic never reaches the native routes
         E2bLayer, store=store, keys=app.state.keys, sandboxes=sandboxes,
         max_request_bytes=max_request_bytes,
     )  # fmt: skip
+    # Outside both: a refusal of either waits for the body the client is still sending.
+    app.add_middleware(BodyBeforeRefusal, max_bytes=max_request_bytes)
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
     app.include_router(sandbox_routes.router)
