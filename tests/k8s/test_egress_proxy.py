@@ -14,6 +14,7 @@ import pytest
 from ringfence.backends.kubernetes.egress_proxy import PodEgressProxy, pod_address
 from ringfence.models import NetworkPolicy
 from ringfence.network import Resolver
+from ringfence.network.policy import OwnEndpoints
 from ringfence.network.session import EgressSession, Requester
 from ringfence.service.audit import AuditLog
 from tests.network.conftest import TEST_NAMES, Origin, audit, audited, http_origin, raw_origin
@@ -32,7 +33,9 @@ def _session(audit: AuditLog, sandbox: str, port: int, name: str = "allowed.test
 
 @pytest.fixture
 async def proxy() -> AsyncIterator[tuple[PodEgressProxy, int]]:
-    egress = PodEgressProxy(Resolver({n: ["127.0.0.1"] for n in TEST_NAMES}, system=False))
+    egress = PodEgressProxy(
+        Resolver({n: ["127.0.0.1"] for n in TEST_NAMES}, system=False), own=OwnEndpoints()
+    )
     port = await egress.start("127.0.0.1", 0)
     yield egress, port
     await egress.aclose()
@@ -123,7 +126,9 @@ def test_addresses_are_compared_as_addresses() -> None:
 
 
 async def test_listening_on_every_address_as_in_a_pod(http_origin: Origin, audit: AuditLog) -> None:
-    egress = PodEgressProxy(Resolver({n: ["127.0.0.1"] for n in TEST_NAMES}, system=False))
+    egress = PodEgressProxy(
+        Resolver({n: ["127.0.0.1"] for n in TEST_NAMES}, system=False), own=OwnEndpoints()
+    )
     port = await egress.start("0.0.0.0", 0)  # every interface, as in the control plane's Pod
     try:
         egress.register("127.0.0.2", _session(audit, "sb-a", http_origin.port))

@@ -23,6 +23,8 @@ from ringfence.audit.chain import AuditRecord
 from ringfence.audit.signing import SealKey
 from ringfence.config import Config
 from ringfence.network import EgressGateway, Resolver
+from ringfence.network.gateway import LISTENING
+from ringfence.network.policy import own_endpoints
 from ringfence.service.audit import AuditLog
 from ringfence.store import AuditQuery, MemoryStore
 
@@ -149,7 +151,10 @@ async def raw_origin() -> AsyncIterator[Origin]:
 
 @pytest.fixture
 def gateway() -> EgressGateway:
-    return EgressGateway(Resolver({name: ["127.0.0.1"] for name in TEST_NAMES}, system=False))
+    return EgressGateway(
+        Resolver({name: ["127.0.0.1"] for name in TEST_NAMES}, system=False),
+        own=own_endpoints(LISTENING),
+    )
 
 
 @pytest.fixture
@@ -191,7 +196,11 @@ async def intercepting_executor(
     upstream = ssl.create_default_context(cafile=str(tls_files[0]))
     interceptor = Interceptor(config.runtime_dir, upstream)
     resolver = Resolver({name: ["127.0.0.1"] for name in TEST_NAMES}, system=False)
-    executor = LocalExecutor(config, host=local_host, egress=EgressGateway(resolver, interceptor))
+    executor = LocalExecutor(
+        config,
+        host=local_host,
+        egress=EgressGateway(resolver, interceptor, own=own_endpoints(LISTENING)),
+    )
     yield executor
     await executor.aclose()
     interceptor.close()

@@ -11,7 +11,8 @@ from ringfence.errors import InvalidRequest
 from ringfence.models import EgressRule, NetworkMode, NetworkPolicy
 from ringfence.network import Requester, Resolver
 from ringfence.network.defaults import check_tenant_policy
-from ringfence.network.policy import Address, OwnEndpoints
+from ringfence.network.gateway import LISTENING
+from ringfence.network.policy import Address, OwnEndpoints, own_endpoints
 from ringfence.network.proxy import serve_client
 from ringfence.network.session import EgressSession
 from ringfence.service.audit import AuditLog
@@ -264,7 +265,7 @@ async def test_one_sandboxs_slow_lookups_do_not_starve_another_sandboxs(
         return host_lookup(host, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(socket, "getaddrinfo", lookup)
-    gateway = EgressGateway(Resolver())
+    gateway = EgressGateway(Resolver(), own=own_endpoints(LISTENING))
     flooder = EgressSession(
         Requester("evil", "sandbox:flood", "key-1", audit),
         rules({"domain": "*.slow.test", "cidr": "127.0.0.1/32", "ports": [80]}),

@@ -115,7 +115,18 @@ def test_a_request_line_is_told_from_other_protocols() -> None:
     assert starts_request(b"GE") is None, "undecided until a space or another byte"
     assert starts_request(b"SSH-2.0-x\r\n") is False
     assert starts_request(b"\x16\x03\x01") is False
-    assert starts_request(b" GET") is False
+    assert starts_request(b" GET") is True, "a lenient origin may parse it: held to the rules"
+
+
+def test_the_egress_proxies_protect_nothing_by_default_never() -> None:
+    import inspect
+
+    from ringfence.backends.kubernetes.egress_proxy import PodEgressProxy
+    from ringfence.network.gateway import EgressGateway
+
+    for proxy in (PodEgressProxy, EgressGateway):
+        own = inspect.signature(proxy).parameters["own"]
+        assert own.default is inspect.Parameter.empty, f"{proxy.__name__}: own is required"
 
 
 class _ApiServer(Server):

@@ -14,6 +14,8 @@ from ringfence.backends.local import LocalExecutor
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, NetworkPolicy, Status
 from ringfence.network import EgressGateway, Requester, Resolver, requesting
+from ringfence.network.gateway import LISTENING
+from ringfence.network.policy import own_endpoints
 from ringfence.service.audit import AuditLog
 from tests.network.conftest import audited
 
@@ -30,7 +32,9 @@ async def index_executor(local_host: object) -> AsyncIterator[LocalExecutor]:
     assert isinstance(local_host, Host)
     # The host's resolver, for the index's names only: the policy denies every other name
     # before anything is resolved.
-    executor = LocalExecutor(Config(), host=local_host, egress=EgressGateway(Resolver()))
+    executor = LocalExecutor(
+        Config(), host=local_host, egress=EgressGateway(Resolver(), own=own_endpoints(LISTENING))
+    )
     yield executor
     await executor.aclose()
 

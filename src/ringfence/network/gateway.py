@@ -29,7 +29,6 @@ from ringfence.network.policy import (
     check_addresses,
     decide,
     name_resolvable,
-    own_endpoints,
 )
 from ringfence.network.proxy import serve_client
 from ringfence.network.resolver import Resolver, ResolverBusy
@@ -140,14 +139,14 @@ class EgressGateway:
         resolver: Resolver | None = None,
         interceptor: Interceptor | None = None,
         *,
-        own: OwnEndpoints | None = None,
+        own: OwnEndpoints,
     ) -> None:
         """``interceptor``: open TLS tunnels whose rule adds headers (None: never).
-        ``own``: Ringfence's endpoints, never a destination (``network.own``); without it,
-        the gateway's own ports on this host's loopback."""
+        ``own``: Ringfence's endpoints, never a destination (``network.own``): required, as
+        a default would protect too little (fail closed)."""
         self.resolver = resolver or Resolver()
         self.interceptor = interceptor
-        self.own = own or own_endpoints(LISTENING)
+        self.own = own
         self._attached: dict[tuple[str, str], Attachment] = {}
 
     def session(self, tenant: str, subject: str) -> EgressSession | None:

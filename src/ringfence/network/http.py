@@ -11,6 +11,7 @@ __all__ = [
     "MAX_HEAD_BYTES",
     "BadRequest",
     "RequestHead",
+    "body_length",
     "host_named",
     "origin_head",
     "parse_head",
@@ -23,6 +24,8 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _TOKEN_BYTES = frozenset(
     b"!#$%&'*+.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-"
 )
+_SEPARATORS = frozenset(b" \t\x0b\x0c")
+_WHITESPACE = frozenset(bytes([b]) for b in _SEPARATORS)
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # control characters but HTAB
 # Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own: never passed to the origin.
 _HOP_BY_HOP = frozenset(
@@ -55,7 +58,8 @@ def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
         port_text = rest[1:] if rest.startswith(":") else ""
     else:
         host, _, port_text = authority.partition(":")
-    if not host or any(c in host for c in "/@?#\\ "):
+    # "%": an IPv6 zone id (fe80::1%eth0) names an interface; none is reached through here.
+    if not host or any(c in host for c in "/@?#\\ %"):
         raise BadRequest(f"bad authority {authority!r}")
     if port_text == "":
         return host, default_port
@@ -66,13 +70,20 @@ def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
 
 
 def starts_request(data: bytes) -> bool | None:
-    """Whether the first bytes a client sent begin an HTTP/1 request line (a method token,
-    then a space): True or False, or None while every byte so far could be a method's."""
+    """Whether the first bytes a client sent may begin an HTTP/1 request as some server
+    reads it: True or False, or None while it cannot be told yet. Empty lines before it are
+    skipped (RFC 9112 2.2: servers SHOULD, nginx does), and whitespace at the start or after
+    a method (SP, HTAB, VT, FF, a bare CR: RFC 9112 3 lets a server split on any) counts as
+    HTTP, so that ``parse_head`` refuses what a lenient origin would still parse."""
+    data = data.lstrip(b"\r\n")
+    if data[:1] in _WHITESPACE:
+        return True
     for index, byte in enumerate(data):
-        if byte == 0x20:
-            return index > 0
-        if byte not in _TOKEN_BYTES:
-            return False
+        if byte in _TOKEN_BYTES:
+            continue
+        if byte == 0x0D:  # CRLF ends a line with no target (not a request); a bare CR splits
+            return None if index + 1 == len(data) else data[index + 1] != 0x0A
+        return byte in _SEPARATORS
     return None
 
 
@@ -139,6 +150,27 @@ def host_named(head: RequestHead) -> str | None:
         return None
     name = _split_authority(values[0], 80)[0]
     return name.strip().lower().removesuffix(".")
+
+
+def body_length(head: RequestHead) -> int:
+    """How many bytes of body follow the head: its ``Content-Length`` (0 without one). The
+    proxy passes exactly these on and nothing after them, so a second request never rides
+    along unchecked.
+
+    Raises:
+        BadRequest: ``Transfer-Encoding`` (its framing is not followed: send Content-Length),
+            several ``Content-Length`` headers, or one that is not a number.
+    """
+    if any(name.lower() == "transfer-encoding" for name, _ in head.headers):
+        raise BadRequest("Transfer-Encoding in a request is not passed on; send Content-Length")
+    values = [value for name, value in head.headers if name.lower() == "content-length"]
+    if len(values) > 1:
+        raise BadRequest("several Content-Length headers")
+    if not values:
+        return 0
+    if not (values[0].isascii() and values[0].isdigit()):
+        raise BadRequest(f"bad Content-Length {values[0][:50]!r}")
+    return int(values[0])
 
 
 def origin_head(head: RequestHead, extra: Mapping[str, str]) -> bytes:

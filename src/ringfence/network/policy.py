@@ -139,9 +139,14 @@ def domain_matches(pattern: str, host: str) -> bool:
 
 def canonical_address(address: Address) -> Address:
     """An IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) as the IPv4 address it is on the
-    wire; every other address as it is. Decisions are made, and connections opened, on it."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
+    wire, and an IPv6 one without its zone (``fd00::7%eth0``: the zone picks an interface,
+    not another address, and would make it compare unequal to the same address unzoned);
+    every other address as it is. Decisions are made, and connections opened, on it."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address.scope_id is not None:
+            return ipaddress.IPv6Address(int(address))
     return address
 
 

@@ -23,6 +23,7 @@ from ringfence.network.http import (
     MAX_HEAD_BYTES,
     BadRequest,
     RequestHead,
+    body_length,
     host_named,
     origin_head,
     parse_head,
@@ -100,6 +101,8 @@ async def serve_client(
     try:
         head = await _read_head(reader)
         attempt.method, attempt.host, attempt.port = head.method, head.host, head.port
+        # None: all the client sends goes on; else this request's body, and nothing after.
+        body = None if head.method == "CONNECT" else _body_length(head)
         verdict = await _decide(session, resolver, head, own)
         assert verdict.addresses
         up_reader, upstream = await _open(verdict, head.port)
@@ -115,17 +118,14 @@ async def serve_client(
                 return
             if first and not _is_tls(first):
                 headers = rule.headers if rule is not None else {}
-                first = await _tunnelled_request(reader, head, first, headers, attempt)
+                first, body = await _tunnelled_request(reader, head, first, headers, attempt)
         else:
             extra = verdict.rule.headers if verdict.rule is not None else {}
-            request_head = origin_head(head, extra)
-            upstream.write(request_head)
-            attempt.sent += len(request_head)
-            first = b""
+            first = origin_head(head, extra)
         if first:
             upstream.write(first)
             attempt.sent += len(first)
-        await _relay(reader, writer, up_reader, upstream, attempt)
+        await _relay(reader, writer, up_reader, upstream, attempt, body)
         session.record("network.connect", "allowed", attempt.details(verdict.reason))
     except _Refused as refused:
         session.record("network.connect", refused.outcome, attempt.details(refused.reason))
@@ -164,6 +164,13 @@ async def _read_head(reader: asyncio.StreamReader) -> RequestHead:
     except BadRequest as exc:
         raise _Refused(400, f"egress refused: {exc}") from None
     return head
+
+
+def _body_length(request: RequestHead) -> int:
+    try:
+        return body_length(request)
+    except BadRequest as exc:
+        raise _Refused(400, f"egress refused: {exc}") from None
 
 
 async def _decide(
@@ -267,14 +274,18 @@ async def _tunnelled_request(
     first: bytes,
     headers: Mapping[str, str],
     attempt: _Attempt,
-) -> bytes:
-    """What goes to the origin of a plaintext tunnel. Plain HTTP in it is held to the rules
-    of proxied HTTP: its ``Host`` is the CONNECT host (a server hosting several names never
-    sees another: one naming another is refused), the rule's headers are added, and the
-    origin is told ``Connection: close`` (one request per tunnel, RFC 9112 9.6). Other
-    protocols pass as they are."""
+) -> tuple[bytes, int | None]:
+    """What goes first to the origin of a plaintext tunnel, and how many more bytes of the
+    client's may follow (None: all). Plain HTTP in it is held to the rules of proxied HTTP:
+    its ``Host`` is the CONNECT host (a server hosting several names never sees another:
+    one naming another is refused), the rule's headers are added, the origin is told
+    ``Connection: close``, and only this one request goes (RFC 9112 9.6; a pipelined second
+    one, unchecked, never does). Other protocols pass as they are."""
     data = first
-    while (http := starts_request(data)) is None or (http and b"\r\n\r\n" not in data):
+    # Empty lines before a request are skipped by servers (RFC 9112 2.2): here too.
+    while (http := starts_request(data)) is None or (
+        http and b"\r\n\r\n" not in data.lstrip(b"\r\n")
+    ):
         if http:
             attempt.tunnelled = False  # it speaks HTTP: a refusal in HTTP reaches it
         if len(data) > MAX_HEAD_BYTES:
@@ -287,9 +298,9 @@ async def _tunnelled_request(
             raise asyncio.IncompleteReadError(data, None)
         data += chunk
     if not http:
-        return data
+        return data, None
     attempt.tunnelled = False
-    raw, rest = data.split(b"\r\n\r\n", 1)
+    raw, rest = data.lstrip(b"\r\n").split(b"\r\n\r\n", 1)
     if len(raw) > MAX_HEAD_BYTES:
         raise _Refused(431, "request head too large")
     host = normalize_host(head.host)
@@ -303,7 +314,8 @@ async def _tunnelled_request(
         raise _Refused(
             403, f"egress denied by Ringfence: Host {named!r} is not the CONNECT host {host!r}"
         )
-    return origin_head(request, headers) + rest
+    body = _body_length(request)
+    return origin_head(request, headers) + rest[:body], body - len(rest[:body])
 
 
 def _is_tls(first: bytes) -> bool:
@@ -353,13 +365,21 @@ async def _intercepted(
     except BadRequest as exc:
         await _tls_refusal(tls, 400, f"egress refused: {exc}")
         raise _Refused(400, f"egress refused: {exc}") from None
-    sent = origin_head(request, headers) + rest
+    try:
+        left = body_length(request)
+    except BadRequest as exc:
+        await _tls_refusal(tls, 400, f"egress refused: {exc}")
+        raise _Refused(400, f"egress refused: {exc}") from None
+    sent = origin_head(request, headers) + rest[:left]
+    left -= len(rest[:left])
     origin[1].write(sent)
     attempt.sent += len(sent)
     attempt.method = f"CONNECT+{request.method}"
 
-    async def up() -> None:
-        while chunk := await tls.read():
+    async def up() -> None:  # the rest of this request's body, and nothing after it
+        nonlocal left
+        while left and (chunk := (await tls.read())[:left]):
+            left -= len(chunk)
             attempt.sent += len(chunk)
             origin[1].write(chunk)
             await origin[1].drain()
@@ -384,23 +404,35 @@ async def _relay(
     origin_reader: asyncio.StreamReader,
     origin_writer: asyncio.StreamWriter,
     attempt: _Attempt,
+    body: int | None,
 ) -> None:
-    async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upward: bool) -> None:
+    """Relay both ways; with ``body`` (an HTTP request was sent), only that many more bytes
+    go up: the rest of the request's body. The origin is not told of the end (a half-close
+    makes some servers drop the request): it closes after its answer, as asked."""
+
+    async def pipe(
+        src: asyncio.StreamReader, dst: asyncio.StreamWriter, upward: bool, left: int | None
+    ) -> None:
         try:
-            while chunk := await src.read(_CHUNK):
+            while left != 0:
+                chunk = await src.read(_CHUNK if left is None else min(left, _CHUNK))
+                if not chunk:
+                    break
+                if left is not None:
+                    left -= len(chunk)
                 if upward:
                     attempt.sent += len(chunk)
                 else:
                     attempt.received += len(chunk)
                 dst.write(chunk)
                 await dst.drain()
-            if dst.can_write_eof():
+            if left is None and dst.can_write_eof():
                 dst.write_eof()
         except (ConnectionError, OSError):
             dst.close()
 
-    up = asyncio.ensure_future(pipe(client_reader, origin_writer, True))
-    down = asyncio.ensure_future(pipe(origin_reader, client_writer, False))
+    up = asyncio.ensure_future(pipe(client_reader, origin_writer, True, body))
+    down = asyncio.ensure_future(pipe(origin_reader, client_writer, False, None))
     try:
         await down  # the origin is done (or gone): the exchange is over
         await asyncio.wait({up}, timeout=1.0)

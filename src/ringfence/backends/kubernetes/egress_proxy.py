@@ -76,13 +76,13 @@ class PodEgressProxy:
         resolver: Resolver,
         interceptor: Interceptor | None = None,
         *,
-        own: OwnEndpoints | None = None,
+        own: OwnEndpoints,
     ) -> None:
-        """``own``: Ringfence's endpoints (its API, this proxy and gate), never a destination;
-        without it, only what reaches this host's loopback on no port."""
+        """``own``: Ringfence's endpoints (its API, this proxy and gate), never a destination:
+        required, as a default would protect nothing (fail closed)."""
         self._resolver = resolver
         self._interceptor = interceptor
-        self._own = own or OwnEndpoints()
+        self._own = own
         self._pods: dict[Address, _Registration] = {}
         self._servers: list[asyncio.AbstractServer] = []
         self._asking: dict[Address, int] = {}  # gate questions in flight, by address
