@@ -36,3 +36,28 @@ def test_a_revoked_key_and_its_sandbox_tokens_are_refused(e2b_server: E2bServer)
         assert httpx.get(url).status_code == 401, "the signed URL it was handed, too"
     finally:
         Sandbox.kill(sandbox.sandbox_id, api_key=e2b_server.key)
+
+
+def test_a_rotated_keys_sandbox_tokens_and_signed_urls_are_refused(e2b_server: E2bServer) -> None:
+    # Rotation is the answer to a leak: what the old secret was handed must end with it.
+    key = e2b_server.mint_key("agent")
+    sandbox = Sandbox.create(api_key=key, timeout=120)
+    try:
+        assert sandbox.commands.run("echo hi").stdout == "hi\n", "control: the token works"
+        url = sandbox.download_url("/etc/hostname")
+        assert httpx.get(url).status_code == 200, "control: the signed URL works"
+        rotated = httpx.post(
+            f"{e2b_server.url}/v1/keys/{key.split('_')[1]}/rotate",
+            headers={"Authorization": f"Bearer {e2b_server.key}"},
+        )
+        assert rotated.status_code == 200, rotated.text
+        with pytest.raises(AuthenticationException, match="rotated"):
+            sandbox.commands.run("echo hi")
+        with pytest.raises(AuthenticationException, match="rotated"):
+            sandbox.files.read("/etc/hostname")
+        refused = httpx.get(url)
+        assert refused.status_code == 401 and "rotated" in refused.text, "its signed URL, too"
+        again = Sandbox.connect(sandbox.sandbox_id, api_key=rotated.json()["api_key"])
+        assert again.commands.run("echo hi").stdout == "hi\n", "the new secret's token works"
+    finally:
+        Sandbox.kill(sandbox.sandbox_id, api_key=e2b_server.key)

@@ -17,7 +17,7 @@ from ringfence.server.e2b.tokens import (
     file_signature,
 )
 
-GRANT = Grant("acme", "0123456789abcdef", "sb1")
+GRANT = Grant("acme", "0123456789abcdef", "g1", "sb1")
 
 
 def test_a_token_opens_only_its_sandbox_and_purpose() -> None:
@@ -90,9 +90,9 @@ def test_a_forged_signature_costs_at_most_the_remembered_bound(
     assert MAX_REMEMBERED <= 2048
     grants = Grants()
     for n in range(MAX_REMEMBERED + 10):
-        grants.token(Grant("acme", "0123456789abcdef", f"sb{n}"), Purpose.ENVD)
+        grants.token(Grant("acme", "0123456789abcdef", "g1", f"sb{n}"), Purpose.ENVD)
     assert len(grants) == MAX_REMEMBERED
-    assert Grant("acme", "0123456789abcdef", "sb0") not in grants.issued()  # oldest first
+    assert Grant("acme", "0123456789abcdef", "g1", "sb0") not in grants.issued()  # oldest first
     hashed = 0
     real = tokens.file_signature
 

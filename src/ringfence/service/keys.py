@@ -36,6 +36,7 @@ __all__ = [
     "authenticate",
     "bootstrap_admin_key",
     "fingerprint",
+    "generation",
     "in_force",
     "list_keys",
     "mint_key",
@@ -60,10 +61,18 @@ class Principal:
     role: Role
     key_id: str
     name: str = ""
+    generation: str = ""  # which secret of the key: ``generation``; changes at each rotation
 
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def generation(key: ApiKey) -> str:
+    """Which secret ``key`` has (a short digest of its secret's digest, never the secret):
+    what was handed to a key and is presented without it (E2B's access tokens, signed URLs)
+    carries it, so that rotating the key, the answer to a leak, ends those too."""
+    return hashlib.sha256(f"generation\0{key.secret_hash}".encode()).hexdigest()[:16]
 
 
 def _checked_name(name: str) -> str:
@@ -210,7 +219,7 @@ async def authenticate(
         raise Unauthenticated("invalid API key")
     if stored.revoked:
         raise Unauthenticated("this API key was revoked")
-    return Principal(stored.tenant, stored.role, key_id, stored.name)
+    return Principal(stored.tenant, stored.role, key_id, stored.name, generation(stored))
 
 
 def fingerprint(presented: str) -> str:
@@ -235,15 +244,20 @@ async def still_valid(
     return stored is not None and not stored.revoked
 
 
-async def in_force(store: Store, key_id: str, cache: KeyCache | None = None) -> bool:
-    """Whether the key is still in force (exists, not revoked): for what was handed to a
-    key and is presented without it (E2B's per-sandbox access tokens, signed URLs).
+async def in_force(
+    store: Store, key_id: str, key_generation: str, cache: KeyCache | None = None
+) -> bool:
+    """Whether the key is still in force with the secret of ``key_generation`` (exists, not
+    revoked, not rotated since): for what was handed to a key and is presented without it
+    (E2B's per-sandbox access tokens, signed URLs).
 
     Raises:
         StoreError: the store failed.
     """
     stored = await _stored(store, key_id, cache)
-    return stored is not None and not stored.revoked
+    if stored is None or stored.revoked:
+        return False
+    return hmac.compare_digest(generation(stored), key_generation)
 
 
 async def _matching(

@@ -59,7 +59,7 @@ async def _caller(request: Request, key: str | None) -> tuple[E2bContext, Princi
 
 
 def _answer(context: E2bContext, caller: Principal, sandbox: Sandbox) -> E2bSandbox:
-    grant = Grant(caller.tenant, caller.key_id, sandbox.id)
+    grant = Grant(caller.tenant, caller.key_id, caller.generation, sandbox.id)
     return E2bSandbox(
         templateID=sandbox.template,
         sandboxID=sandbox.id,
@@ -158,7 +158,7 @@ async def get_info(
     context, caller = await _caller(request, x_api_key)
     sandbox = await _running(context, caller, sandbox_id)
     await _forget_ended_when_many(context)
-    grant = Grant(caller.tenant, caller.key_id, sandbox.id)
+    grant = Grant(caller.tenant, caller.key_id, caller.generation, sandbox.id)
     detail = SandboxDetail(
         **listed(sandbox), envdAccessToken=context.grants.token(grant, Purpose.ENVD)
     )

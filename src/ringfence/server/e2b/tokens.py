@@ -5,8 +5,10 @@ control plane handed out (``X-Access-Token``) and, to the code interpreter, the
 ``trafficAccessToken`` (``E2B-Traffic-Access-Token``). Knowing a sandbox id is therefore not
 enough to drive it.
 
-A token is derived, not stored: ``<tenant>.<key id>.<mac>`` where the mac is an HMAC-SHA256
-of (purpose, tenant, key id, sandbox id) under a secret this server process draws at start.
+A token is derived, not stored: ``<tenant>.<key id>.<generation>.<mac>`` where the mac is an
+HMAC-SHA256 of (purpose, tenant, key id, the key's generation, sandbox id) under a secret this
+server process draws at start. The generation names the key's secret (``keys.generation``):
+the door refuses a token, and a URL it signed, once its key is rotated or revoked.
 Verifying one needs no store and tells who acts (the tenant, and the key the token was
 handed to, for the audit record). The secret need not outlive the process: sandboxes die
 with the server that runs them, and so may their tokens. Each key that creates or connects
@@ -49,6 +51,7 @@ class Grant:
 
     tenant: str
     key_id: str
+    generation: str  # of the key's secret when the token was handed out
     sandbox_id: str
 
 
@@ -78,9 +81,8 @@ class Grants:
         """The grant behind ``token`` if it was minted for ``sandbox_id`` and ``purpose``."""
         if not token:
             return None
-        tenant, _, rest = token.partition(".")
-        key_id, _, _ = rest.partition(".")
-        grant = Grant(tenant, key_id, sandbox_id)
+        tenant, key_id, generation, _ = [*token.split(".", 3), "", "", ""][:4]
+        grant = Grant(tenant, key_id, generation, sandbox_id)
         if hmac.compare_digest(self._token(grant, purpose).encode(), token.encode()):
             return grant
         return None
@@ -103,10 +105,10 @@ class Grants:
             del self._issued[grant]
 
     def _token(self, grant: Grant, purpose: Purpose) -> str:
-        message = "\0".join((purpose.value, grant.tenant, grant.key_id, grant.sandbox_id))
-        mac = hmac.new(self._secret, message.encode(), hashlib.sha256).digest()
+        fields = (purpose.value, grant.tenant, grant.key_id, grant.generation, grant.sandbox_id)
+        mac = hmac.new(self._secret, "\0".join(fields).encode(), hashlib.sha256).digest()
         encoded = base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
-        return f"{grant.tenant}.{grant.key_id}.{encoded}"
+        return f"{grant.tenant}.{grant.key_id}.{grant.generation}.{encoded}"
 
 
 def file_signature(path: str, operation: str, user: str, token: str, expiration: str | None) -> str:

@@ -75,13 +75,16 @@ async def _admit(request: Request, *purposes: Purpose) -> tuple[E2bContext, Gran
 
 
 async def _in_force(context: E2bContext, grant: Grant) -> Grant:
-    """``grant``, if the key it was handed to is not revoked since.
+    """``grant``, if the key it was handed to is not revoked or rotated since.
 
     Raises:
-        Unauthenticated: that key was revoked.
+        Unauthenticated: that key was revoked or rotated.
     """
-    if not await in_force(context.store, grant.key_id, context.keys):
-        raise Unauthenticated("the API key this access token was handed to was revoked")
+    if not await in_force(context.store, grant.key_id, grant.generation, context.keys):
+        raise Unauthenticated(
+            "the API key this access token was handed to was revoked or rotated: "
+            "connect to the sandbox again with the key in force"
+        )
     return grant
 
 
