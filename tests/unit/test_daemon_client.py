@@ -147,12 +147,17 @@ async def test_a_daemon_slow_to_answer_is_not_called_not_running(
     # It read the request and is busy with it (a remove behind a stuck context): the
     # sandbox still runs, and the error says so.
     monkeypatch.setattr(daemon_client, "_HEAD_SECONDS", 0.2)
-    took = asyncio.Event()
+    took, released = asyncio.Event(), asyncio.Event()
+    handlers: list[asyncio.Task[object]] = []
 
     async def busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        took.set()
-        await asyncio.sleep(30)  # holds the connection open, answers nothing
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]  # in a task
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            took.set()
+            await released.wait()  # holds the connection open, answers nothing
+        finally:
+            writer.close()
 
     server = await asyncio.start_unix_server(busy, str(tmp_path / "d.sock"))
     client = DaemonClient("sb1", tmp_path / "d.sock")
@@ -162,5 +167,9 @@ async def test_a_daemon_slow_to_answer_is_not_called_not_running(
         assert caught.value.code == "sandbox_error" and "still runs" in caught.value.message
         assert took.is_set()
     finally:
+        # Python 3.11's server.close() does not end a handler: it would be destroyed pending.
+        released.set()
+        await asyncio.wait_for(asyncio.gather(*handlers, return_exceptions=True), 10)
         await client.aclose()
         server.close()
+        await server.wait_closed()
