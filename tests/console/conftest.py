@@ -177,6 +177,7 @@ async def ask_console(
     from ringfence.network import EgressGateway
     from ringfence.server import create_app
     from ringfence.service.approvals import ApprovalService
+    from ringfence.service.budget import Budget
     from ringfence.service.egress_asks import EgressAsks
     from ringfence.service.executions import ExecutionService
     from ringfence.service.sandboxes import SandboxService
@@ -187,9 +188,12 @@ async def ask_console(
     store = await SqlStore.open(request.getfixturevalue(f"{request.param}_database"))
     executor = LocalExecutor(config, host=local_host, egress=gateway)
     audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-    sandboxes = SandboxService(store, LocalSandboxRuntime(executor, config), config, audit)
+    budget = Budget.for_server(config)  # sandboxes and executions count together
+    sandboxes = SandboxService(
+        store, LocalSandboxRuntime(executor, config), config, audit, budget=budget
+    )
     sandboxes.egress_gateway = gateway
-    executions = ExecutionService(store, executor, config, audit)
+    executions = ExecutionService(store, executor, config, audit, budget=budget)
     notifier = WebhookNotifier([receiver.url], SECRET, first_backoff=0.05)
     asks = EgressAsks(audit, config, notifier)  # as `ringfence serve` wires them
     sandboxes.egress_asker = executions.egress_asker = asks

@@ -197,7 +197,8 @@ def test_every_replica_opens_proposals_credentials_with_one_key(tmp_path: Path) 
     )
     sealed = key.seal(policy, tenant="acme", proposal_id="cp1")
     other = CredentialKey.load_or_create(replica)
-    assert other.open(sealed, key.marked(policy), tenant="acme", proposal_id="cp1") == policy
+    marked = key.marked(policy, tenant="acme", proposal_id="cp1")
+    assert other.open(sealed, marked, tenant="acme", proposal_id="cp1") == policy
 
 
 def test_without_a_credentials_key_file_a_new_key_is_rendered_and_said_so(tmp_path: Path) -> None:

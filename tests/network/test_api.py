@@ -23,6 +23,7 @@ from ringfence.network import EgressGateway
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
+from ringfence.service.budget import Budget
 from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
@@ -78,9 +79,12 @@ async def net_api(
         store = await SqlStore.open(request.getfixturevalue("postgres_database"))
     executor = LocalExecutor(config, host=local_host, egress=gateway)
     audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-    sandboxes = SandboxService(store, LocalSandboxRuntime(executor, config), config, audit)
+    budget = Budget.for_server(config)  # sandboxes and executions count together
+    sandboxes = SandboxService(
+        store, LocalSandboxRuntime(executor, config), config, audit, budget=budget
+    )
     sandboxes.egress_gateway = gateway
-    executions = ExecutionService(store, executor, config, audit)
+    executions = ExecutionService(store, executor, config, audit, budget=budget)
     sandboxes.egress_asker = executions.egress_asker = EgressAsks(audit, config)
     app = create_app(
         store=store, executions=executions, sandboxes=sandboxes, audit=audit,

@@ -84,7 +84,7 @@ async def _serving(local_host: object, store: Store, over_http: bool = False) ->
     sandboxes = SandboxService(
         store, LocalSandboxRuntime(executor, Config()), Config(), audit, budget=budget
     )
-    executions = ExecutionService(store, executor, Config(), audit, budget)
+    executions = ExecutionService(store, executor, Config(), audit, budget=budget)
     app = create_app(
         store=store,
         executions=executions,

@@ -66,8 +66,8 @@ def serving(local_host: object) -> Serving:
         if config.pool_sizes:
             image_for = lambda name: template_image(name, config)  # noqa: E731
             pool = WarmPool(runtime, config, config.pool_sizes, image_for, budget)
-        sandboxes = SandboxService(store, runtime, config, audit, pool, budget)
-        executions = ExecutionService(store, executor, config, audit, budget)
+        sandboxes = SandboxService(store, runtime, config, audit, pool, budget=budget)
+        executions = ExecutionService(store, executor, config, audit, budget=budget)
         app = create_app(
             store=store, executions=executions, sandboxes=sandboxes, audit=audit,
             approvals=ApprovalService(store, executions, audit, config),

@@ -10,6 +10,7 @@ import httpx
 
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.service.budget import Budget
 from ringfence.service.executions import RESTART_ERROR, ExecutionService
 from ringfence.store import MemoryStore
 from tests.server.conftest import Api
@@ -224,7 +225,7 @@ async def test_executions_cut_off_by_a_restart_are_marked_failed() -> None:
     await store.add_execution(
         "acme", request, ExecutionResult(execution_id="cut", status=Status.RUNNING)
     )
-    service = ExecutionService(store, executor=None)  # type: ignore[arg-type]
+    service = ExecutionService(store, executor=None, budget=Budget())  # type: ignore[arg-type]
     assert await service.reconcile() == 1
     record = await store.get_execution("acme", "cut")
     assert record is not None and record.result.status is Status.FAILED
@@ -294,7 +295,10 @@ async def test_a_cancel_racing_the_submit_is_not_lost(local_host: object) -> Non
             return await super().add_execution(*args, **kwargs)
 
     store = SlowStore()
-    service = ExecutionService(store, LocalExecutor(Config(), host=local_host), Config())
+    service = ExecutionService(
+        store, LocalExecutor(Config(), host=local_host), Config(),
+        budget=Budget.for_server(Config()),
+    )  # fmt: skip
     request = ExecutionRequest(id="race", command=["sleep", "30"])
     submitted = asyncio.create_task(service.submit("acme", request, wait=True))
     await asyncio.sleep(0.05)  # the submit is now recording

@@ -11,6 +11,7 @@ from ringfence.models import MIN_SANDBOX_MEMORY, MIN_SANDBOX_PIDS, ResourceLimit
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
+from ringfence.service.budget import Budget
 from ringfence.service.executions import ExecutionService
 from ringfence.service.sandboxes import SandboxService
 from ringfence.store import MemoryStore
@@ -19,11 +20,12 @@ from ringfence.store import MemoryStore
 def _document(config: Config) -> dict[str, Any]:
     store = MemoryStore()
     audit = AuditLog(store, SealKey.generate())
-    executions = ExecutionService(store, ProcessExecutor(config), config, audit)
+    budget = Budget.for_server(config)
+    executions = ExecutionService(store, ProcessExecutor(config), config, audit, budget=budget)
     app = create_app(
         store=store,
         executions=executions,
-        sandboxes=SandboxService(store, None, config, audit),
+        sandboxes=SandboxService(store, None, config, audit, budget=budget),
         audit=audit,
         approvals=ApprovalService(store, executions, audit, config),
     )

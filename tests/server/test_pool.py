@@ -16,6 +16,7 @@ from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import SandboxNotFound, SandboxNotRunning, StoreError
 from ringfence.models import ResourceLimits, Sandbox, SandboxSpec, SandboxState
+from ringfence.service.budget import Budget
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.pool import WarmPool
 from ringfence.service.sandboxes import SandboxService, template_image
@@ -51,7 +52,7 @@ async def pooled(local_host: object, store: GatedStore) -> AsyncIterator[Sandbox
     config = Config()
     runtime = LocalSandboxRuntime(LocalExecutor(config, host=local_host), config)
     pool = WarmPool(runtime, config, {"base": 2}, lambda name: template_image(name, config))
-    service = SandboxService(store, runtime, config, pool=pool)
+    service = SandboxService(store, runtime, config, pool=pool, budget=Budget.for_server(config))
     service.start()
     yield service
     await service.aclose()

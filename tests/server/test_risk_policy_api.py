@@ -22,6 +22,7 @@ from ringfence.config import Config
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
+from ringfence.service.budget import Budget
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
 from ringfence.service.sandboxes import SandboxService
@@ -73,10 +74,13 @@ async def server(local_host: object, sqlite_database: str, tmp_path: Path) -> As
     store = await SqlStore.open(sqlite_database)
     executor = LocalExecutor(config, host=local_host)  # type: ignore[arg-type]
     audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-    executions = ExecutionService(store, executor, config, audit)
+    budget = Budget.for_server(config)  # sandboxes and executions count together
+    executions = ExecutionService(store, executor, config, audit, budget=budget)
     app = create_app(
         store=store, executions=executions, audit=audit,
-        sandboxes=SandboxService(store, LocalSandboxRuntime(executor, config), config, audit),
+        sandboxes=SandboxService(
+            store, LocalSandboxRuntime(executor, config), config, audit, budget=budget
+        ),
         approvals=ApprovalService(store, executions, audit, config),
     )  # fmt: skip
     keys = {

@@ -14,6 +14,7 @@ from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import SandboxSpec, SandboxState
+from ringfence.service.budget import Budget
 from ringfence.service.sandboxes import SandboxService
 from ringfence.store import MemoryStore
 from ringfence.templates import import_template
@@ -25,7 +26,10 @@ async def _service(local_host: object, config: Config) -> AsyncIterator[SandboxS
 
     assert isinstance(local_host, Host)
     executor = LocalExecutor(config, host=local_host)
-    service = SandboxService(MemoryStore(), LocalSandboxRuntime(executor, config), config)
+    service = SandboxService(
+        MemoryStore(), LocalSandboxRuntime(executor, config), config,
+        budget=Budget.for_server(config),
+    )  # fmt: skip
     yield service
     await service.aclose()
 

@@ -13,6 +13,7 @@ from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, TooManyRequests
 from ringfence.models import SandboxSpec
+from ringfence.service.budget import Budget
 from ringfence.service.sandboxes import SandboxService
 from ringfence.store import MemoryStore
 
@@ -26,7 +27,7 @@ async def service(local_host: object) -> AsyncIterator[SandboxService]:
     assert isinstance(local_host, Host)
     config = Config(max_sandboxes_per_tenant=2, pool_sizes={})
     runtime = LocalSandboxRuntime(LocalExecutor(config, host=local_host), config)
-    service = SandboxService(MemoryStore(), runtime, config)
+    service = SandboxService(MemoryStore(), runtime, config, budget=Budget.for_server(config))
     yield service
     await service.aclose()
 

@@ -22,6 +22,7 @@ from ringfence.network import Requester
 from ringfence.proposals import ProposalSpec, Risk
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
+from ringfence.service.budget import Budget
 from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import Principal
@@ -81,7 +82,13 @@ async def receiver() -> AsyncIterator[Receiver]:
 async def _service(local_executor: object, notifier: WebhookNotifier) -> ApprovalService:
     store = MemoryStore()
     audit = AuditLog(store, SealKey.generate())
-    executions = ExecutionService(store, local_executor, Config(), audit)  # type: ignore[arg-type]
+    executions = ExecutionService(
+        store,
+        local_executor,
+        Config(),
+        audit,
+        budget=Budget.for_server(Config()),  # type: ignore[arg-type]
+    )
     return ApprovalService(store, executions, audit, Config(), notifier)
 
 

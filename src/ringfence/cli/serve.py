@@ -109,7 +109,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
     audit = AuditLog(store, SealKey.load_or_create(config.data_dir))
     await audit.check_key()  # fails closed: a log no export of which could verify
     budget = Budget.for_server(config)  # one for both: sandboxes and executions count together
-    service = ExecutionService(store, executor, config, audit, budget)
+    service = ExecutionService(store, executor, config, audit, budget=budget)
     runtime = create_sandbox_runtime(executor, config)
     pool = None
     if runtime is not None and any(config.pool_sizes.values()):
@@ -120,7 +120,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
         from ringfence.backends.kubernetes.replica_egress import start_replica_egress
 
         await start_replica_egress(config, executor, runtime)
-    sandboxes = SandboxService(store, runtime, config, audit, pool, budget)
+    sandboxes = SandboxService(store, runtime, config, audit, pool, budget=budget)
     sandboxes.egress_gateway = getattr(executor, "egress", None)  # live policy changes
     notifier = None
     if config.webhook_urls:

@@ -384,7 +384,8 @@ class ApprovalService:
         if network is None or not any(rule.headers for rule in network.rules):
             return request, None
         sealed = self._credentials.seal(network, tenant=tenant, proposal_id=proposal_id)
-        return request.model_copy(update={"network": self._credentials.marked(network)}), sealed
+        marked = self._credentials.marked(network, tenant=tenant, proposal_id=proposal_id)
+        return request.model_copy(update={"network": marked}), sealed
 
     def _opened(
         self, tenant: str, proposal: Proposal, request: ExecutionRequest

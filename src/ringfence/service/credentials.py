@@ -12,9 +12,12 @@ stored in clear.
   proposal id) under this key, which lives outside the database. What the proposal shows,
   stores in clear and digests has each value replaced by a marker,
   ``<redacted hmac-sha256:HEX>``: a keyed fingerprint (HMAC-SHA256 under this key, the
-  first 128 bits), so the digest an approver approves binds the exact values (another value
-  is another marker, another digest: a new approval), equal values show as equal, and the
-  value itself, however guessable, can be neither read nor tested from it without the key.
+  first 128 bits) of the tenant, the proposal id, the header's name and the value, so the
+  digest an approver approves binds the exact values (another value is another marker,
+  another digest: a new approval), and the value itself, however guessable, can be neither
+  read nor tested from it without the key. Equal values show as equal within one proposal
+  only: were markers the same across proposals, any key that may propose could propose a
+  guessed value and compare its marker with another proposal's (a guessing oracle).
 
 The key is a file in the data directory (``credentials-key``, 32 random bytes in base64,
 made 0600 on first start). Replicas that share a database must share it, as they share
@@ -113,11 +116,15 @@ class CredentialKey:
             temporary.unlink()
         return cls(secret)
 
-    def marked(self, policy: NetworkPolicy) -> NetworkPolicy:
-        """``policy`` with each header value replaced by its marker."""
+    def marked(self, policy: NetworkPolicy, *, tenant: str, proposal_id: str) -> NetworkPolicy:
+        """``policy`` with each header value replaced by its marker, for this tenant's
+        proposal only."""
+        context = _context(tenant, proposal_id)
         rules = [
             rule.model_copy(
-                update={"headers": {n: self._marker(n, v) for n, v in rule.headers.items()}}
+                update={
+                    "headers": {n: self._marker(context, n, v) for n, v in rule.headers.items()}
+                }
             )
             for rule in policy.rules
         ]
@@ -153,12 +160,17 @@ class CredentialKey:
                 f"key ({type(exc).__name__}): replicas must share the data directory's "
                 f"{KEY_FILE}; propose it again"
             ) from None
-        if self.marked(policy) != marked:
-            raise Conflict("this proposal's sealed credentials are not the ones it shows: refused")
+        if self.marked(policy, tenant=tenant, proposal_id=proposal_id) != marked:
+            raise Conflict(
+                "this proposal's sealed credentials are not the ones it shows (or it was "
+                "proposed by a version whose markers were not bound to their proposal): "
+                "refused; propose it again"
+            )
         return policy
 
-    def _marker(self, name: str, value: str) -> str:
-        message = f"{name.lower()}\0{value}".encode()
+    def _marker(self, context: bytes, name: str, value: str) -> str:
+        # Every part but the value is free of NULs (ids and header names are tokens).
+        message = context + f"\0{name.lower()}\0{value}".encode()
         fingerprint = hmac.digest(self._mark, message, hashlib.sha256)[:_FINGERPRINT_BYTES]
         return f"{_MARKER_PREFIX}{fingerprint.hex()}>"
 

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ringfence.audit.chain import SYSTEM
@@ -70,16 +71,17 @@ class ExecutionService:
         executor: Executor,
         config: Config | None = None,
         audit: AuditLog | None = None,
-        budget: Budget | None = None,
+        *,
+        budget: Budget,
     ) -> None:
         """``audit`` None: nothing is recorded (the CLI's own runs). ``budget``: what tenants
-        and the server may hold, shared with the sandbox service (default: one of its own,
-        from ``config``)."""
+        and the server may hold; the server's sandbox service must be given the same one,
+        or sandboxes and executions are not counted together (so there is no default)."""
         self._store = store
         self._executor = executor
         self._config = config or Config()
         self._audit = audit
-        self._budget = budget or Budget.for_server(self._config)
+        self._budget = budget
         self._live: dict[tuple[str, str], _Submission] = {}
         self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
 
@@ -140,7 +142,7 @@ class ExecutionService:
             InvalidRequest: the request is not allowed, or the backend cannot honour it, or
                 its id has the form reserved for proposals' executions (not ``approved``).
             TooManyRequests: the tenant's budget (sandboxes and executions, memory, CPU)
-                has no room for it.
+                has no room for it (never for an ``approved`` run: it is not counted there).
             ServerAtCapacity: the server's totals have no room for it.
         """
         if not approved and is_proposal_id(request.id):
@@ -158,7 +160,11 @@ class ExecutionService:
         if key in self._live:  # being recorded right now by a concurrent submit
             raise DuplicateExecution(f"an execution with id {request.id!r} already exists")
         limits = request.limits.merged_over(self._config.default_limits)
-        reservation = self._budget.reserve(tenant, self._budget.amount(limits))
+        # An approved remediation is the humans' decision, not the tenant's: it is not
+        # counted in the tenant's budget (its agent could fill it to make the run fail),
+        # only in the server's totals, like a warm-pool sandbox.
+        holder = None if approved else tenant
+        reservation = self._budget.reserve(holder, self._budget.amount(limits))
         submission = _Submission(internal.id, reservation, actor)
         self._live[key] = submission  # before the first await: a cancel can find it now
         try:
@@ -239,42 +245,65 @@ class ExecutionService:
             self._record(tenant, SYSTEM, "execution.start", execution_id)
             starts.append(asyncio.create_task(self._store_result(tenant, execution_id, running)))
 
-        try:
-            if submission.cancel.is_set():
-                result = ExecutionResult(
-                    execution_id=internal.id, status=Status.CANCELLED,
-                    error="cancelled before it started",
-                )  # fmt: skip
-            else:
-                # execute() registers the run before its first await, so from here on a
-                # cancel reaches the executor.
-                subject = f"execution:{execution_id}"
-                requester = Requester(
-                    tenant, subject, submission.actor, self._audit, self.egress_asker
-                )
-                with requesting(requester):
-                    result = await self._executor.execute(internal, on_start=on_start)
-        except Exception as exc:  # boundary: whatever happens, the execution must end
-            log.exception("execution %s/%s failed inside Ringfence", tenant, execution_id)
-            message = exc.message if isinstance(exc, RingfenceError) else "internal error"
-            result = ExecutionResult(execution_id=internal.id, status=Status.FAILED, error=message)
-        result = result.model_copy(update={"execution_id": execution_id})
-        self._record(
-            tenant,
-            SYSTEM,
-            "execution.end",
-            execution_id,
-            outcome=result.status.value,
-            details={"exit_code": result.exit_code, "error": result.error},
+        # Whatever happens here (an error, a cancel of this task), the reservation is given
+        # back once and every waiter gets an answer: all of it under one finally.
+        result = ExecutionResult(
+            execution_id=execution_id, status=Status.FAILED, error="internal error"
         )
         try:
+            result = await self._execute(tenant, execution_id, internal, submission, on_start)
+            result = result.model_copy(update={"execution_id": execution_id})
+            self._record(
+                tenant,
+                SYSTEM,
+                "execution.end",
+                execution_id,
+                outcome=result.status.value,
+                details={"exit_code": result.exit_code, "error": result.error},
+            )
             # The "running" write goes first: the final result must never be overwritten.
             await asyncio.gather(*starts, return_exceptions=True)
             await self._store_result(tenant, execution_id, result)
+        except asyncio.CancelledError:  # the server stops: a restart's reconcile marks it
+            result = ExecutionResult(
+                execution_id=execution_id, status=Status.CANCELLED,
+                error="cancelled: the server stopped it",
+            )  # fmt: skip
+            raise
+        except Exception:  # boundary: recording or storing failed; the run has ended
+            log.exception("execution %s/%s could not be recorded", tenant, execution_id)
         finally:
-            del self._live[tenant, execution_id]
+            if self._live.get((tenant, execution_id)) is submission:
+                del self._live[tenant, execution_id]
             self._budget.release(submission.reservation)
-            submission.done.set_result(result)
+            if not submission.done.done():
+                submission.done.set_result(result)
+
+    async def _execute(
+        self,
+        tenant: str,
+        execution_id: str,
+        internal: ExecutionRequest,
+        submission: _Submission,
+        on_start: Callable[[ExecutionResult], None],
+    ) -> ExecutionResult:
+        """Run it; an error inside Ringfence is a failed result, not an exception."""
+        try:
+            if submission.cancel.is_set():
+                return ExecutionResult(
+                    execution_id=internal.id, status=Status.CANCELLED,
+                    error="cancelled before it started",
+                )  # fmt: skip
+            # execute() registers the run before its first await, so from here on a
+            # cancel reaches the executor.
+            subject = f"execution:{execution_id}"
+            requester = Requester(tenant, subject, submission.actor, self._audit, self.egress_asker)
+            with requesting(requester):
+                return await self._executor.execute(internal, on_start=on_start)
+        except Exception as exc:  # boundary: whatever happens, the execution must end
+            log.exception("execution %s/%s failed inside Ringfence", tenant, execution_id)
+            message = exc.message if isinstance(exc, RingfenceError) else "internal error"
+            return ExecutionResult(execution_id=internal.id, status=Status.FAILED, error=message)
 
     async def _store_result(self, tenant: str, execution_id: str, result: ExecutionResult) -> None:
         for attempt in range(3):

@@ -101,10 +101,30 @@ class WarmPool:
             if warm.live.running:
                 pool.stats.hits += 1
                 return warm
-            self._give_back(warm.reservation)  # ended idle: its watcher leaves it to us
+            self._ended_idle(warm)  # its watcher leaves it to us
         pool.stats.misses += 1
         pool.wanted.set()
         return None
+
+    async def evict(self) -> bool:
+        """Kill one idle pooled sandbox and give its share of the server's totals back, for
+        a tenant's create the server has no room for (a tenant's request comes before a
+        sandbox nobody asked for yet). Whether there was one. The pool refills at its next
+        claim or end, when the filler waits its turn for room like any other start."""
+        pool = max(self._templates.values(), key=lambda p: len(p.ready), default=None)
+        if pool is None or not pool.ready:
+            return False
+        warm = pool.ready.pop()  # the newest: the oldest has waited longest to be claimed
+        await self._discard(warm)
+        return True
+
+    def _ended_idle(self, warm: Warm) -> None:
+        """A pooled sandbox taken out of the pool that had ended meanwhile: its share and
+        its daemon's connections go back (its watcher, finding it gone, leaves them)."""
+        self._give_back(warm.reservation)
+        closing = asyncio.create_task(warm.daemon.aclose())
+        self._watchers.add(closing)
+        closing.add_done_callback(self._watchers.discard)
 
     def _refill(self, pool: _Template) -> None:
         if not pool.ready:
@@ -191,7 +211,7 @@ class WarmPool:
         try:
             pool.ready.remove(warm)
         except ValueError:
-            return  # it was claimed: its new owner ends it
+            return  # claimed (its new owner ends it), or taken ended (_ended_idle, evict)
         pool.wanted.set()
         self._give_back(warm.reservation)
         await warm.daemon.aclose()

@@ -30,6 +30,7 @@ from ringfence.errors import (
     SandboxError,
     SandboxNotFound,
     SandboxNotRunning,
+    ServerAtCapacity,
     TooManyRequests,
 )
 from ringfence.models import (
@@ -45,7 +46,7 @@ from ringfence.models import (
 from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, SessionLookup, requesting
 from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Budget, Reservation
+from ringfence.service.budget import Amount, Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.policy import check_limits, check_timeout
 from ringfence.service.pool import PoolStats, Warm, WarmPool
@@ -95,18 +96,20 @@ class SandboxService:
         config: Config,
         audit: AuditLog | None = None,
         pool: WarmPool | None = None,
-        budget: Budget | None = None,
+        *,
+        budget: Budget,
     ) -> None:
         """``runtime`` None: this server's backend cannot run interactive sandboxes.
         ``audit`` None: nothing is recorded. ``pool``: ready sandboxes to claim.
-        ``budget``: what tenants and the server may hold, shared with the execution service
-        (default: one of its own, from ``config``)."""
+        ``budget``: what tenants and the server may hold; the server's execution service
+        must be given the same one, or sandboxes and executions are not counted together
+        (so there is no default)."""
         self._store = store
         self._runtime = runtime
         self._config = config
         self._audit = audit
         self._pool = pool
-        self._budget = budget or Budget.for_server(config)
+        self._budget = budget
         self._live: dict[str, _Live] = {}
         self._watchers: set[asyncio.Task[None]] = set()
         self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
@@ -219,7 +222,7 @@ class SandboxService:
                     return await self._bind(warm, tenant, sandbox, spec, timeout, actor, held)
             else:
                 self._pool.pass_over(spec.template)
-        held.append(self._budget.reserve(None, self._budget.amount(sandbox.limits)))
+        held.append(await self._reserve_host(self._budget.amount(sandbox.limits)))
         launch = LaunchSpec(
             image=image,
             env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
@@ -278,6 +281,20 @@ class SandboxService:
             raise
         self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", described)
         return sandbox
+
+    async def _reserve_host(self, amount: Amount) -> Reservation:
+        """A share of the server's totals; idle pooled sandboxes are evicted to make room
+        before a tenant is told the server is full.
+
+        Raises:
+            ServerAtCapacity: there is no room, even with the pool emptied.
+        """
+        while True:
+            try:
+                return self._budget.reserve(None, amount)
+            except ServerAtCapacity:
+                if self._pool is None or not await self._pool.evict():
+                    raise
 
     async def _bind(
         self,
