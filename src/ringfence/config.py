@@ -294,6 +294,13 @@ class Config(BaseSettings):
         description="Port where a Job's Pod asks whether the egress proxy admits it yet "
         "(its command starts only then).",
     )
+    kubernetes_reserved_services: list[str] = Field(
+        default_factory=list,
+        description="Services in front of Ringfence's API (JSON list of NAME:PORT, e.g. "
+        '["ringfence-control-plane.ringfence-system.svc:80"]) that the job backend\'s egress '
+        "proxy never connects to: resolved when a replica starts, which fails if one does "
+        "not resolve. 'ringfence k8s render' sets its own Service's.",
+    )
     kubernetes_api_server_cidrs: list[str] = Field(
         default_factory=lambda: ["10.96.0.1/32"],
         description="Addresses of the API server's endpoints (kubectl get endpoints "
@@ -349,4 +356,13 @@ class Config(BaseSettings):
     def _endpoints(cls, value: list[str]) -> list[str]:
         for text in value:
             parse_endpoint(text)
+        return value
+
+    @field_validator("kubernetes_reserved_services")
+    @classmethod
+    def _services(cls, value: list[str]) -> list[str]:
+        for text in value:
+            name, _, port = text.strip().rpartition(":")
+            if not name or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+                raise ValueError(f"{text!r} is not NAME:PORT (a port from 1 to 65535)")
         return value

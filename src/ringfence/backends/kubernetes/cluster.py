@@ -16,6 +16,7 @@ and its gate's.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
 
 CONTROL_PLANE = "ringfence-control-plane"
 _PORT = 8080
+_SERVICE_PORT = 80
 _DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 _API_PORTS = [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]
 # The replica's own Pod IP (downward API): where its sandboxes reach its egress proxy.
@@ -83,8 +85,8 @@ def cluster_manifests(settings: ClusterSettings) -> list[Manifest]:
         _secret(system, settings.database_url),
         _seal_key_secret(system, settings.seal_key),
         _key_secret(CREDENTIALS_KEY_SECRET, system, CREDENTIALS_KEY_FILE, settings.credentials_key),
+        _service(system),  # before the replicas: they resolve its name when they start
         _deployment(system, settings),
-        _service(system),
     ]
     return objects
 
@@ -302,6 +304,7 @@ def _runtime_class(name: str) -> Manifest:
 
 def _config_env(settings: ClusterSettings) -> dict[str, str]:
     config = settings.config
+    service = f"{CONTROL_PLANE}.{config.kubernetes_control_plane_namespace}.svc"
     env = {
         "SANDBOX_BACKEND": "job",
         "RINGFENCE_NAMESPACE": config.namespace,
@@ -312,6 +315,9 @@ def _config_env(settings: ClusterSettings) -> dict[str, str]:
         "RINGFENCE_KUBERNETES_EGRESS_PROXY_PORT": str(config.kubernetes_egress_proxy_port),
         "RINGFENCE_KUBERNETES_EGRESS_GATE_PORT": str(config.kubernetes_egress_gate_port),
         "RINGFENCE_DATA_DIR": "/var/lib/ringfence",
+        # The API's Service: never a destination of the egress proxy (its Pods' API port is
+        # refused on every internal address already).
+        "RINGFENCE_KUBERNETES_RESERVED_SERVICES": json.dumps([f"{service}:{_SERVICE_PORT}"]),
     }
     if settings.runtime_class:
         env["RINGFENCE_RUNTIME_CLASS_NAME"] = settings.runtime_class
@@ -465,6 +471,8 @@ def _service(system: str) -> Manifest:
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
-            "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [
+                {"name": "http", "port": _SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}
+            ],
         },
     }

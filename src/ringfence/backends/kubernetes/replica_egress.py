@@ -10,8 +10,12 @@ and the runtime; without one it does nothing, and egress rules stay refused (fai
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import ipaddress
+import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringfence.backends.kubernetes.egress import EgressProxy
@@ -20,6 +24,7 @@ from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import NetworkMode, NetworkPolicy
 from ringfence.network.own import own_endpoints_of
+from ringfence.network.policy import Address, OwnEndpoints, internal_networks
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import EgressSession, current_requester
 
@@ -27,7 +32,10 @@ if TYPE_CHECKING:
     from ringfence.backends._interactive import SandboxRuntime
     from ringfence.backends._protocol import Executor
 
-__all__ = ["ReplicaEgress", "has_rules", "start_replica_egress"]
+__all__ = ["ReplicaEgress", "has_rules", "replica_own_endpoints", "start_replica_egress"]
+
+_INTERNAL = (*internal_networks(ipaddress.ip_network("0.0.0.0/0")),
+             *internal_networks(ipaddress.ip_network("::/0")))  # fmt: skip
 
 
 def has_rules(network: NetworkPolicy | None) -> bool:
@@ -69,7 +77,7 @@ async def start_replica_egress(
 
     Raises:
         InvalidRequest: TLS interception is configured (no CA reaches sandbox Pods).
-        OSError: it cannot listen there.
+        OSError: it cannot listen there, or a reserved Service does not resolve.
     """
     from ringfence.backends.kubernetes.backend import JobExecutor
     from ringfence.backends.kubernetes.interactive import PodSandboxRuntime
@@ -86,7 +94,7 @@ async def start_replica_egress(
     address = str(config.pod_ip)
     listening = [(config.pod_ip, config.kubernetes_egress_proxy_port),
                  (config.pod_ip, config.kubernetes_egress_gate_port)]  # fmt: skip
-    own = own_endpoints_of(config, listening)
+    own = await replica_own_endpoints(config, listening)
     proxy = PodEgressProxy(Resolver(config.network_hosts), own=own)
     try:
         port = await proxy.start(address, config.kubernetes_egress_proxy_port)
@@ -99,3 +107,31 @@ async def start_replica_egress(
     if runtime is not None:
         runtime.use_egress(egress)
     return egress
+
+
+async def replica_own_endpoints(
+    config: Config, listening: list[tuple[Address, int]], proc: Path = Path("/proc")
+) -> OwnEndpoints:
+    """Ringfence's endpoints as a replica sees them. Every replica listens on the same
+    ports (its API's, ``listening``'s), so these are refused on *every* internal address,
+    not only this Pod's: another replica's Pod IP is one. The Services in front of the API
+    (``kubernetes_reserved_services``; a Service's port may differ from its Pods') are
+    refused at the addresses their names resolve to now (a ClusterIP is stable).
+
+    Raises:
+        OSError: this host's addresses cannot be read, or a Service does not resolve.
+    """
+    loop = asyncio.get_running_loop()
+    services: list[tuple[Address, int]] = []
+    for text in config.kubernetes_reserved_services:
+        name, _, port = text.strip().rpartition(":")
+        try:
+            infos = await loop.getaddrinfo(name.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise OSError(
+                f"kubernetes_reserved_services: {text!r} does not resolve: {exc}"
+            ) from exc
+        services += [(ipaddress.ip_address(str(info[4][0]).partition("%")[0]), int(port))
+                     for info in infos]  # fmt: skip
+    own = own_endpoints_of(config, [*listening, *services], proc)
+    return dataclasses.replace(own, host=tuple(dict.fromkeys((*own.host, *_INTERNAL))))
