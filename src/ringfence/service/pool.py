@@ -114,7 +114,7 @@ class WarmPool:
         pool = max(self._templates.values(), key=lambda p: len(p.ready), default=None)
         if pool is None or not pool.ready:
             return False
-        warm = pool.ready.pop()  # the newest: the oldest has waited longest to be claimed
+        warm = pool.ready.pop()
         await self._discard(warm)
         return True
 
@@ -217,7 +217,7 @@ class WarmPool:
         await warm.daemon.aclose()
 
     async def _discard(self, warm: Warm) -> None:
-        await warm.live.kill()
+        await warm.live.kill()  # should it fail, the sandbox may live on: its share stays held
         self._give_back(warm.reservation)
         await warm.daemon.aclose()
 
