@@ -22,6 +22,9 @@ What is counted, and why:
 - **Warm-pool sandboxes** hold host reservations (no tenant) from their start, so the host
   total includes them. The tenant pays only once it claims one: the claim adds a tenant-only
   reservation beside the pool's host one, so nothing is counted twice.
+- **Approved remediations** (a proposal's run) hold host reservations only, like the pool:
+  an approval is the humans' decision, which an agent filling its tenant's budget must not
+  be able to defeat.
 
 Reservations are per server process: each replica bounds its own host (on the job backend the
 cluster schedules Pods, so only the tenant budgets apply there).
