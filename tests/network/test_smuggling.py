@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from ringfence.network import Requester, Resolver
 from ringfence.network.http import BadRequest, body_length, parse_head, starts_request
+from ringfence.network.intercept import Interceptor
 from ringfence.network.policy import OwnEndpoints, canonical_address, own_endpoints
 from ringfence.network.proxy import serve_client
 from ringfence.network.session import EgressSession
@@ -187,3 +190,61 @@ def test_a_zone_id_in_a_proxy_target_is_refused(target: str) -> None:
         parse_head(f"CONNECT {target} HTTP/1.1".encode())
     with pytest.raises(BadRequest, match="bad authority"):
         parse_head(f"GET http://{target}/ HTTP/1.1".encode())
+
+
+async def test_a_pipelined_second_request_in_an_intercepted_tunnel_never_reaches_the_origin(
+    audit: AuditLog, tls_files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    received = bytearray()
+
+    async def tls_origin(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            while b"\r\n\r\n" not in received and (chunk := await reader.read(65536)):
+                received.extend(chunk)
+            writer.write(_ANSWER)
+            await writer.drain()
+        writer.close()
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(*tls_files)
+    origin = await asyncio.start_server(tls_origin, "127.0.0.1", 0, ssl=context)
+    port = origin.sockets[0].getsockname()[1]
+    interceptor = Interceptor(tmp_path, ssl.create_default_context(cafile=str(tls_files[0])))
+    session = EgressSession(
+        Requester("acme", "execution:test", "key-1", audit),
+        rules(
+            {
+                "domain": "allowed.test",
+                "cidr": "127.0.0.1/32",
+                "ports": [port],
+                "headers": {"X-Api-Key": "k"},
+            }
+        ),
+    )
+    resolver = Resolver({"allowed.test": ["127.0.0.1"]}, system=False)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await serve_client(session, resolver, reader, writer, interceptor, own=OwnEndpoints())
+
+    proxy = await asyncio.start_server(serve, "127.0.0.1", 0)
+    async with origin, proxy:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", proxy.sockets[0].getsockname()[1]
+        )
+        writer.write(f"CONNECT allowed.test:{port} HTTP/1.1\r\n\r\n".encode())
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
+        trusting = ssl.create_default_context(cadata=interceptor.ca_pem.decode())
+        await writer.start_tls(trusting, server_hostname="allowed.test")
+        writer.write(
+            b"POST /first HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 4\r\n\r\nbody"
+            b"GET /second HTTP/1.1\r\nHost: evil.test\r\n\r\n"
+        )
+        answer = b""
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            answer = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+    interceptor.close()
+    assert answer.endswith(_ANSWER), answer
+    assert received.startswith(b"POST /first HTTP/1.1\r\n") and b"X-Api-Key: k\r\n" in received
+    assert received.endswith(b"\r\n\r\nbody"), received
+    assert b"/second" not in received and b"evil.test" not in received
