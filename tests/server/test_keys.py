@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ringfence.errors import InvalidRequest, Unauthenticated
-from ringfence.service.keys import authenticate, bootstrap_admin_key, mint_key
-from ringfence.store import MemoryStore, Role
+from ringfence.service.keys import KeyCache, authenticate, bootstrap_admin_key, mint_key, rotate_key
+from ringfence.store import ApiKey, MemoryStore, Role
 
 
 async def test_a_key_authenticates_as_its_tenant_and_only_its_digest_is_stored() -> None:
@@ -46,3 +46,36 @@ async def test_no_admin_key_is_stored_when_its_file_cannot_be_written(tmp_path: 
     with pytest.raises(OSError):
         await bootstrap_admin_key(store, tmp_path)
     assert await store.count_keys() == 0, "the next start tries again instead of locking out"
+
+
+class _CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        self.reads += 1
+        return await super().get_key(key_id)
+
+
+async def test_wrong_secrets_for_a_known_key_do_not_each_read_the_store() -> None:
+    # Every wrong secret for a known id re-read the store: unauthenticated DB amplification.
+    store, cache = _CountingStore(), KeyCache(ttl=3600)
+    key = await mint_key(store, "acme", Role.AGENT)
+    await authenticate(store, key, cache)
+    key_id = key.split("_")[1]
+    before = store.reads
+    for n in range(50):
+        with pytest.raises(Unauthenticated):
+            await authenticate(store, f"rf_{key_id}_{'x' * 41}{n:02d}", cache)
+    assert store.reads - before <= 1, "one read again per key id and cache ttl, at most"
+
+
+async def test_another_replicas_new_secret_works_at_once() -> None:
+    store, cache = MemoryStore(), KeyCache(ttl=3600)
+    old = await mint_key(store, "acme", Role.AGENT, name="Grace")
+    await authenticate(store, old, cache)  # remembered with its old secret
+    key_id = old.split("_")[1]
+    _, new = await rotate_key(store, key_id, "another-replica")  # not through this cache
+    principal = await authenticate(store, new, cache)
+    assert principal.key_id == key_id and principal.name == "Grace"

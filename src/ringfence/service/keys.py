@@ -264,9 +264,11 @@ async def _matching(
     store: Store, key_id: str, digest: str, cache: KeyCache | None
 ) -> ApiKey | None:
     """The stored key whose digest is ``digest``, or None. A remembered key whose digest
-    differs is read again (it may have been rotated since)."""
+    differs is read again (it may have been rotated since, by another replica), once per
+    ``cache``'s ttl: wrong secrets for a known id do not each cost a store read."""
     stored = cache.get(key_id) if cache is not None else None
-    if stored is None or not hmac.compare_digest(stored.secret_hash, digest):
+    differs = stored is not None and not hmac.compare_digest(stored.secret_hash, digest)
+    if stored is None or (differs and cache is not None and cache.reread(key_id)):
         stored = await _stored(store, key_id, cache, fresh=True)
     # Compare even when the key is unknown, so timing does not tell which ids exist.
     expected = stored.secret_hash if stored else _digest("")
@@ -291,12 +293,14 @@ class KeyCache:
     """Stored keys (digests, never secrets) remembered for ``ttl`` seconds, so a request
     does not wait for the store (a SQLite lookup measured about 2 ms, most of a command's
     round-trip goal). Unknown ids are never cached. ``ttl`` bounds how long another
-    replica's revocation or rotation takes to reach this one."""
+    replica's revocation or rotation takes to reach this one, and how long its new secret
+    may take (at once, unless a wrong secret for that id made this replica read it lately)."""
 
     def __init__(self, ttl: float = KEY_CACHE_SECONDS, max_keys: int = 10_000) -> None:
         self._ttl = ttl
         self._max_keys = max_keys
         self._keys: dict[str, tuple[ApiKey, float]] = {}
+        self._reread: dict[str, float] = {}  # key id → when a differing secret read it again
 
     def get(self, key_id: str) -> ApiKey | None:
         found = self._keys.get(key_id)
@@ -309,8 +313,20 @@ class KeyCache:
             self._keys.clear()  # bounded; a refill costs one lookup per key
         self._keys[key.key_id] = (key, time.monotonic())
 
+    def reread(self, key_id: str) -> bool:
+        """Whether a secret that differs from the remembered key's may have the store read
+        again: once per ``ttl`` and key id (it is then noted as read)."""
+        now = time.monotonic()
+        if now - self._reread.get(key_id, -self._ttl - 1) <= self._ttl:
+            return False
+        if len(self._reread) >= self._max_keys:
+            self._reread.clear()
+        self._reread[key_id] = now
+        return True
+
     def forget(self, key_id: str) -> None:
         self._keys.pop(key_id, None)
+        self._reread.pop(key_id, None)
 
 
 FIRST_TENANT = "default"
