@@ -186,3 +186,30 @@ def test_ipv6_clients_are_counted_by_their_48() -> None:
     assert client_of("2001:db8:1:2::1") == client_of("2001:db8:1:ffff::1") == "2001:db8:1::/48"
     assert client_of("2001:db8:2::1") != client_of("2001:db8:1::1")
     assert client_of("::ffff:192.0.2.1") == "192.0.2.1"
+
+
+def test_a_full_server_serves_a_newcomer_and_closes_its_oldest_idle_connection(
+    tmp_path: Path,
+) -> None:
+    server = Server(
+        tmp_path / "data",
+        None,
+        env={
+            "RINGFENCE_REQUEST_HEAD_TIMEOUT": "60",  # no head deadline in the way
+            "RINGFENCE_MAX_UNAUTHENTICATED_CONNECTIONS_PER_CLIENT": str(CAP),
+            "RINGFENCE_MAX_UNAUTHENTICATED_CONNECTIONS": "4",
+            "RINGFENCE_POOL_SIZES": "{}",
+        },
+    )
+    server.start()
+    try:
+        held = [_connect(server, f"127.0.0.{n}") for n in (1, 1, 2, 2)]  # every slot
+        assert _request(held[-1], "/v1/health") == 200  # all four are admitted by now
+        newcomer = _connect(server, "127.0.0.3")
+        assert _request(newcomer, "/v1/health") == 200, "the newcomer is served"
+        _wait_closed(held[0])  # the oldest made room
+        assert not any(_closed_by_server(sock) for sock in held[1:])
+        for sock in [*held, newcomer]:
+            sock.close()
+    finally:
+        server.stop()
