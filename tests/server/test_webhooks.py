@@ -82,13 +82,8 @@ async def receiver() -> AsyncIterator[Receiver]:
 async def _service(local_executor: object, notifier: WebhookNotifier) -> ApprovalService:
     store = MemoryStore()
     audit = AuditLog(store, SealKey.generate())
-    executions = ExecutionService(
-        store,
-        local_executor,
-        Config(),
-        audit,
-        budget=Budget.for_server(Config()),  # type: ignore[arg-type]
-    )
+    budget = Budget.for_server(Config())
+    executions = ExecutionService(store, local_executor, Config(), audit, budget=budget)  # type: ignore[arg-type]
     return ApprovalService(store, executions, audit, Config(), notifier)
 
 
