@@ -6,7 +6,9 @@ asks for nothing the pool cannot give (default limits) claims one: it is then bo
 claimer (the environment and sandbox id through the daemon's ``/init``, the timeout moved
 to the claimer's) and never goes back; the pool refills in the background. No sandbox ever
 serves two claims, so nothing of one claim can be seen by the next. A pooled sandbox that
-idles past ``_IDLE_SECONDS`` expires and is replaced.
+idles past ``_IDLE_SECONDS`` expires and is replaced. When the server's totals have no
+room for a tenant's sandbox, idle pooled ones are evicted first (``evict``): a tenant's
+request comes before a sandbox nobody asked for yet.
 """
 
 from __future__ import annotations
