@@ -7,7 +7,6 @@ public key travels in every seal and is what ``ringfence audit verify --public-k
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from ringfence._keyfiles import create_once
 from ringfence.audit.chain import seal_message
 from ringfence.errors import InvalidRequest
 
@@ -49,21 +49,12 @@ class SealKey:
             return cls(Ed25519PrivateKey.from_private_bytes(seed))
         except FileNotFoundError:
             pass
-        key = Ed25519PrivateKey.generate()
-        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary = path.with_name(f".{KEY_FILE}.{os.getpid()}")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as file:
-            from cryptography.hazmat.primitives.serialization import NoEncryption, PrivateFormat
+        from cryptography.hazmat.primitives.serialization import NoEncryption, PrivateFormat
 
-            seed = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-            file.write(base64.b64encode(seed).decode() + "\n")
-        try:
-            os.link(temporary, path)  # fails if another process made one meanwhile: use it
-        except FileExistsError:
+        key = Ed25519PrivateKey.generate()
+        seed = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        if not create_once(path, seed):  # another process made one meanwhile: use it
             return cls.load_or_create(data_dir)
-        finally:
-            temporary.unlink()
         return cls(key)
 
     def sign(self, seq: int, at: str, prev_hash: str) -> dict[str, Any]:

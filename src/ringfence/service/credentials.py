@@ -31,7 +31,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import os
 import secrets
 import stat
 from pathlib import Path
@@ -40,6 +39,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import ValidationError
 
+from ringfence._keyfiles import create_once
 from ringfence.errors import Conflict
 from ringfence.models import NetworkPolicy
 
@@ -103,17 +103,8 @@ class CredentialKey:
     @classmethod
     def _create(cls, data_dir: Path, path: Path) -> CredentialKey:
         secret = secrets.token_bytes(32)
-        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary = path.with_name(f".{KEY_FILE}.{os.getpid()}")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as file:
-            file.write(base64.b64encode(secret).decode() + "\n")
-        try:
-            os.link(temporary, path)  # fails if another process made one meanwhile: use it
-        except FileExistsError:
+        if not create_once(path, secret):  # another process made one meanwhile: use it
             return cls.load_or_create(data_dir)
-        finally:
-            temporary.unlink()
         return cls(secret)
 
     def marked(self, policy: NetworkPolicy, *, tenant: str, proposal_id: str) -> NetworkPolicy:
