@@ -93,16 +93,17 @@ class BodyBeforeRefusal:
     reading the answer, and one that is still sending when the server closes a connection
     with unread bytes gets a reset instead. Read first, a refusal is read as the refusal.
 
-    The reading is bounded: at most ``max_bytes`` of body in all (with what the app read)
-    and ``seconds``; a body past either, or one that declares more, is not read and the
-    refusal goes out with ``Connection: close``. Before a connection has authenticated, the
+    The reading is bounded: at most twice ``max_bytes`` (the body limit) of body in all,
+    with what the app read, so that a body refused with 413 for being somewhat too large is
+    still read and its refusal seen, and ``seconds``; a body past either, or one that
+    declares more, is not read and the refusal goes out with ``Connection: close``. Before a connection has authenticated, the
     head deadline (``connections.py``) bounds its body's time, and the cap on connections
     before authentication the number of such bodies read at once.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, seconds: float = 5.0) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.max_bytes = 2 * max_bytes  # what a refusal may read: twice the body limit
         self.seconds = seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
