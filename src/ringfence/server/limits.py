@@ -96,9 +96,10 @@ class BodyBeforeRefusal:
     The reading is bounded: at most twice ``max_bytes`` (the body limit) of body in all,
     with what the app read, so that a body refused with 413 for being somewhat too large is
     still read and its refusal seen, and ``seconds``; a body past either, or one that
-    declares more, is not read and the refusal goes out with ``Connection: close``. Before a connection has authenticated, the
-    head deadline (``connections.py``) bounds its body's time, and the cap on connections
-    before authentication the number of such bodies read at once.
+    declares more, is not read and the refusal goes out with ``Connection: close``. Before a
+    connection has authenticated, the head deadline (``connections.py``) bounds its body's
+    time, and the cap on connections before authentication the number of such bodies read at
+    once.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, seconds: float = 5.0) -> None:
