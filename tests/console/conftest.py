@@ -17,10 +17,10 @@ import pytest
 
 from ringfence.audit.signing import SealKey
 from ringfence.config import Config
+from ringfence.models import Role
 from ringfence.service.audit import AuditLog
 from ringfence.service.keys import mint_key
 from ringfence.service.webhooks import WebhookNotifier
-from ringfence.store import Role
 from ringfence.store.sql import SqlStore
 from tests.integration._attack_helpers import eventually
 from tests.network.conftest import Origin, gateway, http_origin

@@ -12,12 +12,12 @@ from typing import Any
 
 import httpx
 
+from ringfence.models import AuditQuery, Role
 from ringfence.server.console.pages import render
 from ringfence.server.console.sessions import SessionTable
 from ringfence.service.egress_asks import EgressAsk, EgressAskState
 from ringfence.service.keys import Principal
 from ringfence.service.webhooks import signature
-from ringfence.store import AuditQuery, Role
 from tests.console.conftest import AskConsole, csrf_of, sign_in
 from tests.integration._attack_helpers import eventually
 from tests.server.test_webhooks import SECRET

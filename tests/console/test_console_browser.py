@@ -12,7 +12,7 @@ from typing import Any
 from playwright.async_api import Browser, Page
 
 from ringfence.audit.verify import verify_export
-from ringfence.store import AuditQuery
+from ringfence.models import AuditQuery
 from tests.console.conftest import Console
 
 XSS = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'

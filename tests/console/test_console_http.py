@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 
 import httpx
 
+from ringfence.models import AuditQuery
 from ringfence.server.console.pages import SECURITY_HEADERS
-from ringfence.store import AuditQuery
 from tests.console.conftest import Console, csrf_of, sign_in
 
 SCRIPT = "<script>alert(1)</script>"

@@ -23,7 +23,7 @@ from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
-from ringfence.models import ExecutionRequest
+from ringfence.models import ExecutionRequest, Role
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
@@ -31,7 +31,6 @@ from ringfence.service.budget import Budget
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
 from ringfence.service.sandboxes import SandboxService
-from ringfence.store import Role
 from ringfence.store.sql import SqlStore
 from tests.console.conftest import chromium, csrf_of, sign_in
 from tests.server.conftest import _uvicorn, sqlite_database
@@ -183,7 +182,7 @@ async def test_every_field_the_digest_covers_is_on_the_page(review: Review) -> N
     proposal = await review.propose(EVERYTHING)
     html = await _page(review, review.approver, f"/console/proposals/{proposal['id']}")
     page = _Fields(html)
-    # What the digest covers is the stored request as JSON (ringfence.proposals).
+    # What the digest covers is the stored request as JSON (ringfence.models.proposals).
     digested = ExecutionRequest.model_validate(proposal["request"]).model_dump(mode="json")
     leaves = list(_leaves(digested))
     assert {path.split(".")[0] for path, _ in leaves} == set(ExecutionRequest.model_fields)

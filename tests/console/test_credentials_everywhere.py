@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from ringfence.store import AuditQuery
+from ringfence.models import AuditQuery
 from tests.console.conftest import AskConsole, sign_in
 from tests.integration._attack_helpers import eventually
 

@@ -22,11 +22,12 @@ from cryptography.x509.oid import NameOID
 from ringfence.audit.chain import AuditRecord
 from ringfence.audit.signing import SealKey
 from ringfence.config import Config
+from ringfence.models import AuditQuery
 from ringfence.network import EgressGateway, Resolver
 from ringfence.network.gateway import LISTENING
 from ringfence.network.policy import own_endpoints
 from ringfence.service.audit import AuditLog
-from ringfence.store import AuditQuery, MemoryStore
+from ringfence.store import MemoryStore
 
 # Every name the tests use; all of them are this machine's loopback, seen from the host.
 TEST_NAMES = (

@@ -18,7 +18,7 @@ from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
-from ringfence.models import NetworkPolicy
+from ringfence.models import AuditQuery, NetworkPolicy, Role
 from ringfence.network import EgressGateway
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
@@ -28,7 +28,6 @@ from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
 from ringfence.service.sandboxes import SandboxService
-from ringfence.store import AuditQuery, Role
 from ringfence.store.sql import SqlStore
 from tests.integration._attack_helpers import eventually
 from tests.network.conftest import Origin

@@ -8,13 +8,12 @@ import pytest
 
 from ringfence.config import Config
 from ringfence.errors import Conflict, Forbidden, NotFound
-from ringfence.models import EgressAction, NetworkPolicy
+from ringfence.models import EgressAction, NetworkPolicy, Role
 from ringfence.network import EgressSession, Requester
 from ringfence.network.policy import decide
 from ringfence.service.audit import AuditLog
 from ringfence.service.egress_asks import EgressAsks, EgressAskState
 from ringfence.service.keys import Principal
-from ringfence.store import Role
 from tests.integration._attack_helpers import eventually
 from tests.network.conftest import audited
 

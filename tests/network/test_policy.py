@@ -224,8 +224,7 @@ def test_a_request_without_a_policy_hashes_as_before_policies_existed() -> None:
     import hashlib
     import json
 
-    from ringfence.models import ExecutionRequest
-    from ringfence.proposals import request_digest
+    from ringfence.models import ExecutionRequest, request_digest
 
     request = ExecutionRequest(id="r1", command=["kubectl", "scale"], args=["--replicas=3"])
     dumped = request.model_dump(mode="json")

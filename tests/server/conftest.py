@@ -13,6 +13,7 @@ from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
+from ringfence.models import Role
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
@@ -20,7 +21,7 @@ from ringfence.service.budget import Budget
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
 from ringfence.service.sandboxes import SandboxService
-from ringfence.store import MemoryStore, Role, Store
+from ringfence.store import MemoryStore, Store
 from tests.store.conftest import postgres_database, sqlite_database
 
 __all__ = ["Api", "postgres_database", "sqlite_database"]

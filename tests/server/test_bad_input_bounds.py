@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from ringfence.models import MIN_SANDBOX_MEMORY, MIN_SANDBOX_PIDS
+from ringfence.models import MIN_SANDBOX_MEMORY, MIN_SANDBOX_PIDS, Role
 from ringfence.service.keys import mint_key
-from ringfence.store import Role
 from tests.server._envd import run
 from tests.server.conftest import Api
 

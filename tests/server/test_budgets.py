@@ -17,6 +17,7 @@ from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
+from ringfence.models import Role
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
@@ -25,7 +26,7 @@ from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
 from ringfence.service.pool import WarmPool
 from ringfence.service.sandboxes import SandboxService, template_image
-from ringfence.store import MemoryStore, Role
+from ringfence.store import MemoryStore
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from ringfence.models import Role
 from ringfence.service.keys import KEY_CACHE_SECONDS, mint_key
-from ringfence.store import Role, Store
+from ringfence.store import Store
 from tests.console.conftest import sign_in
 from tests.integration._attack_helpers import eventually
 from tests.server.conftest import Api, _serving

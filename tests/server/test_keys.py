@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from ringfence.errors import InvalidRequest, Unauthenticated
+from ringfence.models import ApiKey, Role
 from ringfence.service.keys import KeyCache, authenticate, bootstrap_admin_key, mint_key, rotate_key
-from ringfence.store import ApiKey, MemoryStore, Role
+from ringfence.store import MemoryStore
 
 
 async def test_a_key_authenticates_as_its_tenant_and_only_its_digest_is_stored() -> None:

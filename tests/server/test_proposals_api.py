@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from ringfence.config import Config
-from ringfence.proposals import ProposalState
+from ringfence.models import AuditQuery, ProposalState, Role
 from ringfence.service.keys import authenticate, mint_key
-from ringfence.store import AuditQuery, Role
 from tests.server.conftest import Api
 
 FIX = {"command": ["sh", "-c", "echo fixed"], "timeout": 30}

@@ -19,6 +19,7 @@ from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.config import Config
+from ringfence.models import AuditQuery, Role
 from ringfence.server import create_app
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
@@ -26,7 +27,7 @@ from ringfence.service.budget import Budget
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import mint_key
 from ringfence.service.sandboxes import SandboxService
-from ringfence.store import AuditQuery, Role, Store
+from ringfence.store import Store
 from ringfence.store.sql import SqlStore
 from tests.server.conftest import sqlite_database
 

@@ -17,9 +17,8 @@ import uvicorn
 
 from ringfence.audit.signing import SealKey
 from ringfence.config import Config
-from ringfence.models import ExecutionRequest
+from ringfence.models import ExecutionRequest, ProposalSpec, Risk, Role
 from ringfence.network import Requester
-from ringfence.proposals import ProposalSpec, Risk
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Budget
@@ -27,7 +26,7 @@ from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import Principal
 from ringfence.service.webhooks import WebhookNotifier, signature
-from ringfence.store import MemoryStore, Role
+from ringfence.store import MemoryStore
 from tests.integration._attack_helpers import eventually
 from tests.network.conftest import audit
 

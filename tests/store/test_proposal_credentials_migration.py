@@ -14,8 +14,15 @@ from alembic.config import Config as AlembicConfig
 from sqlalchemy.engine import make_url
 
 import ringfence.store.migrations as migrations
-from ringfence.models import REDACTED, ExecutionRequest, NetworkPolicy
-from ringfence.proposals import Proposal, ProposalState, Risk, request_digest
+from ringfence.models import (
+    REDACTED,
+    ExecutionRequest,
+    NetworkPolicy,
+    Proposal,
+    ProposalState,
+    Risk,
+    request_digest,
+)
 from ringfence.store.sql import SqlStore
 
 _BEFORE = "0006"  # the last revision that stored proposals' credentials in clear

@@ -21,8 +21,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ringfence.errors import StoreError
-from ringfence.models import ExecutionRequest, ExecutionResult, Status
-from ringfence.store import ApiKey, Role, SqlStore
+from ringfence.models import ApiKey, ExecutionRequest, ExecutionResult, Role, Status
+from ringfence.store import SqlStore
 from ringfence.store.migrations import VERSION_TABLE
 from ringfence.store.sql import METADATA
 from ringfence.testing.store_checks import STORE_CHECKS, StoreCheck
@@ -315,7 +315,7 @@ async def test_two_stores_on_one_database_append_one_chain(database: str) -> Non
     """Two processes' appends (two engines here) interleave without breaking the chain."""
     from ringfence.audit.chain import AuditEvent
     from ringfence.audit.verify import verify_export
-    from ringfence.store import AuditQuery
+    from ringfence.models import AuditQuery
 
     one, two = await SqlStore.open(database), await SqlStore.open(database)
     try:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from ringfence.audit.chain import AuditEvent, AuditRecord, Sign
 from ringfence.audit.signing import SealKey
 from ringfence.audit.verify import verify_export
+from ringfence.models import AuditQuery
 from ringfence.service.audit import AuditLog
-from ringfence.store import AuditQuery, MemoryStore
+from ringfence.store import MemoryStore
 
 
 class CountingStore(MemoryStore):

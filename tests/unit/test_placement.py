@@ -7,9 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from ringfence.config import Config
-from ringfence.models import ExecutionRequest
+from ringfence.models import ExecutionRequest, Proposal, ProposalState, Risk, request_digest
 from ringfence.policy.placement import placement
-from ringfence.proposals import Proposal, ProposalState, Risk, request_digest
 from ringfence.server.console.pages import expires_in, render
 
 CONFIG = Config(

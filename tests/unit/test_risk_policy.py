@@ -11,10 +11,9 @@ import pytest
 
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
-from ringfence.models import ExecutionRequest
+from ringfence.models import ExecutionRequest, Risk, RiskSource
 from ringfence.policy.placement import placement
 from ringfence.policy.risk import RiskPolicy, assess, load_risk_policy
-from ringfence.proposals import Risk, RiskSource
 
 POLICY = """
 @id("kubectl-writes-are-high")

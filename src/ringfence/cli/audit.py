@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from ringfence.audit.chain import AuditRecord
     from ringfence.audit.signing import SealKey
     from ringfence.audit.verify import Problem, Verdict
-    from ringfence.store import AuditQuery, Store
+    from ringfence.models import AuditQuery
+    from ringfence.store import Store
 
 __all__ = ["audit"]
 
@@ -129,7 +130,7 @@ class _Summary:
 
 async def _export(config: Config, out: Path) -> _Summary:
     from ringfence.audit.chain import SEAL_ACTION, SYSTEM, AuditEvent
-    from ringfence.store import AuditQuery
+    from ringfence.models import AuditQuery
     from ringfence.store.factory import open_store
 
     store = await open_store(config)
@@ -166,7 +167,7 @@ async def _seal_key_for(store: Store, data_dir: Path) -> SealKey:
     """
     from ringfence.audit.chain import SEAL_ACTION
     from ringfence.audit.signing import KEY_FILE, SealKey
-    from ringfence.store import AuditQuery
+    from ringfence.models import AuditQuery
 
     first = await store.list_audit(AuditQuery(action=SEAL_ACTION, limit=1))
     sealed_by = first[0].details.get("public_key") if first else None
@@ -413,7 +414,7 @@ def tail(
     target, outcome. --json prints the records as an export holds them. This reads the
     store; it checks nothing: verify an export for that.
     """
-    from ringfence.store import AuditQuery
+    from ringfence.models import AuditQuery
 
     config = settings(data_dir=data_dir, database_url=database_url)
     _require_database(config)
@@ -460,7 +461,7 @@ async def _tail(
 async def _head(store: Store) -> int:
     """The last sequence number (0 for an empty log): found by probing, as the store lists
     oldest first only. Each probe is one indexed query."""
-    from ringfence.store import AuditQuery
+    from ringfence.models import AuditQuery
 
     async def any_after(seq: int) -> bool:
         return bool(await store.list_audit(AuditQuery(after_seq=seq, limit=1)))

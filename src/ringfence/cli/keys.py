@@ -20,10 +20,11 @@ import click
 
 from ringfence.cli._common import fail, settings
 from ringfence.errors import RingfenceError
-from ringfence.store import Role
+from ringfence.models import Role
 
 if TYPE_CHECKING:
-    from ringfence.store import ApiKey, Store
+    from ringfence.models import ApiKey
+    from ringfence.store import Store
 
 __all__ = ["keys"]
 

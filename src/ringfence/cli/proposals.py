@@ -20,7 +20,7 @@ from ringfence.cli._common import fail
 from ringfence.cli.sandbox import api_options, client_errors
 
 if TYPE_CHECKING:
-    from ringfence.proposals import Decision, Proposal
+    from ringfence.models import Decision, Proposal
 
 __all__ = ["approve", "proposals", "propose", "reject"]
 

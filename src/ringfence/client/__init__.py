@@ -41,7 +41,7 @@ from ringfence.client._types import (
     ProcessInfo,
 )
 from ringfence.errors import SandboxElsewhere, SandboxNotFound, SandboxNotRunning
-from ringfence.proposals import Proposal, ProposalState, Risk
+from ringfence.models import Proposal, ProposalState, Risk
 
 __all__ = [
     "AsyncCommandHandle",

@@ -15,8 +15,7 @@ import httpx
 
 from ringfence.client._base import Call, _segment, build_request, checked
 from ringfence.errors import InvalidRequest, ProposalNotFound, RingfenceError
-from ringfence.models import ExecutionRequest, problems
-from ringfence.proposals import Proposal, ProposalSpec, ProposalState, Risk
+from ringfence.models import ExecutionRequest, Proposal, ProposalSpec, ProposalState, Risk, problems
 
 if TYPE_CHECKING:
     from ringfence.client._async import AsyncRingfence

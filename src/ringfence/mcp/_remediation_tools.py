@@ -12,7 +12,7 @@ from pydantic import Field
 from ringfence.mcp._connect import Connector, session
 from ringfence.mcp._registry import add_tool
 from ringfence.mcp._schemas import ProposalView
-from ringfence.proposals import Risk
+from ringfence.models import Risk
 
 __all__ = ["RemediationTools"]
 

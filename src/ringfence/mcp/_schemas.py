@@ -10,9 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ringfence.mcp._bounds import clip
+from ringfence.models import Proposal, ProposalState, Risk, SandboxState
 from ringfence.models import Sandbox as SandboxInfo
-from ringfence.models import SandboxState
-from ringfence.proposals import Proposal, ProposalState, Risk
 
 __all__ = [
     "CodeContextInfo",

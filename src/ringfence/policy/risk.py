@@ -38,9 +38,8 @@ from typing import Any
 import cedarpy
 
 from ringfence.errors import InvalidRequest
-from ringfence.models import EgressAction, ExecutionRequest, NetworkMode
+from ringfence.models import EgressAction, ExecutionRequest, NetworkMode, Risk, RiskSource
 from ringfence.policy.placement import Placement
-from ringfence.proposals import Risk, RiskSource
 
 __all__ = ["SCHEMA", "Assessment", "RiskPolicy", "assess", "load_risk_policy"]
 

@@ -35,22 +35,25 @@ from typing import Protocol
 from ringfence.audit.chain import SYSTEM
 from ringfence.config import Config
 from ringfence.errors import Conflict, Forbidden, InvalidRequest, ProposalNotFound, RingfenceError
-from ringfence.models import ExecutionRequest, ExecutionResult, Status
-from ringfence.policy.risk import assess, load_risk_policy
-from ringfence.proposals import (
+from ringfence.models import (
     Decision,
+    ExecutionRequest,
+    ExecutionResult,
     Proposal,
     ProposalSpec,
     ProposalState,
     Risk,
+    Role,
+    Status,
     new_proposal_id,
     request_digest,
 )
+from ringfence.policy.risk import assess, load_risk_policy
 from ringfence.service.audit import AuditLog
 from ringfence.service.credentials import CredentialKey, is_marker
 from ringfence.service.executions import RESTART_ERROR, ExecutionService
 from ringfence.service.keys import Principal
-from ringfence.store import Role, Store
+from ringfence.store import Store
 
 __all__ = ["ApprovalService", "Notifier", "ProposalNotFound"]
 

@@ -20,7 +20,8 @@ from typing import Any
 from ringfence.audit.chain import SEAL_ACTION, SYSTEM, AuditEvent, AuditRecord
 from ringfence.audit.signing import SealKey
 from ringfence.errors import RingfenceError, StoreError
-from ringfence.store import AuditQuery, Store
+from ringfence.models import AuditQuery
+from ringfence.store import Store
 
 __all__ = ["AuditLog"]
 

@@ -24,10 +24,10 @@ from pydantic import BaseModel, Field
 
 from ringfence.config import Config
 from ringfence.errors import Conflict, Forbidden, NotFound, RingfenceError
+from ringfence.models import Role
 from ringfence.network.session import Requester
 from ringfence.service.audit import AuditLog
 from ringfence.service.keys import Principal
-from ringfence.store import Role
 
 __all__ = ["AskNotifier", "EgressAsk", "EgressAskNotFound", "EgressAskState", "EgressAsks"]
 

@@ -28,11 +28,10 @@ from ringfence.errors import (
     InvalidRequest,
     RingfenceError,
 )
-from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.models import ExecutionRequest, ExecutionResult, Status, is_proposal_id
 from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, requesting
 from ringfence.policy.placement import Placement, placement
-from ringfence.proposals import is_proposal_id
 from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Budget, Reservation
 from ringfence.service.policy import check_limits, check_timeout

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from ringfence.audit.chain import AuditEvent
 from ringfence.errors import Conflict, InvalidRequest, NotFound, Unauthenticated
-from ringfence.store import ApiKey, Role, Store
+from ringfence.models import ApiKey, Role
+from ringfence.store import Store
 
 __all__ = [
     "ADMIN_KEY_FILE",

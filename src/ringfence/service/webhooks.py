@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from ringfence.proposals import Proposal
+from ringfence.models import Proposal
 from ringfence.service.egress_asks import EgressAsk
 
 __all__ = ["WebhookNotifier", "signature"]

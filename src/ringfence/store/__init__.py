@@ -1,5 +1,8 @@
 """Persistent state of the control plane (``ringfence[server]``).
 
+The ``Store`` protocol and its implementations; the types it keeps (keys, executions,
+sandboxes, proposals, audit queries) are the domain's, in ``ringfence.models``.
+
 ``SqlStore`` and ``sqlite_url`` are imported on first use: importing this package does not
 import SQLAlchemy, so the conformance checks and ``MemoryStore`` need no database driver.
 """
@@ -8,22 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ringfence.store._protocol import ApiKey, AuditQuery, ExecutionRecord, Role, Store
+from ringfence.store._protocol import Store
 from ringfence.store.memory import MemoryStore
 
 if TYPE_CHECKING:
     from ringfence.store.sql import SqlStore, sqlite_url
 
-__all__ = [
-    "ApiKey",
-    "AuditQuery",
-    "ExecutionRecord",
-    "MemoryStore",
-    "Role",
-    "SqlStore",
-    "Store",
-    "sqlite_url",
-]
+__all__ = ["MemoryStore", "SqlStore", "Store", "sqlite_url"]
 
 
 def __getattr__(name: str) -> object:

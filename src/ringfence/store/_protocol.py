@@ -16,92 +16,24 @@ no other replica, and its sweeps take everything unfinished.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Protocol
 
-from ringfence.audit.chain import AuditEvent, AuditRecord, Sign, timestamp
-from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
-from ringfence.proposals import Proposal, ProposalState
+from ringfence.audit.chain import AuditEvent, AuditRecord, Sign
+from ringfence.models import (
+    ApiKey,
+    AuditQuery,
+    ExecutionRecord,
+    ExecutionRequest,
+    ExecutionResult,
+    Proposal,
+    ProposalState,
+    Sandbox,
+    SandboxState,
+    Status,
+)
 
-__all__ = ["ApiKey", "AuditQuery", "ExecutionRecord", "Role", "Store", "audit_matches"]
-
-
-class Role(StrEnum):
-    """What a key may do. The strings are API: they never change."""
-
-    AGENT = "agent"  # run sandboxes and executions, propose remediations
-    APPROVER = "approver"  # and approve or reject other people's proposals
-    ADMIN = "admin"  # and manage keys
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    """A stored key. The secret itself is never stored: only its SHA-256 digest (hex).
-
-    ``name``: who or what holds it, given at creation (shown in the console and the audit
-    log; "" for keys made before names). ``revoked_at``: when it was revoked (then it is
-    refused everywhere, and kept only for the record); a revoked key is never valid again.
-    ``rotated_at``: when its secret was last replaced (its id, name and role stay).
-    """
-
-    key_id: str
-    tenant: str
-    role: Role
-    secret_hash: str
-    created_at: datetime
-    description: str = ""
-    name: str = ""
-    revoked_at: datetime | None = None
-    rotated_at: datetime | None = None
-
-    @property
-    def revoked(self) -> bool:
-        return self.revoked_at is not None
-
-
-@dataclass(frozen=True)
-class ExecutionRecord:
-    """An execution as the store keeps it: ``id`` is the tenant's own id for it."""
-
-    tenant: str
-    id: str
-    request: ExecutionRequest
-    result: ExecutionResult
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True)
-class AuditQuery:
-    """Which audit records: every set field must match. Oldest first, from ``after_seq``."""
-
-    tenant: str | None = None  # None: every tenant's, and the installation's own ("")
-    actor: str | None = None
-    action: str | None = None  # exact, or a prefix ending with "." ("proposal.")
-    target: str | None = None
-    since: datetime | None = None  # inclusive
-    until: datetime | None = None  # exclusive
-    after_seq: int = 0
-    limit: int = 100
-
-
-def audit_matches(query: AuditQuery, record: AuditRecord) -> bool:
-    """Whether ``record`` is one ``query`` asks for (``after_seq`` and ``limit`` aside)."""
-    action = query.action
-    return (
-        (query.tenant is None or record.tenant == query.tenant)
-        and (query.actor is None or record.actor == query.actor)
-        and (query.target is None or record.target == query.target)
-        and (
-            action is None
-            or record.action == action
-            or (action.endswith(".") and record.action.startswith(action))
-        )
-        and (query.since is None or record.at >= timestamp(query.since))
-        and (query.until is None or record.at < timestamp(query.until))
-    )
+__all__ = ["Store"]
 
 
 class Store(Protocol):

@@ -6,11 +6,20 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
-from ringfence.audit.chain import GENESIS, AuditEvent, AuditRecord, Sign, chain
+from ringfence.audit.chain import GENESIS, AuditEvent, AuditRecord, Sign, chain, timestamp
 from ringfence.errors import DuplicateExecution, ExecutionNotFound, SandboxNotFound, StoreError
-from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
-from ringfence.proposals import Proposal, ProposalState
-from ringfence.store._protocol import ApiKey, AuditQuery, ExecutionRecord, audit_matches
+from ringfence.models import (
+    ApiKey,
+    AuditQuery,
+    ExecutionRecord,
+    ExecutionRequest,
+    ExecutionResult,
+    Proposal,
+    ProposalState,
+    Sandbox,
+    SandboxState,
+    Status,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -149,7 +158,7 @@ class MemoryStore:
         return records
 
     async def list_audit(self, query: AuditQuery) -> list[AuditRecord]:
-        found = [r for r in self._audit if r.seq > query.after_seq and audit_matches(query, r)]
+        found = [r for r in self._audit if r.seq > query.after_seq and _audit_matches(query, r)]
         return found[: max(query.limit, 0)]
 
     async def add_proposal(self, tenant: str, proposal: Proposal) -> None:
@@ -191,3 +200,20 @@ class MemoryStore:
 
     async def aclose(self) -> None:
         pass
+
+
+def _audit_matches(query: AuditQuery, record: AuditRecord) -> bool:
+    """Whether ``record`` is one ``query`` asks for (``after_seq`` and ``limit`` aside)."""
+    action = query.action
+    return (
+        (query.tenant is None or record.tenant == query.tenant)
+        and (query.actor is None or record.actor == query.actor)
+        and (query.target is None or record.target == query.target)
+        and (
+            action is None
+            or record.action == action
+            or (action.endswith(".") and record.action.startswith(action))
+        )
+        and (query.since is None or record.at >= timestamp(query.since))
+        and (query.until is None or record.at < timestamp(query.until))
+    )

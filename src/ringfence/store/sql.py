@@ -25,10 +25,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from ringfence.audit.chain import GENESIS, AuditEvent, AuditRecord, Sign, chain, timestamp
 from ringfence.errors import DuplicateExecution, ExecutionNotFound, SandboxNotFound, StoreError
-from ringfence.models import ExecutionRequest, ExecutionResult, Sandbox, SandboxState, Status
-from ringfence.proposals import Proposal, ProposalState
+from ringfence.models import (
+    ApiKey,
+    AuditQuery,
+    ExecutionRecord,
+    ExecutionRequest,
+    ExecutionResult,
+    Proposal,
+    ProposalState,
+    Role,
+    Sandbox,
+    SandboxState,
+    Status,
+)
 from ringfence.store import migrations
-from ringfence.store._protocol import ApiKey, AuditQuery, ExecutionRecord, Role
 from ringfence.store._replica import Lease
 
 __all__ = ["SqlStore", "sqlite_url"]

@@ -16,16 +16,22 @@ from ringfence.audit.signing import SealKey
 from ringfence.audit.verify import verify_export
 from ringfence.errors import DuplicateExecution, ExecutionNotFound, RingfenceError, SandboxNotFound
 from ringfence.models import (
+    ApiKey,
+    AuditQuery,
     ExecutionRequest,
     ExecutionResult,
     Mount,
+    Proposal,
+    ProposalState,
     ResourceLimits,
+    Risk,
+    Role,
     Sandbox,
     SandboxState,
     Status,
+    request_digest,
 )
-from ringfence.proposals import Proposal, ProposalState, Risk, request_digest
-from ringfence.store import ApiKey, AuditQuery, Role, Store
+from ringfence.store import Store
 
 __all__ = ["REPLICA_CHECKS", "STORE_CHECKS", "ReplicaCheck", "StoreCheck", "check_store"]
 

@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from ringfence.errors import HTTP_STATUS, RingfenceError, Unauthenticated
-from ringfence.proposals import Proposal, ProposalState, request_digest
+from ringfence.models import ApiKey, AuditQuery, Proposal, ProposalState, Role, request_digest
 from ringfence.server.console.pages import STYLESHEET, expires_in, redirect, render, secure
 from ringfence.server.console.sessions import (
     COOKIE,
@@ -37,7 +37,7 @@ from ringfence.service.audit import AuditLog
 from ringfence.service.egress_asks import EgressAsk, EgressAsks, EgressAskState
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import authenticate, fingerprint, still_valid
-from ringfence.store import ApiKey, AuditQuery, Role, Store
+from ringfence.store import Store
 
 __all__ = ["router"]
 

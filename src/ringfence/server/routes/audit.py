@@ -9,10 +9,10 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from ringfence.errors import Forbidden
+from ringfence.models import AuditQuery, Role
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
 from ringfence.service.audit import AuditLog
-from ringfence.store import AuditQuery, Role
 
 __all__ = ["router"]
 

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
 from ringfence.errors import Forbidden
+from ringfence.models import ApiKey, Role
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
 from ringfence.service import keys as key_service
 from ringfence.service.keys import KeyCache, Principal
-from ringfence.store import ApiKey, Role, Store
+from ringfence.store import Store
 
 __all__ = ["router"]
 

@@ -7,8 +7,8 @@ from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, Field
 
 from ringfence import __version__
+from ringfence.models import Role
 from ringfence.server.auth import Caller
-from ringfence.store import Role
 
 __all__ = ["router"]
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from ringfence.proposals import Proposal, ProposalSpec, ProposalState
+from ringfence.models import Proposal, ProposalSpec, ProposalState
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
 from ringfence.service.approvals import ApprovalService

@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ringfence.models import ExecutionRequest, ExecutionResult
+from ringfence.models.executions import ExecutionRequest, ExecutionResult
 
 __all__ = [
     "Decision",

@@ -1,0 +1,92 @@
+"""The domain: what to run, with which limits, what came out, and who may ask.
+
+These types cross every boundary (Python API, CLI ``--json``, HTTP, MCP, the store), so they
+are validated, frozen and JSON-serialisable; their ``Field(description=...)`` is their
+documentation. They sit at the bottom of the layers: this package imports nothing of
+Ringfence's but ``ringfence._units``, and every other layer may import it.
+
+One module per aggregate: ``executions`` (a request, its lifecycle, its result and record),
+``sandboxes`` (an interactive sandbox), ``limits``, ``mounts`` and ``network`` (what a
+sandbox may use and reach), ``proposals`` (a remediation and the decisions on it), ``keys``
+(API keys and roles) and ``audit`` (which audit records a reader asks for). ``problems``
+words a validation error for a client. Import from here: ``from ringfence.models import X``.
+"""
+
+from ringfence.models._fields import MAX_TIMEOUT_SECONDS, Env
+from ringfence.models.audit import AuditQuery
+from ringfence.models.executions import (
+    ExecutionRecord,
+    ExecutionRequest,
+    ExecutionResult,
+    Status,
+    advance,
+)
+from ringfence.models.keys import ApiKey, Role
+from ringfence.models.limits import (
+    MIN_CPUS,
+    MIN_PIDS,
+    MIN_SANDBOX_MEMORY,
+    MIN_SANDBOX_PIDS,
+    ResourceLimits,
+    SandboxLimits,
+)
+from ringfence.models.mounts import Mount
+from ringfence.models.network import (
+    REDACTED,
+    EgressAction,
+    EgressRule,
+    NetworkMode,
+    NetworkPolicy,
+)
+from ringfence.models.problems import problems, said
+from ringfence.models.proposals import (
+    Decision,
+    Proposal,
+    ProposalSpec,
+    ProposalState,
+    Risk,
+    RiskSource,
+    is_proposal_id,
+    new_proposal_id,
+    request_digest,
+)
+from ringfence.models.sandboxes import Sandbox, SandboxSpec, SandboxState
+
+__all__ = [
+    "MAX_TIMEOUT_SECONDS",
+    "MIN_CPUS",
+    "MIN_PIDS",
+    "MIN_SANDBOX_MEMORY",
+    "MIN_SANDBOX_PIDS",
+    "REDACTED",
+    "ApiKey",
+    "AuditQuery",
+    "Decision",
+    "EgressAction",
+    "EgressRule",
+    "Env",
+    "ExecutionRecord",
+    "ExecutionRequest",
+    "ExecutionResult",
+    "Mount",
+    "NetworkMode",
+    "NetworkPolicy",
+    "Proposal",
+    "ProposalSpec",
+    "ProposalState",
+    "ResourceLimits",
+    "Risk",
+    "RiskSource",
+    "Role",
+    "Sandbox",
+    "SandboxLimits",
+    "SandboxSpec",
+    "SandboxState",
+    "Status",
+    "advance",
+    "is_proposal_id",
+    "new_proposal_id",
+    "problems",
+    "request_digest",
+    "said",
+]

@@ -1,0 +1,128 @@
+"""Interactive sandboxes: what to create, their lifecycle, and how the API shows them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticSerializationError
+
+from ringfence.models._fields import ENV_BOUNDS, MAX_TIMEOUT_SECONDS, Env, checked_env
+from ringfence.models.limits import ResourceLimits, SandboxLimits
+from ringfence.models.network import NetworkPolicy
+
+__all__ = ["Sandbox", "SandboxSpec", "SandboxState"]
+
+
+def _sandbox_limits(value: object) -> object:
+    # Limits built as ResourceLimits (the SDK's, MCP's) are checked against the floors here.
+    if isinstance(value, ResourceLimits) and not isinstance(value, SandboxLimits):
+        return value.model_dump(exclude_none=True)
+    return value
+
+
+class SandboxState(StrEnum):
+    """The lifecycle of an interactive sandbox. The strings are API: they never change."""
+
+    RUNNING = "running"  # its daemon serves commands and files
+    KILLED = "killed"  # kill() was called; nothing of it remains
+    EXPIRED = "expired"  # its timeout passed; nothing of it remains
+    FAILED = "failed"  # it died by itself, or with a server restart (see error)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self is not SandboxState.RUNNING
+
+
+_TEMPLATE = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+_MAX_METADATA = 64
+
+
+class SandboxSpec(BaseModel):
+    """What to create: an interactive sandbox, alive until its timeout or a kill."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    template: str = Field(
+        "base",
+        pattern=_TEMPLATE,
+        description="Root filesystem of the sandbox. 'base': a read-only view of the host's "
+        "system directories (python3, a shell and the usual tools).",
+    )
+    timeout: float | None = Field(
+        None,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Seconds until the sandbox is killed, from now (at least 1: it must "
+        "outlive its own start); default 300. set_timeout moves it.",
+    )
+    env: Env = Field(
+        default_factory=dict,
+        description="Environment variables of every command in the sandbox (over PATH, HOME, "
+        "USER, LOGNAME, LANG and TERM defaults). Never returned by the API." + ENV_BOUNDS,
+    )
+    metadata: Annotated[
+        dict[
+            Annotated[str, Field(min_length=1, max_length=128)],
+            Annotated[str, Field(max_length=1024)],
+        ],
+        Field(max_length=_MAX_METADATA),
+    ] = Field(
+        default_factory=dict,
+        description="Your own labels, returned with the sandbox and usable as list filters "
+        "(at most 64; keys of 1-128 characters, values of at most 1024).",
+    )
+    limits: Annotated[SandboxLimits, BeforeValidator(_sandbox_limits)] = Field(
+        default_factory=SandboxLimits,
+        description="Limits on the whole sandbox (every command together); unset fields default.",
+    )
+    network: NetworkPolicy | None = Field(
+        None,
+        description="Egress policy; default the tenant's default, else none (loopback only). "
+        "Changed later only through the API.",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:
+        return checked_env(env)
+
+    @model_validator(mode="after")
+    def _valid_unicode(self) -> SandboxSpec:
+        try:
+            self.model_dump_json()
+        except PydanticSerializationError:
+            raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+        return self
+
+
+class Sandbox(BaseModel):
+    """An interactive sandbox as the API shows it (its environment is never shown)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(description="Unique among every tenant's sandboxes.")
+    template: str
+    state: SandboxState
+    metadata: dict[str, str] = Field(default_factory=dict)
+    limits: ResourceLimits = Field(description="The limits in force (defaults filled in).")
+    network: NetworkPolicy = Field(
+        default_factory=NetworkPolicy,
+        description="The egress policy in force (header values hidden).",
+    )
+    created_at: datetime
+    expires_at: datetime | None = Field(
+        description="When it will be killed unless set_timeout moves it; None once ended."
+    )
+    ended_at: datetime | None = None
+    error: str | None = Field(
+        None, description="Why it failed, in plain words (for the failed state)."
+    )
+
+    def ended(self, state: SandboxState, error: str | None = None) -> Sandbox:
+        """This sandbox, ended now in ``state`` (a terminal one)."""
+        assert state.is_terminal, state
+        update = {"state": state, "error": error, "ended_at": datetime.now(UTC), "expires_at": None}
+        return self.model_copy(update=update)
