@@ -8,7 +8,7 @@
 Importing it loads neither the server, the store nor any backend.
 """
 
-from ringfence.client._async import AsyncRingfence
+from ringfence.client._async import AsyncProposals, AsyncRingfence
 from ringfence.client._code import (
     Context,
     ContextNotFound,
@@ -27,9 +27,9 @@ from ringfence.client._errors import (
     ResourceExhausted,
 )
 from ringfence.client._files import AsyncFiles, AsyncWatchHandle, WriteInfo
-from ringfence.client._proposals import AsyncProposals, ProposalNotFound, Proposals, WaitTimeout
+from ringfence.client._proposals import ProposalNotFound, WaitTimeout
 from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
-from ringfence.client._sync import Ringfence
+from ringfence.client._sync import Proposals, Ringfence
 from ringfence.client._sync_sandbox import CommandHandle, Commands, Files, Sandbox, WatchHandle
 from ringfence.client._types import (
     CommandResult,

@@ -1,18 +1,24 @@
-"""``AsyncRingfence``: the SDK's async client (the source of truth; ``Ringfence`` mirrors it)."""
+"""``AsyncRingfence``: one-shot executions and proposals, over asyncio.
+
+The source of truth: ``scripts/unasync.py`` writes the blocking twin (``_sync.py``,
+``Ringfence``) from this file. Edit here, then run it; the tests run it with ``--check``.
+Both are thin I/O shells over the pure helpers of ``_base`` and ``_proposals``.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 import httpx
 
-from ringfence.client import _base
-from ringfence.client._proposals import AsyncProposals
-from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.client import _base, _proposals
+from ringfence.client._proposals import StateFilter
+from ringfence.models import ExecutionRequest, ExecutionResult, Proposal, Risk, Status
 
-__all__ = ["AsyncRingfence"]
+__all__ = ["AsyncExecutions", "AsyncProposals", "AsyncRingfence"]
 
 
 class AsyncRingfence:
@@ -98,3 +104,95 @@ class AsyncExecutions:
     ) -> list[ExecutionResult]:
         """Your executions, newest first."""
         return _base.read_results(await self._client._send(_base.list_call(status, limit)))
+
+
+class AsyncProposals:
+    """Remediations that run only once a human approves them (see docs/approvals.md)."""
+
+    def __init__(self, client: AsyncRingfence) -> None:
+        self._client = client
+
+    async def create(
+        self,
+        request_or_command: Sequence[str] | ExecutionRequest,
+        *,
+        rationale: str,
+        risk: Risk | str = Risk.LOW,
+        session_id: str | None = None,
+        task_id: str | None = None,
+        **request_fields: Any,
+    ) -> Proposal:
+        """Propose ``request_or_command`` (a list, or a whole ``ExecutionRequest``); further
+        keyword arguments are the request's fields (``timeout=``, ``env=``,
+        ``remediation_action=``, ``target_namespace=``...). Returns it ``pending``, with the
+        ``digest`` an approval must name. Any key may propose.
+
+        Raises:
+            InvalidRequest: a field is invalid, or sets ``checkpoint_id``/``approved_by``.
+            Forbidden, Unauthenticated, ServerUnreachable.
+        """
+        spec = _proposals.build_spec(
+            request_or_command, rationale=rationale, risk=risk, session_id=session_id,
+            task_id=task_id, fields=request_fields,
+        )  # fmt: skip
+        response = await self._client._send(_proposals.create_call(spec))
+        return _proposals.read_proposal(response)
+
+    async def get(self, proposal_id: str) -> Proposal:
+        """Raises ``ProposalNotFound``."""
+        response = await self._client._send(_proposals.get_call(proposal_id))
+        return _proposals.read_proposal(response)
+
+    async def list(self, *, state: StateFilter = None, limit: int = 100) -> list[Proposal]:
+        """Your tenant's proposals, newest first; ``state`` is one state or several."""
+        response = await self._client._send(_proposals.list_call(state, limit))
+        return _proposals.read_proposals(response)
+
+    async def approve(
+        self, proposal_id: str, *, digest: str | None = None, reason: str = ""
+    ) -> Proposal:
+        """Approve (approver and admin keys); with enough approvals it runs at once, and the
+        answer says ``executing``.
+
+        Pass the ``digest`` of the proposal you reviewed: the server refuses the approval if
+        the request is not that one. Without it, the proposal is read again and its current
+        digest approved: you approve whatever it holds now, not what you looked at.
+
+        Raises:
+            ProposalNotFound: no such proposal in your tenant.
+            Forbidden: an agent key, or your own proposal.
+            Conflict: not pending any more, already approved by you, or another digest.
+        """
+        if digest is None:
+            digest = (await self.get(proposal_id)).digest
+        call = _proposals.approve_call(proposal_id, digest, reason)
+        return _proposals.read_proposal(await self._client._send(call))
+
+    async def reject(self, proposal_id: str, *, reason: str) -> Proposal:
+        """Reject, saying why (approver and admin keys).
+
+        Raises:
+            ProposalNotFound, Forbidden (agent keys), Conflict (not pending any more),
+            InvalidRequest (an empty reason).
+        """
+        response = await self._client._send(_proposals.reject_call(proposal_id, reason))
+        return _proposals.read_proposal(response)
+
+    async def wait(self, proposal_id: str, timeout: float | None = None) -> Proposal:
+        """The proposal once it is ``succeeded``, ``failed``, ``rejected`` or ``expired``,
+        polling with a growing interval (at most 2 s). A pending proposal waits for its
+        approvals, up to its approval window.
+
+        Raises:
+            WaitTimeout: ``timeout`` seconds passed first.
+            ProposalNotFound.
+        """
+        deadline = _proposals.deadline_after(timeout)
+        for delay in _proposals.delays():
+            proposal = await self.get(proposal_id)
+            if proposal.state.is_final:
+                return proposal
+            if _proposals.past(deadline):
+                raise _proposals.timed_out(proposal, timeout)
+            await asyncio.sleep(_proposals.pause_before_next_poll(delay, deadline))
+        raise AssertionError("unreachable")  # delays() never ends
