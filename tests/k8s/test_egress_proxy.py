@@ -14,8 +14,8 @@ import pytest
 from ringfence.backends.kubernetes.egress_proxy import PodEgressProxy, pod_address
 from ringfence.models import NetworkPolicy
 from ringfence.network import Resolver
-from ringfence.network.policy import OwnEndpoints
 from ringfence.network.session import EgressSession, Requester
+from ringfence.policy.egress import OwnEndpoints
 from ringfence.service.audit import AuditLog
 from tests.network.conftest import TEST_NAMES, Origin, audit, audited, http_origin, raw_origin
 

@@ -25,7 +25,7 @@ from ringfence.config import Config
 from ringfence.models import AuditQuery
 from ringfence.network import EgressGateway, Resolver
 from ringfence.network.gateway import LISTENING
-from ringfence.network.policy import own_endpoints
+from ringfence.policy.egress import own_endpoints
 from ringfence.service.audit import AuditLog
 from ringfence.store import MemoryStore
 

@@ -10,7 +10,7 @@ from ringfence.config import Config
 from ringfence.errors import Conflict, Forbidden, NotFound
 from ringfence.models import EgressAction, NetworkPolicy, Role
 from ringfence.network import EgressSession, Requester
-from ringfence.network.policy import decide
+from ringfence.policy.egress import decide
 from ringfence.service.audit import AuditLog
 from ringfence.service.egress_asks import EgressAsks, EgressAskState
 from ringfence.service.keys import Principal

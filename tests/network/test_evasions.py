@@ -10,11 +10,11 @@ from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import EgressRule, NetworkMode, NetworkPolicy
 from ringfence.network import Requester, Resolver
-from ringfence.network.defaults import check_tenant_policy
 from ringfence.network.gateway import LISTENING
-from ringfence.network.policy import Address, OwnEndpoints, own_endpoints
 from ringfence.network.proxy import serve_client
 from ringfence.network.session import EgressSession
+from ringfence.policy.egress import Address, OwnEndpoints, own_endpoints
+from ringfence.policy.network import check_tenant_policy
 from ringfence.service.audit import AuditLog
 from tests.integration._attack_helpers import python, reported
 from tests.network.conftest import Origin, audited

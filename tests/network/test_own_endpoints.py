@@ -19,7 +19,7 @@ from ringfence.config import Config
 from ringfence.models import EgressAction, NetworkPolicy
 from ringfence.network.http import starts_request
 from ringfence.network.own import host_networks, own_endpoints_of
-from ringfence.network.policy import Address, OwnEndpoints, check_addresses, decide, own_endpoints
+from ringfence.policy.egress import Address, OwnEndpoints, check_addresses, decide, own_endpoints
 from ringfence.service.audit import AuditLog
 from tests.integration._attack_helpers import python, reported
 from tests.network.conftest import Origin, audited

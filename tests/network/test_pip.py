@@ -15,7 +15,7 @@ from ringfence.config import Config
 from ringfence.models import ExecutionRequest, NetworkPolicy, Status
 from ringfence.network import EgressGateway, Requester, Resolver, requesting
 from ringfence.network.gateway import LISTENING
-from ringfence.network.policy import own_endpoints
+from ringfence.policy.egress import own_endpoints
 from ringfence.service.audit import AuditLog
 from tests.network.conftest import audited
 

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from ringfence.models import EgressAction, EgressRule, NetworkMode, NetworkPolicy
-from ringfence.network.policy import (
+from ringfence.policy.egress import (
     OwnEndpoints,
     check_addresses,
     decide,
@@ -238,7 +238,7 @@ def test_a_request_without_a_policy_hashes_as_before_policies_existed() -> None:
 def test_tenants_may_name_only_the_internal_networks_the_operator_allows() -> None:
     from ringfence.config import Config
     from ringfence.errors import InvalidRequest
-    from ringfence.network.defaults import check_tenant_policy
+    from ringfence.policy.network import check_tenant_policy
 
     none_allowed, mirror = Config(), Config(network_internal_cidrs=["10.20.0.0/16"])
     for cidr in ("127.0.0.1/32", "10.0.0.0/8", "169.254.169.254/32", "0.0.0.0/8", "fe80::/64"):
@@ -254,7 +254,7 @@ def test_tenants_may_name_only_the_internal_networks_the_operator_allows() -> No
 
 def test_the_operators_deny_and_ask_rules_bind_every_policy_of_the_tenant() -> None:
     from ringfence.config import Config
-    from ringfence.network.defaults import policy_for
+    from ringfence.policy.network import policy_for
 
     operator = policy(
         {"domain": "secrets.test", "action": "deny"},
@@ -277,8 +277,8 @@ def test_the_operators_deny_and_ask_rules_bind_every_policy_of_the_tenant() -> N
 async def test_a_sandbox_cannot_flood_the_approvers_with_asks() -> None:
     import asyncio
 
-    from ringfence.network.policy import Verdict
     from ringfence.network.session import MAX_OPEN_ASKS, EgressSession, Requester
+    from ringfence.policy.egress import Verdict
 
     class Approver:  # a human who has not decided yet
         def __init__(self) -> None:

@@ -18,9 +18,9 @@ import pytest
 from ringfence.network import Requester, Resolver
 from ringfence.network.http import BadRequest, body_length, parse_head, starts_request
 from ringfence.network.intercept import Interceptor
-from ringfence.network.policy import OwnEndpoints, canonical_address, own_endpoints
 from ringfence.network.proxy import serve_client
 from ringfence.network.session import EgressSession
+from ringfence.policy.egress import OwnEndpoints, canonical_address, own_endpoints
 from ringfence.service.audit import AuditLog
 from tests.network.test_egress import rules
 

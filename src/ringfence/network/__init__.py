@@ -1,5 +1,6 @@
-"""Network egress for sandboxes: policy decisions, the host-side proxy and resolver, and
-their attachment to a sandbox's network namespace (docs/network.md)."""
+"""Network egress for sandboxes: the host-side proxy and resolver, and their attachment to a
+sandbox's network namespace (docs/network.md). They enforce the decisions of
+``ringfence.policy.egress`` and ``ringfence.policy.network``, which are pure."""
 
 from ringfence.network.gateway import PROXY_URL, Attachment, EgressGateway, proxy_env
 from ringfence.network.resolver import Resolver

@@ -24,15 +24,15 @@ from ringfence.models import NetworkPolicy
 from ringfence.network import dns
 from ringfence.network.intercept import Interceptor
 from ringfence.network.netns import ListenSpec, listen_in_netns, no_route_counts, open_netns
-from ringfence.network.policy import (
+from ringfence.network.proxy import serve_client
+from ringfence.network.resolver import Resolver, ResolverBusy
+from ringfence.network.session import EgressSession, Requester
+from ringfence.policy.egress import (
     OwnEndpoints,
     check_addresses,
     decide,
     name_resolvable,
 )
-from ringfence.network.proxy import serve_client
-from ringfence.network.resolver import Resolver, ResolverBusy
-from ringfence.network.session import EgressSession, Requester
 
 __all__ = [
     "DNS_PORT",

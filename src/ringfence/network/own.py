@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ringfence.config import Config, parse_endpoint
-from ringfence.network.policy import Address, Network, OwnEndpoints, own_endpoints
+from ringfence.policy.egress import Address, Network, OwnEndpoints, own_endpoints
 
 __all__ = ["host_networks", "own_endpoints_of"]
 

@@ -31,16 +31,16 @@ from ringfence.network.http import (
     starts_request,
 )
 from ringfence.network.intercept import Interceptor, TlsStream
-from ringfence.network.policy import (
+from ringfence.network.resolver import Resolver, ResolverBusy
+from ringfence.network.session import EgressSession
+from ringfence.network.sni import HelloState, parse_client_hello
+from ringfence.policy.egress import (
     OwnEndpoints,
     Verdict,
     check_addresses,
     decide,
     normalize_host,
 )
-from ringfence.network.resolver import Resolver, ResolverBusy
-from ringfence.network.session import EgressSession
-from ringfence.network.sni import HelloState, parse_client_hello
 
 __all__ = ["serve_client"]
 

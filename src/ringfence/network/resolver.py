@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ringfence.network.policy import Address, normalize_host
+from ringfence.policy.egress import Address, normalize_host
 
 __all__ = ["LOOKUPS_PER_SANDBOX", "Resolver", "ResolverBusy"]
 

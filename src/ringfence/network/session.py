@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ringfence.models import EgressAction, NetworkPolicy
-from ringfence.network.policy import Verdict
+from ringfence.policy.egress import Verdict
 
 __all__ = [
     "Asker",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, NetworkPolicy, ResourceLimits
-from ringfence.network.defaults import policy_for
+from ringfence.policy.network import policy_for
 
 __all__ = ["CLUSTER_BACKENDS", "Placement", "placement"]
 

@@ -29,12 +29,12 @@ from ringfence.errors import (
     RingfenceError,
 )
 from ringfence.models import ExecutionRequest, ExecutionResult, Status, is_proposal_id
-from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, requesting
+from ringfence.policy.limits import check_limits, check_timeout
+from ringfence.policy.network import check_tenant_policy, policy_for
 from ringfence.policy.placement import Placement, placement
 from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Budget, Reservation
-from ringfence.service.policy import check_limits, check_timeout
 from ringfence.store import Store
 
 __all__ = ["RESTART_ERROR", "ExecutionService"]

@@ -43,12 +43,12 @@ from ringfence.models import (
     SandboxState,
     Status,
 )
-from ringfence.network.defaults import check_tenant_policy, policy_for
 from ringfence.network.session import Asker, Requester, SessionLookup, requesting
+from ringfence.policy.limits import check_limits, check_timeout
+from ringfence.policy.network import check_tenant_policy, policy_for
 from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Amount, Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
-from ringfence.service.policy import check_limits, check_timeout
 from ringfence.service.pool import PoolStats, Warm, WarmPool
 from ringfence.store import Store
 from ringfence.templates import DAEMON_PYTHON, TemplateNotFound, has_program

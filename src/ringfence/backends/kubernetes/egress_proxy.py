@@ -32,10 +32,10 @@ import logging
 from ringfence.network.gateway import MAX_IN_FLIGHT
 from ringfence.network.http import response
 from ringfence.network.intercept import Interceptor
-from ringfence.network.policy import OwnEndpoints
 from ringfence.network.proxy import serve_client
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import EgressSession
+from ringfence.policy.egress import OwnEndpoints
 
 __all__ = ["PodEgressProxy", "pod_address"]
 

@@ -24,9 +24,9 @@ from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import NetworkMode, NetworkPolicy
 from ringfence.network.own import own_endpoints_of
-from ringfence.network.policy import Address, OwnEndpoints, internal_networks
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import EgressSession, current_requester
+from ringfence.policy.egress import Address, OwnEndpoints, internal_networks
 
 if TYPE_CHECKING:
     from ringfence.backends._interactive import SandboxRuntime

@@ -8,7 +8,7 @@ import ipaddress
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import EgressAction, NetworkMode, NetworkPolicy
-from ringfence.network.policy import internal_networks
+from ringfence.policy.egress import internal_networks
 
 __all__ = ["check_tenant_policy", "policy_for", "with_floor"]
 
