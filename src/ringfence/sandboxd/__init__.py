@@ -25,6 +25,8 @@ Wire protocol
     ``POST /process.Process/*`` and ``POST /filesystem.Filesystem/*``; ``GET /files`` and
     ``POST|PUT /files`` (application/octet-stream, optionally gzip; multipart is the host's
     job: it answers 415). See ``_process_rpc``, ``_files``, ``_watch`` and ``_filehttp``.
+    ``methods`` lists the RPC methods (and which change the sandbox) and the one-user
+    rule: the one module the host imports, so both sides read one table.
 
 Memory
     Idle, only the HTTP layer is imported (no asyncio, threading, json, re, socket, typing

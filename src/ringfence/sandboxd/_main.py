@@ -6,6 +6,7 @@ import os
 import sys
 
 from ._server import Server
+from .methods import SANDBOX_USER
 
 __all__ = ["main"]
 
@@ -14,7 +15,7 @@ _USAGE = "usage: sandboxd --listen-fd N [--user NAME]\n"
 
 def _parse(argv: list[str]) -> tuple[int, str] | None:
     fd: int | None = None
-    user = "user"
+    user = SANDBOX_USER
     args = iter(argv)
     for arg in args:
         name, eq, value = arg.partition("=")

@@ -12,8 +12,9 @@ from ._codec import dumps, loads
 from ._connect import COMPRESSED, END_STREAM, end_envelope, envelope, error_body
 from ._errors import RpcError, http_status, invalid
 from ._http import Closed
+from .methods import CLIENT_STREAM, SERVER_STREAM, UNARY
 
-__all__ = ["CLIENT_STREAM", "MAX_MESSAGE", "SERVER_STREAM", "UNARY", "Call", "serve_call"]
+__all__ = ["MAX_MESSAGE", "Call", "serve_call"]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
     Handler = Callable[["Call"], "Msg | None"]
 
-UNARY, SERVER_STREAM, CLIENT_STREAM = "unary", "server_stream", "client_stream"
 MAX_MESSAGE = 16 * 1024 * 1024
 _KEEPALIVE_DEFAULT = 50.0
 

@@ -1,4 +1,4 @@
-"""The accept loop, one thread per connection, and the routing table.
+"""The accept loop, one thread per connection, and the routing (by ``methods.METHODS``).
 
 Services are imported on their first call, so an idle daemon holds only the HTTP layer.
 """
@@ -11,8 +11,9 @@ from ._codec import b64decode, dumps, loads
 from ._connect import error_body
 from ._errors import RpcError, http_status
 from ._http import Closed, Conn, HttpError, read_request
-from ._rpc import CLIENT_STREAM, SERVER_STREAM, UNARY, serve_call
+from ._rpc import serve_call
 from ._sync import start_thread
+from .methods import FILESYSTEM, METHODS, PROCESS, user_refusal
 
 __all__ = ["Server"]
 
@@ -25,27 +26,6 @@ if TYPE_CHECKING:
     from ._rpc import Handler
 
 _JSON = [("Content-Type", "application/json")]
-
-# "package.Service/Method" → (kind, module, function); modules load on first use.
-_METHODS = {
-    "process.Process/Start": (SERVER_STREAM, "_process_rpc", "start"),
-    "process.Process/Connect": (SERVER_STREAM, "_process_rpc", "connect"),
-    "process.Process/List": (UNARY, "_process_rpc", "list_processes"),
-    "process.Process/SendInput": (UNARY, "_process_rpc", "send_input"),
-    "process.Process/CloseStdin": (UNARY, "_process_rpc", "close_stdin"),
-    "process.Process/SendSignal": (UNARY, "_process_rpc", "send_signal"),
-    "process.Process/StreamInput": (CLIENT_STREAM, "_process_rpc", "stream_input"),
-    "process.Process/Update": (UNARY, "_process_rpc", "update"),
-    "filesystem.Filesystem/Stat": (UNARY, "_files", "stat_entry"),
-    "filesystem.Filesystem/ListDir": (UNARY, "_files", "list_dir"),
-    "filesystem.Filesystem/MakeDir": (UNARY, "_files", "make_dir"),
-    "filesystem.Filesystem/Move": (UNARY, "_files", "move"),
-    "filesystem.Filesystem/Remove": (UNARY, "_files", "remove"),
-    "filesystem.Filesystem/WatchDir": (SERVER_STREAM, "_watch", "watch_dir"),
-    "filesystem.Filesystem/CreateWatcher": (UNARY, "_watch", "create_watcher"),
-    "filesystem.Filesystem/GetWatcherEvents": (UNARY, "_watch", "get_watcher_events"),
-    "filesystem.Filesystem/RemoveWatcher": (UNARY, "_watch", "remove_watcher"),
-}
 
 
 def _handler(module: str, function: str) -> Handler:
@@ -109,12 +89,9 @@ class Server:
             except (RpcError, UnicodeDecodeError):
                 raise RpcError("unauthenticated", "the authorization header is malformed") from None
             user = decoded.partition(":")[0] or user
-        if user is not None and user != self.user:
-            raise RpcError(
-                "permission_denied",
-                f"user {user!r} is not available: this sandbox runs everything as its one "
-                f"unprivileged user {self.user!r}",
-            )
+        refusal = user_refusal(user, self.user)
+        if refusal is not None:
+            raise RpcError("permission_denied", refusal)
 
     def _init(self, request: Request, conn: Conn) -> None:
         """``POST /init {"envVars": {...}}``: the environment every later process starts
@@ -158,8 +135,8 @@ class Server:
             self.check_user(request)
             _code.serve(request, conn)
             return
-        if path.startswith(("/process.Process/", "/filesystem.Filesystem/")):
-            route = _METHODS.get(path[1:])
+        if path.startswith((f"/{PROCESS}/", f"/{FILESYSTEM}/")):
+            route = METHODS.get(path[1:])
             if request.method != "POST" or route is None:
                 err = (
                     RpcError("unimplemented", f"{path[1:]} is not implemented by this sandbox")
@@ -168,7 +145,7 @@ class Server:
                 )
                 conn.respond(http_status(err.code), _JSON, error_body(err))
                 return
-            kind, module, function = route
+            kind, _, module, function = route
             serve_call(request, conn, kind, _handler(module, function), self.check_user)
             return
         body = dumps({"code": 404, "message": f"no route for {request.method} {path}"})

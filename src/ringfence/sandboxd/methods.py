@@ -1,0 +1,79 @@
+"""The daemon's methods and its one user: written once, read by the daemon and the host.
+
+The daemon routes its Connect RPC calls by ``METHODS``; the host reads the same table to
+tell the calls that change a sandbox (audited) from those that only look. This is the one
+public module of ``sandboxd``: the host may import it, it imports nothing (the daemon loads
+it while idle, and never imports host code).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CLIENT_STREAM",
+    "FILESYSTEM",
+    "METHODS",
+    "PROCESS",
+    "SANDBOX_USER",
+    "SERVER_STREAM",
+    "UNARY",
+    "changes",
+    "kind_of",
+    "user_refusal",
+]
+
+# The services (E2B envd's).
+PROCESS = "process.Process"
+FILESYSTEM = "filesystem.Filesystem"
+
+# How a call's messages travel: one each way, a stream of answers, a stream of requests.
+UNARY, SERVER_STREAM, CLIENT_STREAM = "unary", "server_stream", "client_stream"
+_CHANGES, _LOOKS = True, False
+
+# "package.Service/Method" → (kind, whether it changes the sandbox, module, function that
+# serves it in the daemon). Modules load on their first call.
+METHODS = {
+    PROCESS + "/Start": (SERVER_STREAM, _CHANGES, "_process_rpc", "start"),
+    PROCESS + "/Connect": (SERVER_STREAM, _LOOKS, "_process_rpc", "connect"),
+    PROCESS + "/List": (UNARY, _LOOKS, "_process_rpc", "list_processes"),
+    PROCESS + "/SendInput": (UNARY, _CHANGES, "_process_rpc", "send_input"),
+    PROCESS + "/CloseStdin": (UNARY, _CHANGES, "_process_rpc", "close_stdin"),
+    PROCESS + "/SendSignal": (UNARY, _CHANGES, "_process_rpc", "send_signal"),
+    PROCESS + "/StreamInput": (CLIENT_STREAM, _CHANGES, "_process_rpc", "stream_input"),
+    PROCESS + "/Update": (UNARY, _CHANGES, "_process_rpc", "update"),
+    FILESYSTEM + "/Stat": (UNARY, _LOOKS, "_files", "stat_entry"),
+    FILESYSTEM + "/ListDir": (UNARY, _LOOKS, "_files", "list_dir"),
+    FILESYSTEM + "/MakeDir": (UNARY, _CHANGES, "_files", "make_dir"),
+    FILESYSTEM + "/Move": (UNARY, _CHANGES, "_files", "move"),
+    FILESYSTEM + "/Remove": (UNARY, _CHANGES, "_files", "remove"),
+    FILESYSTEM + "/WatchDir": (SERVER_STREAM, _LOOKS, "_watch", "watch_dir"),
+    FILESYSTEM + "/CreateWatcher": (UNARY, _LOOKS, "_watch", "create_watcher"),
+    FILESYSTEM + "/GetWatcherEvents": (UNARY, _LOOKS, "_watch", "get_watcher_events"),
+    FILESYSTEM + "/RemoveWatcher": (UNARY, _LOOKS, "_watch", "remove_watcher"),
+}
+
+# Everything in a sandbox runs as its one unprivileged user (the daemon's ``--user``).
+SANDBOX_USER = "user"
+
+
+def changes(name: str) -> bool:
+    """Whether the call ``name`` ("package.Service/Method") changes the sandbox; a method
+    the daemon does not have changes nothing (the daemon refuses it)."""
+    method = METHODS.get(name)
+    return method is not None and method[1]
+
+
+def kind_of(name: str) -> str | None:
+    """``UNARY``, ``SERVER_STREAM`` or ``CLIENT_STREAM``; None for a method it does not have."""
+    method = METHODS.get(name)
+    return None if method is None else method[0]
+
+
+def user_refusal(user: str | None, one: str = SANDBOX_USER) -> str | None:
+    """Why a call as ``user`` is refused, or None when it names no user or the sandbox's
+    ``one`` user: asking for another (say ``root``) is refused, never run as ``one``."""
+    if user is None or user == one:
+        return None
+    return (
+        f"user {user!r} is not available: a sandbox runs everything as its one "
+        f"unprivileged user {one!r}"
+    )
