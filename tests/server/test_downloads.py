@@ -4,7 +4,7 @@ comes from a sandbox is marked nosniff and CSP-sandboxed, whatever type the daem
 
 from __future__ import annotations
 
-from ringfence.server.routes.sandboxes import answer_headers
+from ringfence.service.sandbox_answers import answer_headers
 from tests.server._envd import STREAM, run, start_body
 from tests.server.conftest import Api
 

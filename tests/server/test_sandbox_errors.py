@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ringfence.server.routes.sandboxes import sandbox_error
+from ringfence.service.sandbox_answers import sandbox_error
 from tests.server.conftest import Api
 
 in_memory = pytest.mark.parametrize("store", ["memory"], indirect=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import RingfenceError
+from ringfence.sandboxd.methods import PROCESS
 from ringfence.service.budget import Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 
@@ -197,7 +198,7 @@ class WarmPool:
             # rather than in the claimer's first command.
             listed = await warm.daemon.send(
                 "POST",
-                "/process.Process/List",
+                f"/{PROCESS}/List",
                 headers={"content-type": "application/json"},
                 content=b"{}",
             )

@@ -50,6 +50,7 @@ from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Amount, Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.pool import PoolStats, Warm, WarmPool
+from ringfence.service.sandbox_calls import SandboxCalls
 from ringfence.store import Store
 from ringfence.templates import DAEMON_PYTHON, TemplateNotFound, has_program
 from ringfence.templates import resolve as resolve_template
@@ -112,6 +113,7 @@ class SandboxService:
         self._budget = budget
         self._live: dict[str, _Live] = {}
         self._watchers: set[asyncio.Task[None]] = set()
+        self.calls = SandboxCalls(self)  # commands, files and code, passed to the daemons
         self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
         self.egress_gateway: SessionLookup | None = None  # where live policies change
 

@@ -4,9 +4,10 @@ The SDKs send both to one ``E2B_SANDBOX_URL`` with ``E2b-Sandbox-Id`` and
 ``E2b-Sandbox-Port`` headers and no API key: what admits a request is the sandbox's access
 token (``X-Access-Token``; for the code interpreter also ``E2B-Traffic-Access-Token``), which
 names the tenant and key it was handed to. The sandbox daemon speaks both protocols
-natively, so a request passes through with the same tenant check and audit record as the
-native routes'. Signed file URLs (``download_url``/``upload_url``) are admitted by their
-signature instead, and find their sandbox by it.
+natively, so a request passes through the same service call as the native routes'
+(``service.sandbox_calls``: tenant check, one-user rule, audit record) and its answer,
+refusals included, goes back as envd's. Signed file URLs (``download_url``/``upload_url``)
+are admitted by their signature instead, and find their sandbox by it.
 """
 
 from __future__ import annotations
@@ -19,34 +20,29 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response, StreamingResponse
 
-from ringfence.errors import Forbidden, InvalidRequest, Unauthenticated
+from ringfence.errors import InvalidRequest, Unauthenticated
 from ringfence.server.connections import authenticated
 from ringfence.server.e2b.context import E2bContext, context_of
 from ringfence.server.e2b.errors import error_response
 from ringfence.server.e2b.tokens import Grant, Purpose, expired
 from ringfence.server.e2b.uploads import Failed, boundary_of, upload_parts
-from ringfence.server.routes.sandboxes import (
-    _CHANGING,
-    Service,
-    _audited,
-    _clip,
-    _forward_as_is,
-    _message,
-    answer_headers,
-)
-from ringfence.service.daemon_client import DaemonClient
+from ringfence.server.passthrough import streamed
+from ringfence.server.routes.sandboxes import Service
 from ringfence.service.keys import in_force
+from ringfence.service.sandbox_answers import answer_headers
+from ringfence.service.sandbox_calls import SandboxCaller, SandboxCalls
 
 __all__ = ["CODE_PORT", "ENVD_PORT", "code_router", "envd_router"]
 
 ENVD_PORT = "49983"
 CODE_PORT = "49999"
-_SANDBOX_USER = "user"  # the one user inside a sandbox
 # What a signed file URL carries (E2B's SDKs build it): all of it is signed or checked.
 _SIGNED_PARAMETERS = frozenset({"path", "username", "signature", "signature_expiration"})
 # A multipart upload's answer is the daemon's (its refusal, or the entries it wrote), marked
 # as every passed-through answer is: no client takes it for the server's own.
-_SANDBOXS_WORD = answer_headers([("content-type", "application/json")], None, download=False)
+_SANDBOX_ANSWER_HEADERS = answer_headers(
+    [("content-type", "application/json")], None, download=False
+)
 
 envd_router = APIRouter()
 code_router = APIRouter()
@@ -88,9 +84,13 @@ async def _in_force(context: E2bContext, grant: Grant) -> Grant:
     return grant
 
 
-def _check_user(request: Request) -> None:
-    """Everything in a sandbox runs as its one unprivileged user: asking for another (say
-    ``root``) is refused rather than silently run as ``user``."""
+def _user(request: Request) -> str | None:
+    """The user the request asks to run as (``?username=``, or the name of a Basic
+    ``Authorization``), or None; the service keeps the one-user rule.
+
+    Raises:
+        InvalidRequest: the Authorization header is malformed.
+    """
     user = request.query_params.get("username") or None
     auth = request.headers.get("authorization", "")
     if auth[:6].lower() == "basic ":
@@ -99,22 +99,22 @@ def _check_user(request: Request) -> None:
         except (binascii.Error, UnicodeDecodeError):
             raise InvalidRequest("the Authorization header is malformed") from None
         user = user or None
-    if user is not None and user != _SANDBOX_USER:
-        raise Forbidden(
-            f"user {user!r} is not available: a sandbox runs everything as its one "
-            f"unprivileged user {_SANDBOX_USER!r}"
-        )
+    return user
 
 
-async def _daemon(context: E2bContext, grant: Grant) -> DaemonClient:
-    return await context.sandboxes.daemon(grant.tenant, grant.sandbox_id)
+def _calls(context: E2bContext) -> SandboxCalls:
+    return context.sandboxes.calls
+
+
+def _on(grant: Grant) -> SandboxCaller:
+    return SandboxCaller(grant.tenant, grant.key_id, grant.sandbox_id)
 
 
 @envd_router.get("/health")
 @code_router.get("/health")
 async def health(request: Request) -> Response:
     context, grant = await _admit(request, Purpose.ENVD, Purpose.TRAFFIC)
-    await _daemon(context, grant)  # SandboxNotRunning → 502 "was not found"
+    await _calls(context).reach(_on(grant))  # SandboxNotRunning → 502 "was not found"
     return Response(status_code=204)
 
 
@@ -126,55 +126,36 @@ async def call(
 ) -> StreamingResponse:
     """envd's Connect RPC, as the native ``/v1/sandboxes/{id}/rpc/...`` route passes it."""
     context, grant = await _admit(request, Purpose.ENVD)
-    _check_user(request)
-    daemon = await _daemon(context, grant)
-    target = f"/{service.value}/{method}"
-    if method not in _CHANGING[service]:
-        return await _forward_as_is(daemon, request, "POST", target)
-    record = context.sandboxes.record
-    if (service, method) == (Service.PROCESS, "StreamInput"):
-        record(grant.tenant, grant.key_id, f"sandbox.{method}", grant.sandbox_id)
-        return await _forward_as_is(daemon, request, "POST", target)
-    body = await request.body()  # bounded by the layer's body limit
-    details = _audited(method, body)
-    record(grant.tenant, grant.key_id, f"sandbox.{method}", grant.sandbox_id, details=details)
-    return await _forward_as_is(daemon, request, "POST", target, content=body)
+    name, user = f"{service.value}/{method}", _user(request)
+    calls = _calls(context)
+    return streamed(await calls.rpc(_on(grant), name, request.headers, request.stream(), user=user))
 
 
 @envd_router.get("/files")
 async def read_file(request: Request) -> Response:
     context, grant, _ = await _admit_file(request, "read")
-    _check_user(request)
-    daemon = await _daemon(context, grant)
-    return await _forward_as_is(daemon, request, "GET", "/files", {"path": _path(request)})
+    user = _user(request)
+    answer = await _calls(context).read_file(_on(grant), _path(request), request.headers, user=user)
+    return streamed(answer)
 
 
 @envd_router.post("/files")
 async def write_files(request: Request) -> Response:
     """One file as ``application/octet-stream`` (``?path=``) or several as multipart."""
     context, grant, signed = await _admit_file(request, "write")
-    _check_user(request)
-    daemon = await _daemon(context, grant)
+    writer = await _calls(context).file_writer(_on(grant), user=_user(request))
     path = request.query_params.get("path") or None
-
-    def on_file(target: str) -> None:
-        context.sandboxes.record(
-            grant.tenant, grant.key_id, "sandbox.write_file", grant.sandbox_id,
-            details={"path": _clip(target)},
-        )  # fmt: skip
-
     boundary = boundary_of(request.headers.get("content-type", ""))
     if boundary is None:
         if path is None:
             raise InvalidRequest("an upload that is not multipart needs ?path=")
-        on_file(path)
-        return await _forward_as_is(daemon, request, "POST", "/files", {"path": path})
+        return streamed(await writer.write(path, request.headers, request.stream()))
     try:
-        written = await upload_parts(daemon, request, boundary, path, on_file, single=signed)
+        written = await upload_parts(writer, request, boundary, path, single=signed)
     except Failed as failed:
-        headers = _SANDBOXS_WORD if failed.from_sandbox else None
+        headers = _SANDBOX_ANSWER_HEADERS if failed.from_sandbox else None
         return Response(failed.body, failed.status, headers, "application/json")
-    return Response(json.dumps(written), 200, _SANDBOXS_WORD, "application/json")
+    return Response(json.dumps(written), 200, _SANDBOX_ANSWER_HEADERS, "application/json")
 
 
 async def _admit_file(request: Request, operation: str) -> tuple[E2bContext, Grant, bool]:
@@ -225,56 +206,34 @@ def _path(request: Request) -> str:
 @code_router.post("/execute")
 async def execute(request: Request) -> StreamingResponse:
     context, grant = await _admit(request, Purpose.ENVD, Purpose.TRAFFIC)
-    daemon = await _daemon(context, grant)
-    body = await request.body()
-    message = _message(body)
-    details = {
-        "code": _clip(str(message.get("code", ""))),
-        "context_id": message.get("context_id"),
-        "language": message.get("language"),
-    }
-    context.sandboxes.record(
-        grant.tenant, grant.key_id, "sandbox.run_code", grant.sandbox_id, details=details
-    )
-    return await _forward_as_is(daemon, request, "POST", "/execute", content=body)
+    return streamed(await _calls(context).run_code(_on(grant), request.headers, request.stream()))
 
 
 @code_router.get("/contexts")
 async def list_contexts(request: Request) -> StreamingResponse:
     context, grant = await _admit(request, Purpose.ENVD, Purpose.TRAFFIC)
-    return await _forward_as_is(await _daemon(context, grant), request, "GET", "/contexts")
+    return streamed(await _calls(context).list_contexts(_on(grant), request.headers))
 
 
 @code_router.post("/contexts")
 async def create_context(request: Request) -> StreamingResponse:
     context, grant = await _admit(request, Purpose.ENVD, Purpose.TRAFFIC)
-    daemon = await _daemon(context, grant)
-    context.sandboxes.record(grant.tenant, grant.key_id, "sandbox.create_context", grant.sandbox_id)
-    return await _forward_as_is(daemon, request, "POST", "/contexts")
+    calls = _calls(context)
+    return streamed(await calls.create_context(_on(grant), request.headers, request.stream()))
 
 
 @code_router.delete("/contexts/{context_id}")
 async def remove_context(context_id: ContextId, request: Request) -> StreamingResponse:
     context, grant = await _admit(request, Purpose.ENVD, Purpose.TRAFFIC)
-    daemon = await _daemon(context, grant)
-    context.sandboxes.record(
-        grant.tenant, grant.key_id, "sandbox.remove_context", grant.sandbox_id,
-        details={"context_id": context_id},
-    )  # fmt: skip
-    return await _forward_as_is(daemon, request, "DELETE", f"/contexts/{context_id}")
+    calls = _calls(context)
+    return streamed(await calls.remove_context(_on(grant), context_id, request.headers))
 
 
 @code_router.post("/contexts/{context_id}/restart")
 async def restart_context(context_id: ContextId, request: Request) -> StreamingResponse:
     context, grant = await _admit(request, Purpose.ENVD, Purpose.TRAFFIC)
-    daemon = await _daemon(context, grant)
-    context.sandboxes.record(
-        grant.tenant, grant.key_id, "sandbox.restart_context", grant.sandbox_id,
-        details={"context_id": context_id},
-    )  # fmt: skip
-    return await _forward_as_is(
-        daemon, request, "POST", f"/contexts/{context_id}/restart", content=b""
-    )
+    calls = _calls(context)
+    return streamed(await calls.restart_context(_on(grant), context_id, request.headers))
 
 
 def unknown_port(port: str, path: str) -> Response:

@@ -17,14 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
 from ringfence.errors import InvalidRequest
-from ringfence.service.daemon_client import DaemonClient, DaemonResponse
+from ringfence.service.sandbox_answers import Answer
+from ringfence.service.sandbox_calls import FileWriter
 
 __all__ = ["Failed", "boundary_of", "upload_parts"]
 
@@ -86,17 +87,15 @@ class _Events:
 
 
 async def upload_parts(
-    daemon: DaemonClient,
+    writer: FileWriter,
     request: Request,
     boundary: bytes,
     path: str | None,
-    on_file: Callable[[str], None],
     *,
     single: bool = False,
 ) -> list[object]:
-    """Upload each file part; return the daemon's entries (``[{name, type, path}]``).
-
-    ``on_file(path)`` runs before each file is written (the audit record). With ``single``
+    """Upload each file part with ``writer`` (which puts each on the audit record before it
+    is written); return the daemon's entries (``[{name, type, path}]``). With ``single``
     (a signed URL's upload), the body is one part written to ``path``, committed at the end.
 
     Raises:
@@ -111,7 +110,7 @@ async def upload_parts(
     written: list[object] = []
     headers: dict[str, str] = {}
     queue: asyncio.Queue[bytes | None] | None = None
-    upload: asyncio.Task[DaemonResponse] | None = None
+    upload: asyncio.Task[Answer] | None = None
     parts = 0
     ended = False  # the single part's end was seen
     try:
@@ -137,9 +136,8 @@ async def upload_parts(
                     target = path or _filename(headers.get("content-disposition", ""))
                     if target is None:  # a plain form field: not a file
                         continue
-                    on_file(target)
                     queue = asyncio.Queue(_QUEUED_CHUNKS)
-                    upload = asyncio.create_task(_send(daemon, target, queue))
+                    upload = asyncio.create_task(_send(writer, target, queue))
                     path = None  # ?path= names the first file only
                 elif kind == "data" and queue is not None and upload is not None:
                     await _put(queue, value, upload)
@@ -166,7 +164,7 @@ async def upload_parts(
 
 
 async def _put(
-    queue: asyncio.Queue[bytes | None], item: bytes | None, upload: asyncio.Task[DaemonResponse]
+    queue: asyncio.Queue[bytes | None], item: bytes | None, upload: asyncio.Task[Answer]
 ) -> None:
     """Queue ``item`` for the daemon, unless its upload ended first (it refused early)."""
     put = asyncio.ensure_future(queue.put(item))
@@ -179,26 +177,22 @@ async def _put(
     raise Failed(502, b'{"code": 502, "message": "the sandbox answered before the file ended"}')
 
 
-async def _send(
-    daemon: DaemonClient, target: str, queue: asyncio.Queue[bytes | None]
-) -> DaemonResponse:
+def _send(
+    writer: FileWriter, target: str, queue: asyncio.Queue[bytes | None]
+) -> Coroutine[None, None, Answer]:
+    """The upload of ``target``, on the audit record from now on; its body is the queue's."""
+
     async def body() -> AsyncIterator[bytes]:
         while (chunk := await queue.get()) is not None:
             yield chunk
 
-    return await daemon.send(
-        "POST",
-        "/files",
-        params={"path": target},
-        headers={"content-type": "application/octet-stream"},
-        content=body(),
-    )
+    return writer.write(target, {"content-type": "application/octet-stream"}, body())
 
 
-async def _entries(response: DaemonResponse) -> list[object]:
-    body = await response.aread()
-    if response.status_code != 200:
-        raise Failed(response.status_code, body, from_sandbox=True)
+async def _entries(answer: Answer) -> list[object]:
+    body = await answer.aread()
+    if answer.status != 200:
+        raise Failed(answer.status, body, from_sandbox=True)
     try:
         entries = json.loads(body)
     except ValueError:

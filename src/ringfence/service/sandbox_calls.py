@@ -1,0 +1,221 @@
+"""Calls into a sandbox's daemon on a caller's behalf: its commands, files and code.
+
+Both doors call here, the native ``/v1/sandboxes/{id}/...`` routes and E2B's envd and
+code-interpreter routes; they differ only in how they find the caller (an API key, or an
+access token or signed URL) and in the shape of what they answer. Each call:
+
+1. finds the sandbox in the caller's tenant, running (``SandboxNotFound`` for another
+   tenant's sandbox exactly as for one that never existed; ``SandboxNotRunning``);
+2. keeps the one-user rule, when the caller's door names a user (``Forbidden``);
+3. classifies it by the daemon's own table (``sandboxd.methods``): what changes the
+   sandbox goes on the audit record with what is kept of it (the command line, working
+   directory and variable names; paths; the signal; never stdin or variable values; text
+   clipped to 2048 characters);
+4. passes it to the daemon and returns its ``Answer``, bodies streamed both ways: only a
+   body that is audited is read first (bounded by the server's body limit).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from ringfence.errors import Forbidden
+from ringfence.sandboxd.methods import CLIENT_STREAM, changes, kind_of, user_refusal
+from ringfence.service.daemon_client import DaemonClient
+from ringfence.service.sandbox_answers import Answer, clip
+
+__all__ = ["FileWriter", "SandboxCaller", "SandboxCalls", "Sandboxes"]
+
+Headers = Mapping[str, str]  # the caller's request headers (only the daemon's own cross)
+Body = AsyncIterable[bytes]  # the caller's request body, as it comes
+
+
+@dataclass(frozen=True)
+class SandboxCaller:
+    """Who calls which sandbox: the caller's tenant, the key that acts (the audit record's
+    actor) and the sandbox's id."""
+
+    tenant: str
+    key_id: str
+    sandbox_id: str
+
+
+class Sandboxes(Protocol):
+    """What the calls need of the sandbox service (``SandboxService`` is one)."""
+
+    async def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient:
+        """Raises ``SandboxNotFound`` (also for another tenant's) or ``SandboxNotRunning``."""
+        ...
+
+    def record(
+        self,
+        tenant: str,
+        actor: str,
+        action: str,
+        sandbox_id: str,
+        outcome: str = "ok",
+        details: Mapping[str, object] | None = None,
+    ) -> None: ...
+
+
+class SandboxCalls:
+    """The daemon pass-through. Every method may raise what finding the sandbox raises
+    (``SandboxNotFound``, ``SandboxNotRunning``) and what reaching its daemon raises
+    (``SandboxNotRunning``, ``SandboxError``, ``TooManyRequests``, ``InvalidRequest`` for a
+    header HTTP/1.1 cannot carry); those given a ``user`` raise ``Forbidden`` for any but
+    the sandbox's one user."""
+
+    def __init__(self, sandboxes: Sandboxes) -> None:
+        self._sandboxes = sandboxes
+
+    async def reach(self, caller: SandboxCaller) -> None:
+        """Check that the caller's sandbox is there and running."""
+        await self._daemon(caller)
+
+    async def rpc(
+        self, caller: SandboxCaller, name: str, headers: Headers, body: Body, *,
+        user: str | None = None,
+    ) -> Answer:  # fmt: skip
+        """Call the daemon's ``name`` ("package.Service/Method"); a method it does not
+        have is passed on too, for the daemon to refuse."""
+        daemon = await self._daemon(caller, user)
+        method = name.rpartition("/")[2]
+        if not changes(name):
+            return Answer(await daemon.send("POST", f"/{name}", headers=headers, content=body))
+        if kind_of(name) == CLIENT_STREAM:  # a stream of requests: passed on as it comes
+            self._record(caller, f"sandbox.{method}")
+            return Answer(await daemon.send("POST", f"/{name}", headers=headers, content=body))
+        content = await _read(body)
+        self._record(caller, f"sandbox.{method}", _audited(method, content))
+        return Answer(await daemon.send("POST", f"/{name}", headers=headers, content=content))
+
+    async def read_file(
+        self, caller: SandboxCaller, path: str, headers: Headers, *, user: str | None = None
+    ) -> Answer:
+        """Download the file at ``path`` (an attachment of opaque bytes)."""
+        daemon = await self._daemon(caller, user)
+        upstream = await daemon.send("GET", "/files", params={"path": path}, headers=headers)
+        return Answer(upstream, download=upstream.status_code == 200)
+
+    async def file_writer(self, caller: SandboxCaller, *, user: str | None = None) -> FileWriter:
+        """A writer of files into the caller's sandbox (for uploads of several files)."""
+        return FileWriter(await self._daemon(caller, user), self, caller)
+
+    async def write_file(
+        self, caller: SandboxCaller, path: str, headers: Headers, body: Body, *,
+        user: str | None = None,
+    ) -> Answer:  # fmt: skip
+        """Upload ``body`` to ``path`` (replaced whole once the body ends)."""
+        writer = await self.file_writer(caller, user=user)
+        return await writer.write(path, headers, body)
+
+    async def run_code(self, caller: SandboxCaller, headers: Headers, body: Body) -> Answer:
+        """Run a cell (the body is the code request, read whole: it is audited)."""
+        daemon = await self._daemon(caller)
+        content = await _read(body)
+        message = _message(content)
+        details = {
+            "code": clip(str(message.get("code", ""))),
+            "context_id": message.get("context_id"),
+            "language": message.get("language"),
+        }
+        self._record(caller, "sandbox.run_code", details)
+        return Answer(await daemon.send("POST", "/execute", headers=headers, content=content))
+
+    async def list_contexts(self, caller: SandboxCaller, headers: Headers) -> Answer:
+        daemon = await self._daemon(caller)
+        return Answer(await daemon.send("GET", "/contexts", headers=headers))
+
+    async def create_context(self, caller: SandboxCaller, headers: Headers, body: Body) -> Answer:
+        daemon = await self._daemon(caller)
+        self._record(caller, "sandbox.create_context")
+        return Answer(await daemon.send("POST", "/contexts", headers=headers, content=body))
+
+    async def remove_context(
+        self, caller: SandboxCaller, context_id: str, headers: Headers
+    ) -> Answer:
+        daemon = await self._daemon(caller)
+        self._record(caller, "sandbox.remove_context", {"context_id": context_id})
+        return Answer(await daemon.send("DELETE", f"/contexts/{context_id}", headers=headers))
+
+    async def restart_context(
+        self, caller: SandboxCaller, context_id: str, headers: Headers
+    ) -> Answer:
+        daemon = await self._daemon(caller)
+        self._record(caller, "sandbox.restart_context", {"context_id": context_id})
+        path = f"/contexts/{context_id}/restart"
+        return Answer(await daemon.send("POST", path, headers=headers, content=b""))
+
+    async def _daemon(self, caller: SandboxCaller, user: str | None = None) -> DaemonClient:
+        refusal = user_refusal(user)
+        if refusal is not None:
+            raise Forbidden(refusal)
+        return await self._sandboxes.daemon(caller.tenant, caller.sandbox_id)
+
+    def _record(
+        self, caller: SandboxCaller, action: str, details: Mapping[str, object] | None = None
+    ) -> None:
+        self._sandboxes.record(
+            caller.tenant, caller.key_id, action, caller.sandbox_id, details=details
+        )
+
+
+class FileWriter:
+    """Writes files into one sandbox, each on the audit record before its first byte."""
+
+    def __init__(self, daemon: DaemonClient, calls: SandboxCalls, caller: SandboxCaller) -> None:
+        self._daemon = daemon
+        self._calls = calls
+        self._caller = caller
+
+    def write(self, path: str, headers: Headers, body: Body) -> Coroutine[None, None, Answer]:
+        """Record the write of ``path`` now; the returned coroutine sends ``body`` (so an
+        upload may run as a task while its body is still arriving)."""
+        self._calls._record(self._caller, "sandbox.write_file", {"path": clip(path)})
+        return self._send(path, headers, body)
+
+    async def _send(self, path: str, headers: Headers, body: Body) -> Answer:
+        return Answer(
+            await self._daemon.send(
+                "POST", "/files", params={"path": path}, headers=headers, content=body
+            )
+        )
+
+
+async def _read(body: Body) -> bytes:
+    return b"".join([chunk async for chunk in body])
+
+
+def _audited(method: str, body: bytes) -> dict[str, object]:
+    """What the audit keeps of a daemon call: the command line, paths, the signal; never
+    stdin or environment values. The body is the client's: parsed leniently, bounded."""
+    message = _message(body)
+    if method == "Start":
+        process = message.get("process") if isinstance(message.get("process"), dict) else {}
+        assert isinstance(process, dict)
+        words = [process.get("cmd"), *(process.get("args") or [])]
+        envs = process.get("envs")
+        return {
+            "command": clip(" ".join(str(word) for word in words if word is not None)),
+            "cwd": clip(str(process.get("cwd") or "")),
+            "env": sorted(envs)[:100] if isinstance(envs, dict) else [],
+        }
+    if method == "SendInput":
+        return {"process": message.get("process"), "bytes": len(body)}
+    return {
+        name: clip(str(message[name]))
+        for name in ("path", "source", "destination", "process", "signal")
+        if name in message
+    }
+
+
+def _message(body: bytes) -> dict[str, object]:
+    payload = body[5:] if body[:1] in (b"\x00", b"\x01") else body  # a Connect envelope
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        return {}
+    return message if isinstance(message, dict) else {}
