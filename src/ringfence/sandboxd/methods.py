@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "CLIENT_STREAM",
+    "CLIENT_STREAMS",
     "FILESYSTEM",
     "METHODS",
     "PROCESS",
@@ -50,6 +51,8 @@ METHODS = {
     FILESYSTEM + "/GetWatcherEvents": (UNARY, _LOOKS, "_watch", "get_watcher_events"),
     FILESYSTEM + "/RemoveWatcher": (UNARY, _LOOKS, "_watch", "remove_watcher"),
 }
+# The calls whose requests stream (their bodies are bounded by the sandbox, not the host).
+CLIENT_STREAMS = tuple(name for name, method in METHODS.items() if method[0] == CLIENT_STREAM)
 
 # Everything in a sandbox runs as its one unprivileged user (the daemon's ``--user``).
 SANDBOX_USER = "user"

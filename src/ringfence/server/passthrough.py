@@ -1,13 +1,24 @@
-"""A sandbox daemon's ``Answer`` as a Starlette response: the one adapter both doors use."""
+"""What both doors share of the daemon pass-through: its services as a path parameter, and
+a daemon's ``Answer`` as a Starlette response."""
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from ringfence.sandboxd.methods import FILESYSTEM, PROCESS
 from ringfence.service.sandbox_answers import PASSED_STATUSES, REFUSAL_HEADERS, Answer
 
-__all__ = ["answered", "streamed"]
+__all__ = ["Service", "answered", "streamed"]
+
+
+class Service(StrEnum):
+    """The daemon's RPC services (E2B envd's): a call to any other is refused unsent."""
+
+    PROCESS = PROCESS
+    FILESYSTEM = FILESYSTEM
 
 
 def streamed(answer: Answer) -> StreamingResponse:

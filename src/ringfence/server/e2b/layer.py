@@ -19,6 +19,7 @@ import re
 from fastapi import APIRouter, FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ringfence.sandboxd.methods import CLIENT_STREAMS
 from ringfence.server.e2b.context import E2bContext
 from ringfence.server.e2b.control import router as control_router
 from ringfence.server.e2b.errors import Shape, install_error_handlers
@@ -39,7 +40,7 @@ __all__ = ["E2bLayer"]
 
 _CONTROL_PATHS = re.compile(r"/((v2/)?sandboxes|snapshots|templates)(/.*)?")
 # Bodies streamed to the sandbox as they come (its disk and the daemon bound them).
-_STREAMED = re.compile(r"/files|/process\.Process/StreamInput")
+_STREAMED = re.compile("|".join(["/files", *("/" + re.escape(n) for n in CLIENT_STREAMS)]))
 
 
 class E2bLayer:

@@ -26,8 +26,7 @@ from ringfence.server.e2b.context import E2bContext, context_of
 from ringfence.server.e2b.errors import error_response
 from ringfence.server.e2b.tokens import Grant, Purpose, expired
 from ringfence.server.e2b.uploads import Failed, boundary_of, upload_parts
-from ringfence.server.passthrough import streamed
-from ringfence.server.routes.sandboxes import Service
+from ringfence.server.passthrough import Service, streamed
 from ringfence.service.keys import in_force
 from ringfence.service.sandbox_answers import answer_headers
 from ringfence.service.sandbox_calls import SandboxCaller, SandboxCalls

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import re
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -21,10 +20,10 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from ringfence.models import MAX_TIMEOUT_SECONDS, Env, Sandbox, SandboxSpec, SandboxState
-from ringfence.sandboxd.methods import FILESYSTEM, METHODS, PROCESS
+from ringfence.sandboxd.methods import CLIENT_STREAMS, FILESYSTEM, METHODS, PROCESS
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody, shown
-from ringfence.server.passthrough import answered
+from ringfence.server.passthrough import Service, answered
 from ringfence.server.routes.executions import BUDGET_ERRORS
 from ringfence.service.keys import Principal
 from ringfence.service.sandbox_calls import SandboxCaller, SandboxCalls
@@ -35,7 +34,8 @@ __all__ = ["STREAMED_PATHS", "router"]
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
 # Bodies these routes pass through as they come (bounded by the sandbox's own limits).
-STREAMED_PATHS = re.compile(r"/v1/sandboxes/[^/]+/(files|rpc/process\.Process/StreamInput)")
+_STREAMED_CALLS = "|".join("rpc/" + re.escape(name) for name in CLIENT_STREAMS)
+STREAMED_PATHS = re.compile(rf"/v1/sandboxes/[^/]+/(files|{_STREAMED_CALLS})")
 
 _ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorBody, "description": "Invalid request"},
@@ -89,13 +89,6 @@ class Timeout(BaseModel):
     timeout: float = Field(
         gt=0, le=MAX_TIMEOUT_SECONDS, description="Seconds from now until the sandbox is killed."
     )
-
-
-class Service(StrEnum):
-    """The daemon's RPC services (E2B envd's)."""
-
-    PROCESS = PROCESS
-    FILESYSTEM = FILESYSTEM
 
 
 # The languages of code contexts (javascript where the template has node).
