@@ -1,0 +1,178 @@
+"""The daemon pass-through (``service.sandbox_calls``) against a real sandboxd: what goes on
+the audit record, the one-user rule, and the answers' headers and refusals."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ringfence.errors import Forbidden, SandboxNotFound
+from ringfence.service.daemon_client import DaemonClient
+from ringfence.service.sandbox_calls import SandboxCaller, SandboxCalls
+from tests.sandboxd.conftest import Daemon, wait_for
+
+CALLER = SandboxCaller("acme", "key-1", "sbx-1")
+UNARY = {"content-type": "application/json"}
+STREAM = {"content-type": "application/connect+json"}
+
+
+@dataclass
+class Recorded:
+    action: str
+    sandbox_id: str
+    actor: str
+    details: Mapping[str, object] | None
+
+
+@dataclass
+class OneSandbox:
+    """The sandbox service's part the calls use: one tenant's one sandbox."""
+
+    daemon_client: DaemonClient
+    records: list[Recorded] = field(default_factory=list)
+    looked_up: int = 0
+
+    async def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient:
+        self.looked_up += 1
+        if (tenant, sandbox_id) != (CALLER.tenant, CALLER.sandbox_id):
+            raise SandboxNotFound(f"no sandbox with id {sandbox_id!r}")
+        return self.daemon_client
+
+    def record(
+        self,
+        tenant: str,
+        actor: str,
+        action: str,
+        sandbox_id: str,
+        outcome: str = "ok",
+        details: Mapping[str, object] | None = None,
+    ) -> None:
+        assert tenant == CALLER.tenant and outcome == "ok"
+        self.records.append(Recorded(action, sandbox_id, actor, details))
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A real sandboxd, as ``tests/sandboxd`` runs it."""
+    tmp = tmp_path_factory.mktemp("sandboxd")
+    (tmp / "home").mkdir()
+    running = Daemon(tmp, tmp / "home")
+    try:
+        wait_for(lambda: running.client.get("/health").status_code == 204)
+        yield running
+    finally:
+        running.client.close()
+        running.proc.kill()
+        running.proc.wait()
+
+
+@pytest.fixture
+async def sandbox(daemon: Daemon) -> AsyncIterator[OneSandbox]:
+    client = DaemonClient(CALLER.sandbox_id, Path(daemon.path))
+    try:
+        yield OneSandbox(client)
+    finally:
+        await client.aclose()
+
+
+async def _body(*chunks: bytes) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+def _envelope(message: object) -> bytes:
+    payload = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(payload)) + payload
+
+
+async def test_a_command_goes_on_the_record_without_its_variable_values(
+    sandbox: OneSandbox,
+) -> None:
+    start = {"process": {"cmd": "/bin/echo", "args": ["hi"], "envs": {"B": "s3cret", "A": "x"}}}
+    answer = await SandboxCalls(sandbox).rpc(
+        CALLER, "process.Process/Start", STREAM, _body(_envelope(start))
+    )
+    assert answer.status == 200
+    body = b"".join([chunk async for chunk in answer.stream()])
+    assert b"aGkK" in body  # base64 of "hi\n": the command ran
+    [record] = sandbox.records
+    assert (record.action, record.sandbox_id, record.actor) == ("sandbox.Start", "sbx-1", "key-1")
+    assert record.details == {"command": "/bin/echo hi", "cwd": "", "env": ["A", "B"]}
+    assert "s3cret" not in json.dumps(record.details)
+
+
+async def test_a_call_that_only_looks_is_not_on_the_record(sandbox: OneSandbox) -> None:
+    answer = await SandboxCalls(sandbox).rpc(CALLER, "process.Process/List", UNARY, _body(b"{}"))
+    assert answer.status == 200
+    assert "processes" in json.loads(await answer.aread())
+    assert sandbox.records == []
+
+
+async def test_a_stream_of_requests_is_on_the_record_without_being_read_first(
+    sandbox: OneSandbox,
+) -> None:
+    calls = SandboxCalls(sandbox)
+    consumed: list[bytes] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        assert sandbox.records, "the record is made before the body is read"
+        consumed.append(b"")
+        yield struct.pack(">BI", 2, 2) + b"{}"  # the end of the stream, at once
+
+    answer = await calls.rpc(CALLER, "process.Process/StreamInput", STREAM, body())
+    await answer.aread()
+    assert consumed and [r.action for r in sandbox.records] == ["sandbox.StreamInput"]
+    assert sandbox.records[0].details is None
+
+
+async def test_another_user_is_refused_before_the_sandbox_is_found(sandbox: OneSandbox) -> None:
+    calls = SandboxCalls(sandbox)
+    with pytest.raises(Forbidden) as refused:
+        await calls.read_file(CALLER, "x.txt", {}, user="root")
+    assert refused.value.code == Forbidden.code
+    with pytest.raises(Forbidden):
+        await calls.file_writer(CALLER, user="root")
+    assert sandbox.looked_up == 0 and sandbox.records == []
+    answer = await calls.read_file(CALLER, "missing.txt", {}, user="user")
+    assert answer.status == 404
+    await answer.aclose()
+
+
+async def test_another_tenants_sandbox_is_not_found(sandbox: OneSandbox) -> None:
+    with pytest.raises(SandboxNotFound):
+        await SandboxCalls(sandbox).list_contexts(SandboxCaller("other", "key-2", "sbx-1"), {})
+
+
+async def test_a_write_is_on_the_record_before_its_first_byte_with_its_path_clipped(
+    sandbox: OneSandbox,
+) -> None:
+    writer = await SandboxCalls(sandbox).file_writer(CALLER)
+    long_path = "d/" * 1500 + "f"
+    sending = writer.write(long_path, {}, _body(b"never sent"))
+    sending.close()  # nothing sent: the record was made all the same
+    [record] = sandbox.records
+    assert record.action == "sandbox.write_file"
+    path = record.details["path"] if record.details else ""
+    assert isinstance(path, str) and len(path) == 2049 and path.endswith("…")
+
+
+async def test_a_download_is_inert_and_a_refusal_is_the_native_error(
+    sandbox: OneSandbox, daemon: Daemon
+) -> None:
+    (daemon.home / "page.html").write_text("<script>alert(1)</script>")
+    calls = SandboxCalls(sandbox)
+    answer = await calls.read_file(CALLER, "page.html", {})
+    assert answer.status == 200
+    assert await answer.aread() == b"<script>alert(1)</script>"
+    assert answer.headers["content-type"] == "application/octet-stream"
+    assert answer.headers["content-disposition"] == "attachment"
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    assert answer.headers["Ringfence-Origin"] == "sandbox"
+    missing = await calls.read_file(CALLER, "missing.txt", {})
+    status, code, message = await missing.refusal()
+    assert (status, code) == (404, "not_found") and message
