@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 
 from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
-from ringfence.backends._protocol import Executor, OutputCallback
+from ringfence.backends._protocol import Executor, OutputCallback, StartCallback
+from ringfence.backends._supervisor import Launched, SupervisedProcess, SupervisingExecutor
 from ringfence.config import Config
 from ringfence.errors import UnknownBackend
 
@@ -13,9 +14,13 @@ __all__ = [
     "BACKENDS",
     "Executor",
     "LaunchSpec",
+    "Launched",
     "LiveSandbox",
     "OutputCallback",
     "SandboxRuntime",
+    "StartCallback",
+    "SupervisedProcess",
+    "SupervisingExecutor",
     "create_executor",
     "create_sandbox_runtime",
 ]

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
-from ringfence.backends._child import Child
 from ringfence.backends._output import BoundedLog
 from ringfence.backends._protocol import OutputCallback, StartCallback
 from ringfence.backends._runs import Run, RunTable
@@ -22,7 +21,7 @@ from ringfence.config import Config
 from ringfence.errors import RingfenceError, TooManyRequests
 from ringfence.models import ExecutionRequest, ExecutionResult, ResourceLimits, Status
 
-__all__ = ["Launched", "SupervisingExecutor"]
+__all__ = ["Launched", "SupervisedProcess", "SupervisingExecutor"]
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +33,38 @@ _DRAIN_GRACE_SECONDS = 1.0
 _REAP_SECONDS = 10.0
 
 
+class SupervisedProcess(Protocol):
+    """The command's process as the supervisor sees it (``_child.Child`` for every real
+    backend; the in-memory stand-in of ``ringfence.testing.fakes`` for tests of logic)."""
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status, or minus the signal number that killed it; None while running."""
+        ...
+
+    async def wait(self) -> int:
+        """Wait for the process to exit (and reap it)."""
+        ...
+
+    async def pump(self, sink: Callable[[bytes], None]) -> None:
+        """Pass output to ``sink`` as it comes, until the output ends."""
+        ...
+
+    def close(self) -> None:
+        """Release what watches the process. Called once it has been reaped."""
+        ...
+
+
 class Launched(Protocol):
     """A command started in its sandbox; its output carries stdout and stderr interleaved."""
 
-    child: Child
     name: str
     killed: str  # what a kill reaches, in words: "the whole process tree was killed"
+
+    @property
+    def child(self) -> SupervisedProcess:
+        """The command's process."""
+        ...
 
     async def kill(self) -> None:
         """Kill every process of the sandbox, now."""

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Sequence
 
 from ringfence.backends._child import Child
-from ringfence.backends._supervisor import SupervisingExecutor
+from ringfence.backends._supervisor import Launched, SupervisingExecutor
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
@@ -54,7 +54,7 @@ class ProcessExecutor(SupervisingExecutor):
 
     async def _launch(
         self, request: ExecutionRequest, limits: ResourceLimits, pass_fds: Sequence[int]
-    ) -> _Subprocess:
+    ) -> Launched:
         workdir = tempfile.mkdtemp(prefix=f"ringfence-{request.id}-")
         env = {"PATH": os.defpath, "HOME": workdir, **request.env}
         try:

@@ -17,68 +17,30 @@ unprivileged sandbox user can traverse, and bound read-only at ``/run/ringfence/
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import logging
 import os
 import py_compile
 import shutil
-import socket
 import uuid
 from pathlib import Path
 
 import ringfence.sandboxd
 from ringfence.backends._interactive import LaunchSpec
+from ringfence.backends.daemon_sandbox import DaemonSandbox, listen, start_daemon_sandbox
 from ringfence.backends.local.backend import LocalExecutor
 from ringfence.backends.local.rootfs import materialize
 from ringfence.config import Config
-from ringfence.errors import ExecutionNotFound, SandboxError
-from ringfence.models import ExecutionRequest, ExecutionResult, Mount
+from ringfence.models import ExecutionRequest, Mount
 
-__all__ = ["DAEMON_PARENT", "LocalSandbox", "LocalSandboxRuntime", "prepare_daemon"]
+__all__ = ["DAEMON_PARENT", "LocalSandboxRuntime", "prepare_daemon"]
 
 log = logging.getLogger(__name__)
 
 DAEMON_PARENT = "/run/ringfence"  # inside the sandbox: the package is DAEMON_PARENT/sandboxd
 _PYTHON = "/usr/bin/python3"
-_BACKLOG = 256
 # How long a sandbox may take from "start" to its daemon running, before create fails.
 _START_SECONDS = 10.0
-
-
-class LocalSandbox:
-    """A running interactive sandbox: where its daemon listens, and its lifecycle."""
-
-    def __init__(
-        self,
-        executor: LocalExecutor,
-        execution_id: str,
-        socket_path: Path,
-        task: asyncio.Task[ExecutionResult],
-    ) -> None:
-        self.socket_path = socket_path
-        self._executor = executor
-        self._execution_id = execution_id
-        self._task = task
-
-    async def set_timeout(self, seconds: float) -> None:
-        """Kill the sandbox ``seconds`` from now (instead of at its earlier deadline)."""
-        await self._executor.set_timeout(self._execution_id, seconds)
-
-    async def kill(self) -> ExecutionResult:
-        """Kill every process of the sandbox and wait until nothing of it remains."""
-        with contextlib.suppress(ExecutionNotFound):  # already forgotten: it has ended
-            await self._executor.cancel(self._execution_id)
-        return await self.ended()
-
-    async def ended(self) -> ExecutionResult:
-        """Wait for the end (kill, deadline, or the daemon's own exit); nothing remains."""
-        return await asyncio.shield(self._task)
-
-    @property
-    def running(self) -> bool:
-        return not self._task.done()
 
 
 class LocalSandboxRuntime:
@@ -94,7 +56,7 @@ class LocalSandboxRuntime:
         self._sockets.mkdir(mode=0o700, exist_ok=True)
         self._daemon = prepare_daemon(config.runtime_dir)
 
-    async def start(self, spec: LaunchSpec) -> LocalSandbox:
+    async def start(self, spec: LaunchSpec) -> DaemonSandbox:
         """Start a sandbox running the daemon; return once its init runs (the daemon may
         still be starting: its first request waits in the socket's backlog).
 
@@ -104,7 +66,7 @@ class LocalSandboxRuntime:
         """
         execution_id = uuid.uuid4().hex
         socket_path = self._sockets / f"{execution_id}.sock"
-        listener = _listen(socket_path)
+        listener = listen(socket_path)
         request = ExecutionRequest(
             id=execution_id,
             image=spec.image,
@@ -116,21 +78,9 @@ class LocalSandboxRuntime:
             mounts=[Mount(source=str(self._daemon), target=f"{DAEMON_PARENT}/sandboxd")],
             network=spec.network,
         )
-        started = asyncio.Event()
-        task = asyncio.create_task(
-            self._executor.execute(
-                request, on_start=lambda _: started.set(), pass_fds=(listener.fileno(),)
-            )
+        return await start_daemon_sandbox(
+            self._executor, request, listener, socket_path, _START_SECONDS
         )
-        task.add_done_callback(lambda _: socket_path.unlink(missing_ok=True))
-        try:
-            await _first(started, task, _START_SECONDS)
-        finally:
-            listener.close()  # the daemon has its copy; a dead daemon now refuses connects
-        if task.done():
-            result = task.result()
-            raise SandboxError(result.error or f"the sandbox daemon exited: {result.logs[:500]}")
-        return LocalSandbox(self._executor, execution_id, socket_path, task)
 
     async def aclose(self) -> None:
         await self._executor.aclose()
@@ -175,34 +125,6 @@ def prepare_daemon(runtime_dir: Path) -> Path:
             path.chmod(0o755 if path.is_dir() else 0o644)
 
     return materialize(runtime_dir, "sandboxd", digest, build) / "sandboxd"
-
-
-def _listen(path: Path) -> socket.socket:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(str(path))
-        listener.listen(_BACKLOG)
-    except OSError as exc:
-        listener.close()
-        raise SandboxError(f"cannot create the sandbox's socket {path}: {exc.strerror}") from exc
-    return listener
-
-
-async def _first(event: asyncio.Event, task: asyncio.Task[ExecutionResult], timeout: float) -> None:
-    """Wait until ``event`` is set or ``task`` ends, whichever is first."""
-    other = asyncio.create_task(event.wait())
-    try:
-        done, _ = await asyncio.wait(
-            {other, task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-    except BaseException:  # our caller gave up: the sandbox must not outlive that
-        task.cancel()
-        raise
-    finally:
-        other.cancel()
-    if not done:
-        task.cancel()
-        raise SandboxError(f"the sandbox did not start within {timeout:g} s")
 
 
 def _sweep_stale_instances(sockets: Path) -> None:

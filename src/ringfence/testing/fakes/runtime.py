@@ -1,0 +1,160 @@
+"""``FakeSandboxRuntime``: interactive sandboxes served by the real daemon, unsandboxed.
+
+Each sandbox is the real ``ringfence.sandboxd`` run as a plain subprocess of the test (the
+``process`` backend's way: the test's own user, the host's filesystem and network), on a
+unix socket handed over as on the local backend. Commands, files, watches and code calls
+therefore behave as the daemon behaves everywhere, and a sandbox starts in tens of
+milliseconds; its deadline, kill and end are the same ``DaemonSandbox`` as the local
+backend's.
+
+It isolates nothing: a test on it proves the logic above the runtime (routes, services,
+SDK, MCP), never a claim about sandboxes. What differs from a real sandbox:
+
+- the spec's image, limits and network policy are recorded (``specs``), not applied;
+  HOME is a fresh temporary directory and absolute paths are the host's;
+- a kill reaches the daemon and every process it started that is still its descendant
+  (found through ``/proc``); one whose parent died before the kill escapes it, as on the
+  ``process`` backend.
+
+Why not the ``process`` backend itself: it has no runtime on purpose (in production,
+nothing would contain a long-lived daemon). Here that is the point: tests of logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import ringfence.sandboxd
+from ringfence.backends import Launched, LaunchSpec, SupervisedProcess
+from ringfence.backends.daemon_sandbox import DaemonSandbox, listen, start_daemon_sandbox
+from ringfence.backends.process import ProcessExecutor
+from ringfence.config import Config
+from ringfence.models import ExecutionRequest, ResourceLimits
+
+__all__ = ["FakeSandboxRuntime"]
+
+_START_SECONDS = 10.0
+_KILL_ROUNDS = 100  # a tree forking while we kill it: scan again, this many times at most
+_PACKAGE_PARENT = str(Path(ringfence.sandboxd.__file__).parent.parent)
+_BOOT = f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); import sandboxd.__main__"
+
+
+class FakeSandboxRuntime:
+    """A ``SandboxRuntime`` for tests of logic (see the module docstring for what differs).
+
+    ``specs`` lists the ``LaunchSpec`` of every sandbox started, in order. ``aclose`` kills
+    every sandbox still running and removes the sockets' directory.
+    """
+
+    def __init__(self, config: Config | None = None) -> None:
+        config = config or Config()
+        self._executor = _DaemonExecutor(config.model_copy(update={"default_image": "host"}))
+        # Short and our own: a unix socket's path has at most 107 bytes.
+        self._sockets = Path(tempfile.mkdtemp(prefix="rf-fake-"))
+        self.specs: list[LaunchSpec] = []
+
+    async def start(self, spec: LaunchSpec) -> DaemonSandbox:
+        """Start the daemon; return once its process runs (its first request waits in the
+        socket's backlog while it starts).
+
+        Raises:
+            SandboxError: the daemon could not be started.
+        """
+        self.specs.append(spec)
+        execution_id = uuid.uuid4().hex
+        socket_path = self._sockets / f"{execution_id[:16]}.sock"
+        listener = listen(socket_path)
+        request = ExecutionRequest(
+            id=execution_id,
+            image="host",
+            command=[sys.executable, "-I", "-S", "-B", "-c", _BOOT],
+            args=["--listen-fd", str(listener.fileno())],
+            env=spec.env,
+            timeout=spec.timeout,
+        )
+        return await start_daemon_sandbox(
+            self._executor, request, listener, socket_path, _START_SECONDS
+        )
+
+    async def aclose(self) -> None:
+        await self._executor.aclose()
+        shutil.rmtree(self._sockets, ignore_errors=True)
+
+
+class _DaemonExecutor(ProcessExecutor):
+    """The process backend, its kill reaching the daemon's own sessions too."""
+
+    name = "fake"
+
+    async def _launch(
+        self, request: ExecutionRequest, limits: ResourceLimits, pass_fds: Sequence[int]
+    ) -> Launched:
+        return _DaemonTree(await super()._launch(request, limits, pass_fds))
+
+
+class _DaemonTree:
+    """The daemon's process group, and the sessions of what it started (``setsid``)."""
+
+    def __init__(self, launched: Launched) -> None:
+        self._launched = launched
+        self.name = launched.name
+        self.killed = "the daemon and its descendants were killed"
+
+    @property
+    def child(self) -> SupervisedProcess:
+        return self._launched.child
+
+    async def kill(self) -> None:
+        _kill_descendants(self.child)
+        await self._launched.kill()
+
+    async def release(self) -> str | None:
+        _kill_descendants(self.child)
+        return await self._launched.release()
+
+    def setup_error(self, exit_code: int, head: str) -> str | None:
+        return self._launched.setup_error(exit_code, head)
+
+
+def _kill_descendants(child: SupervisedProcess) -> None:
+    pid = getattr(child, "pid", None)
+    if not isinstance(pid, int) or child.returncode is not None:
+        return  # reaped: its orphans belong to init now, out of reach
+    for _ in range(_KILL_ROUNDS):
+        found = descendants(pid)
+        if not found:
+            return
+        for descendant in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(descendant, signal.SIGKILL)
+
+
+def descendants(root: int) -> list[int]:
+    """The pids whose parent chain leads to ``root`` (not ``root`` itself), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        state, ppid = stat.rpartition(")")[2].split()[:2]
+        if state == "Z":  # dead already, waiting for its parent to reap it
+            continue
+        children.setdefault(int(ppid), []).append(int(entry))
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        kids = children.get(frontier.pop(), [])
+        found.extend(kids)
+        frontier.extend(kids)
+    return found
