@@ -3,6 +3,15 @@
 Attack tests run fork bombs, memory hogs and disk fillers. Before any test runs, the test
 process moves itself into a cgroup of its own with a cap on tasks and memory, so a broken
 defence fails one test instead of freezing the machine (sandbox cgroups nest under it).
+Under pytest-xdist each worker does the same: its cgroup (named by its pid) nests under the
+controller's, and each removes its own when it ends.
+
+Which stores a test runs on: the fixtures in ``STORE_FIXTURES`` are parametrized over every
+store they can serve from, but a test runs on the first (cheapest) one only, unless it is
+marked ``every_store``. Logic is the same on every store, and each store is proven by the
+conformance checks of tests/store (``ringfence.testing.store_checks``, on every store); the
+tests marked ``every_store`` are the end-to-end set that keeps SQLite and PostgreSQL under
+each capability (tests/README.md lists them by area).
 """
 
 from __future__ import annotations
@@ -62,9 +71,54 @@ def _cap_own_cgroup() -> list[Path]:
 
 _HARNESS_KEY = pytest.StashKey[list[Path]]()
 
+# Fixture name -> the store a test runs on unless it is marked ``every_store``. Each of these
+# fixtures is parametrized over the stores it can serve from ("memory", "sqlite", "postgres").
+STORE_FIXTURES = {
+    "store": "memory",  # tests/server: the app in process
+    "live": "sqlite",  # tests/server, tests/client: a server over real HTTP
+    "server": "sqlite",  # tests/server/test_serve_process.py: ``ringfence serve`` itself
+    "net_api": "sqlite",  # tests/network/test_api.py
+    "ask_console": "sqlite",  # tests/console: egress asks through the console
+}
+EVERY_STORE = "every_store"
+
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{EVERY_STORE}: run on every store the test's fixtures serve from (SQLite and "
+        "PostgreSQL too), not only the first: the end-to-end set of each capability",
+    )
     config.stash[_HARNESS_KEY] = _cap_own_cgroup()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the runs of unmarked tests on other stores than their fixture's first."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        on = params.params if params is not None else {}
+        chosen = {n for mark in item.iter_markers("parametrize") for n in _argnames(mark)}
+        other = any(
+            name in on and on[name] != first and name not in chosen
+            for name, first in STORE_FIXTURES.items()
+        )
+        if other and item.get_closest_marker(EVERY_STORE) is None:
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def _argnames(mark: pytest.Mark) -> list[str]:
+    """The names a ``parametrize`` mark sets (a test that names its store keeps its choice)."""
+    names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+    if isinstance(names, str):
+        return [n.strip() for n in names.split(",")]
+    return list(names)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -38,6 +38,7 @@ async def sbx(live: LiveServer) -> AsyncIterator[AsyncSandbox]:
         yield sandbox
 
 
+@pytest.mark.every_store
 async def test_state_persists_and_the_last_line_is_the_main_result(sbx: AsyncSandbox) -> None:
     first = await sbx.run_code("x = 1\nprint('set')")
     assert ("".join(first.logs.stdout), first.results, first.error) == ("set\n", [], None)

@@ -35,6 +35,7 @@ def _propose(live: LiveServer, keys: Keys, *args: str) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.every_store
 def test_propose_review_approve_and_wait(live: LiveServer, keys: Keys) -> None:
     proposed = _cli(
         live, keys.agent, "propose", "--rationale", "the lock is stale", "--env", "WHO=db",

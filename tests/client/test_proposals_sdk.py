@@ -51,6 +51,7 @@ def sync_approver(live: LiveServer, keys: Keys) -> Iterator[Ringfence]:
         yield rf
 
 
+@pytest.mark.every_store
 async def test_an_approved_proposal_runs_once_and_waits_for_its_output(
     agent: AsyncRingfence, approver: AsyncRingfence
 ) -> None:
@@ -113,6 +114,7 @@ async def test_a_rejected_proposal_never_runs(
     assert (await agent.proposals.get(proposal.id)).execution_id is None
 
 
+@pytest.mark.every_store
 async def test_a_high_risk_proposal_needs_two_approvers(
     live: LiveServer, keys: Keys, agent: AsyncRingfence, approver: AsyncRingfence
 ) -> None:

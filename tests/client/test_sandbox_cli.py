@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.client.conftest import LiveServer
 from tests.server.test_serve_process import RINGFENCE
 
@@ -18,6 +20,7 @@ def _cli(
     return subprocess.run([RINGFENCE, *args], env=env, input=stdin, capture_output=True, timeout=60)
 
 
+@pytest.mark.every_store
 def test_create_exec_files_list_kill(live: LiveServer, tmp_path: Path) -> None:
     created = _cli(live, "sandbox", "create", "--metadata", "cli=yes", "--memory", "256M")
     assert created.returncode == 0, created.stderr

@@ -110,6 +110,7 @@ async def test_kill_and_connect(sbx: AsyncSandbox) -> None:
         await sbx.commands.send_stdin(handle.pid, b"x")
 
 
+@pytest.mark.every_store
 async def test_lifecycle_list_set_timeout_kill(live: LiveServer) -> None:
     tag = {"suite": "lifecycle", "n": "1"}
     sbx = await AsyncSandbox.create(url=live.url, api_key=live.key, metadata=tag, timeout=60)
@@ -144,6 +145,7 @@ async def test_lifecycle_list_set_timeout_kill(live: LiveServer) -> None:
         await sbx.aclose()
 
 
+@pytest.mark.every_store
 async def test_another_tenant_sees_nothing_and_touches_nothing(
     sbx: AsyncSandbox, live: LiveServer
 ) -> None:

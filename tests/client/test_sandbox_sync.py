@@ -17,6 +17,7 @@ from ringfence.models import SandboxState
 from tests.client.conftest import LiveServer
 
 
+@pytest.mark.every_store
 def test_a_whole_session_with_the_sync_sandbox(
     live: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,6 +25,7 @@ def _client(api: Api, key: str) -> AsyncRingfence:
     return AsyncRingfence("http://ringfence.test", key, transport=api.transport)
 
 
+@pytest.mark.every_store
 async def test_run_get_list_cancel(api: Api) -> None:
     async with _client(api, api.acme_key) as rf:
         result = await rf.executions.run(

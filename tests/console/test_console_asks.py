@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import pytest
 
 from ringfence.models import AuditQuery, Role
 from ringfence.server.console.pages import render
@@ -66,6 +67,7 @@ async def _events(console: AskConsole, ask_id: str, count: int) -> list[dict[str
     return sorted(payloads, key=lambda p: p["ask"]["decided_at"] or "")
 
 
+@pytest.mark.every_store
 async def test_an_approver_lets_a_waiting_connection_through_from_the_console(
     ask_console: AskConsole,
 ) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.async_api import Browser, Page
 
 from ringfence.audit.verify import verify_export
@@ -66,6 +67,7 @@ async def _audit_trail(page: Page, targets: set[str], last: str) -> list[str]:
     raise AssertionError(f"the audit page never showed {last}")
 
 
+@pytest.mark.every_store
 async def test_an_approver_approves_in_the_browser_and_it_runs_once(
     console: Console, chromium: Browser, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ import html
 from html.parser import HTMLParser
 
 import httpx
+import pytest
 
 from ringfence.models import AuditQuery
 from ringfence.server.console.pages import SECURITY_HEADERS
@@ -176,6 +177,7 @@ async def test_a_cross_origin_post_is_refused(console: Console) -> None:
     assert len((await console.finished(proposal["id"]))["approvals"]) == 1
 
 
+@pytest.mark.every_store
 async def test_agent_written_text_never_becomes_html(console: Console) -> None:
     hidden = "rm\u202e-rf /\u200b"  # a right-to-left override and a zero-width space
     proposal = await console.propose(

@@ -63,6 +63,7 @@ async def _audited(console: AskConsole) -> str:
     return repr([r.to_json() for r in records])
 
 
+@pytest.mark.every_store
 async def test_a_proposals_credential_reaches_the_origin_and_nowhere_else(
     ask_console: AskConsole, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -130,6 +131,7 @@ async def test_a_proposals_credential_reaches_the_origin_and_nowhere_else(
     assert secret.encode() not in await _stored_text(request, tmp_path)
 
 
+@pytest.mark.every_store
 async def test_an_executions_credential_reaches_the_origin_and_nowhere_else(
     ask_console: AskConsole, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -151,6 +153,7 @@ async def test_an_executions_credential_reaches_the_origin_and_nowhere_else(
     assert secret.encode() not in await _stored_text(request, tmp_path)
 
 
+@pytest.mark.every_store
 async def test_a_sandboxes_credential_reaches_the_origin_and_nowhere_else(
     ask_console: AskConsole, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

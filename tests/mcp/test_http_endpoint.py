@@ -84,6 +84,7 @@ async def test_concurrent_callers_each_act_with_their_own_key(live: LiveServer) 
         assert not seen & (theirs if i % 2 == 0 else mine), "a call saw the other tenant's"
 
 
+@pytest.mark.every_store
 async def test_the_audit_log_names_the_callers_key(live: LiveServer, connect: Connect) -> None:
     agent = live.mint_key("agent")
     async with connect(agent) as client:

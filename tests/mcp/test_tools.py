@@ -8,6 +8,7 @@ import base64
 
 import anyio
 import httpx
+import pytest
 
 from tests.mcp.conftest import Connect, LiveServer, structured, tool_error
 
@@ -42,6 +43,7 @@ async def test_the_tools_have_precise_schemas_and_none_approves(
     assert not any("approve" in t.name or "reject" in t.name for t in tools)
 
 
+@pytest.mark.every_store
 async def test_an_agent_creates_drives_and_kills_a_sandbox(
     live: LiveServer, connect: Connect
 ) -> None:
@@ -289,6 +291,7 @@ async def test_another_tenants_key_sees_nothing(live: LiveServer, connect: Conne
             await owner.call_tool("sandbox_kill", {"sandbox_id": sid})
 
 
+@pytest.mark.every_store
 async def test_a_remediation_proposed_over_mcp_waits_for_a_human(
     live: LiveServer, connect: Connect
 ) -> None:

@@ -174,6 +174,7 @@ async def test_a_sandbox_created_with_a_policy_reaches_only_what_it_allows(
         assert secret.encode() not in files, "the credential never reaches the store"
 
 
+@pytest.mark.every_store
 async def test_the_policy_of_a_live_sandbox_changes_through_the_api(
     net_api: NetApi, http_origin: Origin
 ) -> None:
@@ -273,6 +274,7 @@ async def test_the_policy_cannot_be_changed_from_inside(
     assert changes == []
 
 
+@pytest.mark.every_store
 async def test_executions_take_a_policy_or_their_tenants_default(
     net_api: NetApi, http_origin: Origin
 ) -> None:
@@ -305,6 +307,7 @@ async def _pending_ask(api: NetApi) -> dict[str, Any]:
     return ask
 
 
+@pytest.mark.every_store
 async def test_ask_rules_wait_for_a_human_and_remember_the_answer(
     net_api: NetApi, http_origin: Origin
 ) -> None:

@@ -7,6 +7,8 @@ import base64
 import json
 from typing import Any
 
+import pytest
+
 from tests.server.conftest import Api
 
 
@@ -38,6 +40,7 @@ def _stdout(lines: list[dict[str, Any]]) -> str:
     return "".join(line["text"] for line in lines if line["type"] == "stdout")
 
 
+@pytest.mark.every_store
 async def test_state_persists_and_results_are_rich(live: Api) -> None:
     sandbox_id = await _sandbox(live)
     assert _stdout(await _run(live, sandbox_id, "x = 1\nprint('set')")) == "set\n"

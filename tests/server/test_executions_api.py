@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
@@ -56,6 +57,7 @@ async def test_a_missing_or_wrong_key_is_401_json(api: Api) -> None:
         assert _error(response)["code"] == "unauthenticated"
 
 
+@pytest.mark.every_store
 async def test_run_and_wait(api: Api) -> None:
     response = await api.client.post(
         "/v1/executions",
@@ -74,6 +76,7 @@ async def test_run_and_wait(api: Api) -> None:
     assert ExecutionResult.model_validate(stored.json()) == result
 
 
+@pytest.mark.every_store
 async def test_run_without_waiting_then_poll(api: Api) -> None:
     response = await api.client.post(
         "/v1/executions?wait=false",
@@ -85,6 +88,7 @@ async def test_run_without_waiting_then_poll(api: Api) -> None:
     assert body["status"] == "succeeded" and body["logs"] == "done\n"
 
 
+@pytest.mark.every_store
 async def test_cancel_kills_a_running_execution(api: Api) -> None:
     await api.client.post(
         "/v1/executions?wait=false",
@@ -102,6 +106,7 @@ async def test_cancel_kills_a_running_execution(api: Api) -> None:
     assert again.json() == response.json()
 
 
+@pytest.mark.every_store
 async def test_a_running_execution_is_recorded_as_running(api: Api) -> None:
     await api.client.post("/v1/executions?wait=false", headers=api.acme,
                           json={"id": "busy", "command": ["sleep", "60"]})  # fmt: skip
@@ -119,6 +124,7 @@ async def test_a_running_execution_is_recorded_as_running(api: Api) -> None:
     assert final is not None and final.result.status is Status.CANCELLED, "not overwritten"
 
 
+@pytest.mark.every_store
 async def test_another_tenant_sees_nothing_and_gets_404(api: Api) -> None:
     await api.client.post(
         "/v1/executions", headers=api.acme, json={"id": "secret-job", "command": ["true"]}
@@ -138,6 +144,7 @@ async def test_another_tenant_sees_nothing_and_gets_404(api: Api) -> None:
     assert response.status_code == 200
 
 
+@pytest.mark.every_store
 async def test_a_reused_id_is_409(api: Api) -> None:
     body = {"id": "once", "command": ["true"]}
     assert (await api.client.post("/v1/executions", headers=api.acme, json=body)).status_code == 200
@@ -145,6 +152,7 @@ async def test_a_reused_id_is_409(api: Api) -> None:
     assert response.status_code == 409 and _error(response)["code"] == "duplicate_id"
 
 
+@pytest.mark.every_store
 async def test_listing_filters_by_status(api: Api) -> None:
     for i, command in enumerate((["true"], ["false"], ["true"])):
         await api.client.post(

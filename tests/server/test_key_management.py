@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 
 from ringfence.models import Role
 from ringfence.service.keys import KEY_CACHE_SECONDS, mint_key
@@ -62,6 +63,7 @@ async def _admin(store: Store) -> dict[str, str]:
     return _bearer(await mint_key(store, "acme", Role.ADMIN, name="Ada (admin)"))
 
 
+@pytest.mark.every_store
 async def test_a_revoked_key_is_refused_by_every_door(api: Api) -> None:
     admin = await _admin(api.store)
     key = await mint_key(api.store, "acme", Role.APPROVER, "on-call", name="Grace")
@@ -91,6 +93,7 @@ async def test_a_revoked_key_is_refused_by_every_door(api: Api) -> None:
     assert record["details"]["name"] == "Grace"
 
 
+@pytest.mark.every_store
 async def test_a_rotated_key_has_a_new_secret_and_the_old_one_is_refused(api: Api) -> None:
     admin = await _admin(api.store)
     old = await mint_key(api.store, "acme", Role.APPROVER, name="Grace")
@@ -128,6 +131,7 @@ async def test_only_an_admin_of_the_tenant_manages_its_keys(api: Api) -> None:
     assert (await api.client.get("/v1/keys", headers={})).status_code == 401
 
 
+@pytest.mark.every_store
 async def test_the_list_shows_names_and_never_a_secret(api: Api) -> None:
     admin_key = await mint_key(api.store, "acme", Role.ADMIN, name="Ada")
     named = await mint_key(api.store, "acme", Role.AGENT, "ci", name="build bot")

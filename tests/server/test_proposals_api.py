@@ -60,6 +60,7 @@ def _code(body: dict[str, Any]) -> str:
     return code
 
 
+@pytest.mark.every_store
 async def test_an_approved_proposal_runs_once_exactly_as_approved(
     api: Api, approvers: tuple[dict[str, str], dict[str, str]]
 ) -> None:
@@ -135,6 +136,7 @@ async def test_nobody_approves_their_own_and_agents_never_decide(
     assert sum(r.outcome == "denied" for r in denied) == 3
 
 
+@pytest.mark.every_store
 async def test_a_replayed_or_racing_approval_runs_nothing_more(
     api: Api, approvers: tuple[dict[str, str], dict[str, str]]
 ) -> None:
@@ -166,6 +168,7 @@ async def test_a_changed_request_needs_a_new_proposal(
     assert (await api.client.get("/v1/executions", headers=api.acme)).json() == []
 
 
+@pytest.mark.every_store
 async def test_an_expired_proposal_cannot_be_approved(
     api: Api, approvers: tuple[dict[str, str], dict[str, str]]
 ) -> None:
@@ -193,6 +196,7 @@ async def test_an_expired_proposal_cannot_be_approved(
     assert (await api.client.get("/v1/executions", headers=api.acme)).json() == []
 
 
+@pytest.mark.every_store
 async def test_a_high_risk_proposal_needs_two_approvers(
     api: Api, approvers: tuple[dict[str, str], dict[str, str]]
 ) -> None:
@@ -211,6 +215,7 @@ async def test_a_high_risk_proposal_needs_two_approvers(
     assert ran.json()["status"] == "succeeded"
 
 
+@pytest.mark.every_store
 async def test_a_rejection_records_why_and_ends_it(
     api: Api, approvers: tuple[dict[str, str], dict[str, str]]
 ) -> None:
@@ -251,6 +256,7 @@ async def test_another_tenant_sees_no_proposal(
     assert ProposalState(proposal["state"]) is ProposalState.PENDING
 
 
+@pytest.mark.every_store
 async def test_a_proposal_cut_off_by_a_restart_is_marked_failed(api: Api) -> None:
     proposal = await _propose(api)
     stored = await api.store.get_proposal("acme", proposal["id"])
@@ -372,6 +378,7 @@ async def test_the_digest_binds_credentials_the_proposal_never_shows(
     assert runs == [], "nothing ran with credentials nobody approved"
 
 
+@pytest.mark.every_store
 async def test_credentials_sealed_under_another_key_never_run_without_them(
     api: Api, approvers: tuple[dict[str, str], dict[str, str]]
 ) -> None:
@@ -392,6 +399,7 @@ async def test_credentials_sealed_under_another_key_never_run_without_them(
     assert (await api.client.get("/v1/executions", headers=api.acme)).json() == []
 
 
+@pytest.mark.every_store
 async def test_a_proposal_whose_credentials_an_upgrade_removed_must_be_proposed_again(
     api: Api, approvers: tuple[dict[str, str], dict[str, str]]
 ) -> None:

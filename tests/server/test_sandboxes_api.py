@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 
 from ringfence.backends.local.bwrap import SANDBOX_UID
 from ringfence.config import Config
@@ -32,6 +33,7 @@ def _error(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, response.json()["error"]["code"]
 
 
+@pytest.mark.every_store
 async def test_create_get_list_kill(live: Api) -> None:
     sandbox = await _create(live, timeout=60, metadata={"team": "a", "run": "1"}, env={"X": "y"})
     assert sandbox["state"] == "running" and sandbox["template"] == "base"
@@ -65,6 +67,7 @@ async def test_create_get_list_kill(live: Api) -> None:
     assert [s["id"] for s in stopped.json()] == [sandbox_id]
 
 
+@pytest.mark.every_store
 async def test_another_tenant_sees_and_touches_nothing(live: Api) -> None:
     sandbox_id = (await _create(live))["id"]
     base = f"/v1/sandboxes/{sandbox_id}"
@@ -157,6 +160,7 @@ async def test_a_large_upload_is_streamed_past_the_body_limit(live: Api) -> None
     assert unary.status_code == 413
 
 
+@pytest.mark.every_store
 async def test_the_sandbox_expires_on_time_and_leaves_nothing(live: Api) -> None:
     sandbox_id = (await _create(live, timeout=300))["id"]
     await run(live.client, live.acme, str(sandbox_id), ["sh", "-c", "sleep 600 & echo started"])
@@ -240,6 +244,7 @@ async def test_bad_input_is_a_clear_4xx(live: Api) -> None:
     assert _error(broken) == (400, "invalid_request")
 
 
+@pytest.mark.every_store
 async def test_a_sandbox_whose_daemon_dies_is_marked_failed(live: Api) -> None:
     sandbox_id = (await _create(live))["id"]
     # The sandbox's own code may kill the daemon (same user): the sandbox then ends.
