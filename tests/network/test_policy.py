@@ -284,9 +284,12 @@ async def test_a_sandbox_cannot_flood_the_approvers_with_asks() -> None:
         def __init__(self) -> None:
             self.asked: list[str] = []
             self.decide = asyncio.Event()
+            self.all_open = asyncio.Event()
 
         async def ask(self, requester: Requester, host: str, port: int) -> bool:
             self.asked.append(host)
+            if len(self.asked) == MAX_OPEN_ASKS:
+                self.all_open.set()
             await self.decide.wait()
             return True
 
@@ -297,7 +300,7 @@ async def test_a_sandbox_cannot_flood_the_approvers_with_asks() -> None:
         asyncio.create_task(session.settle(ask, f"h{i}.review.test", 443))
         for i in range(MAX_OPEN_ASKS)
     ]
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(approver.all_open.wait(), 5)  # the first ones wait for a human
     flood = await asyncio.wait_for(session.settle(ask, "one-more.review.test", 443), 5)
     assert flood.action is EgressAction.DENY and "denied unasked" in flood.reason
     assert len(approver.asked) == MAX_OPEN_ASKS, "the approvers saw only the first ones"

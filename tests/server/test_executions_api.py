@@ -295,10 +295,13 @@ async def test_a_cancel_racing_the_submit_is_not_lost(local_host: object) -> Non
 
     assert isinstance(local_host, Host)
 
+    recording = asyncio.Event()
+
     class SlowStore(MemoryStore):
         """Recording takes a while: the cancel arrives in the middle of it."""
 
         async def add_execution(self, *args: Any, **kwargs: Any) -> Any:
+            recording.set()
             await asyncio.sleep(0.2)
             return await super().add_execution(*args, **kwargs)
 
@@ -309,7 +312,7 @@ async def test_a_cancel_racing_the_submit_is_not_lost(local_host: object) -> Non
     )  # fmt: skip
     request = ExecutionRequest(id="race", command=["sleep", "30"])
     submitted = asyncio.create_task(service.submit("acme", request, wait=True))
-    await asyncio.sleep(0.05)  # the submit is now recording
+    await asyncio.wait_for(recording.wait(), 10)  # the submit is now recording
     cancelled = await service.cancel("acme", "race")
     assert cancelled.status is Status.CANCELLED and (await submitted) == cancelled
     record = await store.get_execution("acme", "race")
