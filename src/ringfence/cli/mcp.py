@@ -27,7 +27,7 @@ def mcp(url: str | None, api_key: str | None) -> None:
     """
     import anyio
 
-    from ringfence.client._base import DEFAULT_URL
+    from ringfence.client.lowlevel import DEFAULT_URL
     from ringfence.mcp.server import run_stdio
 
     if not api_key:

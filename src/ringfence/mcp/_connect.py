@@ -27,9 +27,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from starlette.requests import Request
 from starlette.types import ASGIApp
 
-from ringfence.client import AsyncRingfence, AsyncSandbox, SandboxInfo, _base
-from ringfence.client._link import Link
-from ringfence.client._sandbox import list_params
+from ringfence.client import AsyncRingfence, AsyncSandbox, SandboxInfo
+from ringfence.client.lowlevel import Link, Settings, checked, list_params, translate
 from ringfence.errors import RingfenceError, SandboxNotFound, SandboxNotRunning, Unauthenticated
 from ringfence.mcp._inprocess import InProcessTransport
 from ringfence.models import SandboxSpec, SandboxState
@@ -111,7 +110,7 @@ class Connection:
     """The SDK for one tool call; ``session`` opens and closes it."""
 
     def __init__(self, target: Target) -> None:
-        self.settings = _base.Settings.resolve(target.url, target.api_key, _TIMEOUT)
+        self.settings = Settings.resolve(target.url, target.api_key, _TIMEOUT)
         self._transport = target.transport
         self._http = httpx.AsyncClient(
             base_url=self.settings.url, headers=self.settings.headers(),
@@ -165,8 +164,8 @@ class Connection:
         try:
             response = await self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise _base.translate(exc, self.settings.url) from exc
-        return _base.checked(response, SandboxNotFound)
+            raise translate(exc, self.settings.url) from exc
+        return checked(response, SandboxNotFound)
 
     async def aclose(self) -> None:
         if self._client is not None:
