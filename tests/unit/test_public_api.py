@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import ringfence
 
 SRC = Path(ringfence.__file__).parent
@@ -11,18 +13,28 @@ SRC = Path(ringfence.__file__).parent
 def test_the_public_api_is_pinned() -> None:
     assert sorted(ringfence.__all__) == sorted(
         [
+            "AsyncRingfence",
+            "AsyncSandbox",
             "BackendUnavailable",
+            "CommandExitError",
+            "CommandResult",
+            "CommandTimeout",
             "Config",
             "DuplicateExecution",
             "ExecutionNotFound",
             "ExecutionRequest",
             "ExecutionResult",
             "Executor",
+            "FileNotFound",
             "InvalidRequest",
             "Mount",
             "ResourceLimits",
+            "Ringfence",
             "RingfenceError",
+            "Sandbox",
             "SandboxError",
+            "SandboxNotFound",
+            "SandboxNotRunning",
             "Status",
             "UnknownBackend",
             "__version__",
@@ -31,6 +43,29 @@ def test_the_public_api_is_pinned() -> None:
     )
     for name in ringfence.__all__:
         assert hasattr(ringfence, name)
+    assert set(ringfence.__all__) <= set(dir(ringfence))
+
+
+def test_the_root_package_offers_the_sdk_as_e2b_does() -> None:
+    import ringfence.client
+    import ringfence.models
+    from ringfence import AsyncSandbox, Sandbox
+
+    assert Sandbox is ringfence.client.Sandbox and AsyncSandbox is ringfence.client.AsyncSandbox
+    assert Sandbox is not ringfence.models.Sandbox  # the record is SandboxInfo in the SDK
+    with pytest.raises(AttributeError):
+        ringfence.Sandboxes  # noqa: B018
+
+
+def test_the_sdk_names_are_imported_only_when_touched() -> None:
+    code = (
+        "import sys, ringfence; "
+        "before = sorted(m for m in sys.modules if m.startswith(('httpx', 'ringfence.client'))); "
+        "ringfence.Sandbox; "
+        "print(before, 'httpx' in sys.modules, 'ringfence.client' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] True True"
 
 
 def test_importing_ringfence_loads_no_backend_and_no_cli() -> None:
@@ -38,7 +73,7 @@ def test_importing_ringfence_loads_no_backend_and_no_cli() -> None:
         "import sys, ringfence; "
         "print(sorted(m for m in sys.modules if m.startswith(('ringfence.backends.local', "
         "'ringfence.backends.process', 'ringfence.cli', 'pyseccomp', 'click', "
-        "'ringfence.server', 'fastapi', 'sqlalchemy'))))"
+        "'ringfence.server', 'fastapi', 'sqlalchemy', 'ringfence.client', 'httpx'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -46,7 +81,7 @@ def test_importing_ringfence_loads_no_backend_and_no_cli() -> None:
 
 def test_importing_the_sdk_loads_no_server_store_or_backend() -> None:
     code = (
-        "import sys, ringfence.client; "
+        "import sys, ringfence.client, ringfence.client.lowlevel; from ringfence import *; "
         "print(sorted(m for m in sys.modules if m.startswith(('ringfence.backends.local', "
         "'ringfence.backends.process', 'ringfence.server', 'ringfence.store', "
         "'ringfence.service', 'ringfence.cli.', 'ringfence.sandboxd', 'fastapi', 'sqlalchemy', "
@@ -65,6 +100,16 @@ def test_the_sdk_api_is_pinned() -> None:
     )  # fmt: skip
     for name in ringfence.client.__all__:
         assert hasattr(ringfence.client, name)
+
+
+def test_the_sdk_seam_beneath_it_is_public_and_pinned() -> None:
+    import ringfence.client.lowlevel as lowlevel
+
+    assert sorted(lowlevel.__all__) == [
+        "DEFAULT_URL", "Link", "Settings", "checked", "list_params", "translate"
+    ]  # fmt: skip
+    for name in lowlevel.__all__:
+        assert hasattr(lowlevel, name)
 
 
 def _imports(module: Path) -> set[str]:
