@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
+from ringfence.backends import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import RingfenceError
 from ringfence.sandboxd.methods import PROCESS

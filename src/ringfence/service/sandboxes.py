@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ringfence.audit.chain import SYSTEM
-from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
+from ringfence.backends import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import (
     ExecutionNotFound,
