@@ -5,7 +5,8 @@
 (``_sync_sandbox.py``) run the async methods on the SDK's loop thread, so only their
 signatures are written twice: every public member of each async class must have its blocking
 counterpart, of the same kind, with the same parameters, defaults, annotations and overloads
-(``AsyncX`` read as ``X``).
+(``AsyncX`` read as ``X``), and each blocking method must call its async counterpart with the
+arguments it was given.
 """
 
 from __future__ import annotations
@@ -166,3 +167,100 @@ def _shape(hint: Any) -> str:
 
 def _blocking(name: str) -> str:
     return re.sub(r"\bAsync(?=[A-Z])", "", name)
+
+
+# The blocking wrappers, called with stand-ins for their async twins: each method must call
+# its async counterpart once, with the same arguments (after defaults).
+WRAPPERS = PAIRS[3:]
+
+
+class _Stub:
+    """Stands for an async SDK object: records each call and answers at once."""
+
+    def __init__(self, source: type, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        self._source = source
+        self._calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        static = inspect.getattr_static(self._source, name)
+        function = getattr(self._source, name)
+        takes_self = inspect.isfunction(static)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            own = (self,) if takes_self else ()
+            bound = inspect.signature(function).bind(*own, *args, **kwargs)
+            bound.apply_defaults()
+            self._calls.append((name, _arguments(bound)))
+            if inspect.iscoroutinefunction(function):
+                return _answer()
+            if inspect.isasyncgenfunction(function):
+                return _no_items()
+            return _ANSWER
+
+        return call
+
+
+_ANSWER = types.SimpleNamespace(pid=7, commands=None, files=None)
+
+
+async def _answer() -> Any:
+    return _ANSWER
+
+
+async def _no_items() -> Any:
+    return
+    yield
+
+
+def _arguments(bound: inspect.BoundArguments) -> dict[str, Any]:
+    return {k: v for k, v in bound.arguments.items() if k not in ("self", "cls")}
+
+
+def _variants(function: Any, skip: int) -> list[dict[str, Any]]:
+    """Keyword arguments to call ``function`` with (past its first ``skip`` parameters): a
+    stand-in for each, and each value of a ``bool`` or ``Literal`` one in turn (they choose a
+    branch)."""
+    hints = typing.get_type_hints(function)
+    variants: list[dict[str, Any]] = [{}]
+    for parameter in list(inspect.signature(function).parameters.values())[skip:]:
+        hint = hints.get(parameter.name)
+        if hint is bool:
+            values: list[Any] = [False, True]
+        elif typing.get_origin(hint) is typing.Literal:
+            values = list(typing.get_args(hint))
+        else:
+            values = [object()]
+        variants = [{**v, parameter.name: value} for v in variants for value in values]
+    return variants
+
+
+def _wrapper_methods() -> list[Any]:
+    cases = []
+    for source, twin in WRAPPERS:
+        for name, member in vars(twin).items():
+            if not name.startswith("_") and not isinstance(member, property):
+                cases.append(pytest.param(source, twin, name, id=f"{twin.__name__}.{name}"))
+    return cases
+
+
+@pytest.mark.parametrize(("source", "twin", "name"), _wrapper_methods())
+def test_each_blocking_method_calls_its_async_twin_with_the_same_arguments(
+    monkeypatch: pytest.MonkeyPatch, source: type, twin: type, name: str
+) -> None:
+    calls: list[tuple[str, dict[str, Any]]] = []
+    static = inspect.getattr_static(twin, name)
+    if isinstance(static, (classmethod, staticmethod)):
+        monkeypatch.setattr(sdk._sync_sandbox, source.__name__, _Stub(source, calls))
+        target: Any = twin
+        function = static.__func__
+    else:
+        target = object.__new__(twin)
+        target._inner = _Stub(source, calls)
+        function = static
+    async_name = {"close": "aclose"}.get(name, name)
+    for kwargs in _variants(function, skip=0 if isinstance(static, staticmethod) else 1):
+        calls.clear()
+        getattr(target, name)(**kwargs)
+        bound = inspect.signature(getattr(target, name)).bind(**kwargs)
+        bound.apply_defaults()
+        assert calls == [(async_name, _arguments(bound))], kwargs
