@@ -74,7 +74,10 @@ def _default_data_dir() -> Path:
 
 
 class Config(BaseSettings):
-    """Settings of an executor. Each field reads ``RINGFENCE_<NAME>`` from the environment."""
+    """Settings of a Ringfence server and of its executor. Each field reads
+    ``RINGFENCE_<NAME>`` from the environment. Read once (``cli/_common.settings``) and handed
+    to the composition root (``ringfence.compose.build_services``), which passes each service
+    the same settings through its constructor."""
 
     model_config = SettingsConfigDict(env_prefix="RINGFENCE_", frozen=True, extra="ignore")
 

@@ -172,35 +172,25 @@ async def ask_console(
     receiver: Receiver,
 ) -> AsyncIterator[AskConsole]:
     from ringfence.backends.local import LocalExecutor
-    from ringfence.backends.local.interactive import LocalSandboxRuntime
     from ringfence.backends.local.probe import Host
+    from ringfence.compose import build_services
     from ringfence.network import EgressGateway
     from ringfence.server import create_app
-    from ringfence.service.approvals import ApprovalService
-    from ringfence.service.budget import Budget
-    from ringfence.service.egress_asks import EgressAsks
-    from ringfence.service.executions import ExecutionService
-    from ringfence.service.sandboxes import SandboxService
+    from ringfence.service.credentials import CredentialKey
 
     assert isinstance(local_host, Host) and isinstance(gateway, EgressGateway)
     # The test origins are on the host's loopback: the operator lets tenants name it here.
     config = Config(pool_sizes={}, network_internal_cidrs=["127.0.0.1/32"])
     store = await SqlStore.open(request.getfixturevalue(f"{request.param}_database"))
-    executor = LocalExecutor(config, host=local_host, egress=gateway)
-    audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-    budget = Budget.for_server(config)  # sandboxes and executions count together
-    sandboxes = SandboxService(
-        store, LocalSandboxRuntime(executor, config), config, audit, budget=budget
-    )
-    sandboxes.egress_gateway = gateway
-    executions = ExecutionService(store, executor, config, audit, budget=budget)
     notifier = WebhookNotifier([receiver.url], SECRET, first_backoff=0.05)
-    asks = EgressAsks(audit, config, notifier)  # as `ringfence serve` wires them
-    sandboxes.egress_asker = executions.egress_asker = asks
-    app = create_app(
-        store=store, executions=executions, sandboxes=sandboxes, audit=audit,
-        approvals=ApprovalService(store, executions, audit, config, notifier),
+    # Egress asks go to the notifier, as `ringfence serve` wires them.
+    services = await build_services(
+        config, store=store, executor=LocalExecutor(config, host=local_host, egress=gateway),
+        seal_key=SealKey.generate(), seal_interval=3600, credentials=CredentialKey.generate(),
+        notifier=notifier,
     )  # fmt: skip
+    audit = services.audit
+    app = create_app(services)
     keys = [
         await mint_key(store, "acme", Role.AGENT),
         await mint_key(store, "acme", Role.APPROVER, "console test"),

@@ -123,7 +123,7 @@ async def test_an_approver_approves_in_the_browser_and_it_runs_once(
     assert dialogs == [], "no script ran in the console"
 
     # The whole chain, sealed, verifies offline: in process and with the operator's CLI.
-    audit = console.api.transport.app.state.audit  # type: ignore[attr-defined]
+    audit = console.api.services.audit
     await audit.seal()
     records = await console.api.store.list_audit(AuditQuery(limit=1_000_000))
     lines = [record.line() for record in records]

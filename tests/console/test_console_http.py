@@ -48,7 +48,7 @@ async def test_agent_keys_and_bad_keys_cannot_sign_in(console: Console) -> None:
             assert refused.status_code == 401 and "not a valid" in refused.text, bad
             assert "ringfence_console=" not in refused.headers.get("set-cookie", "")
         assert (await client.get("/console")).status_code == 303
-    await console.api.transport.app.state.audit.flush()  # type: ignore[attr-defined]
+    await console.api.services.audit.flush()
     denied = await console.api.store.list_audit(AuditQuery(tenant="acme", action="console."))
     assert [(r.action, r.outcome) for r in denied] == [("console.login", "denied")]
 

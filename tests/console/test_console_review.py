@@ -21,16 +21,12 @@ from playwright.async_api import Browser
 
 from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
-from ringfence.backends.local.interactive import LocalSandboxRuntime
+from ringfence.compose import build_services
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, Role
 from ringfence.server import create_app
-from ringfence.service.approvals import ApprovalService
-from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Budget
-from ringfence.service.executions import ExecutionService
+from ringfence.service.credentials import CredentialKey
 from ringfence.service.keys import mint_key
-from ringfence.service.sandboxes import SandboxService
 from ringfence.store.sql import SqlStore
 from tests.console.conftest import chromium, csrf_of, sign_in
 from tests.server.conftest import _uvicorn, sqlite_database
@@ -104,17 +100,11 @@ async def review(local_host: object, sqlite_database: str, tmp_path: Path) -> As
         pool_sizes={}, allow_tenant_mounts=True, allow_tenant_images=True, risk_policy=policy
     )
     store = await SqlStore.open(sqlite_database)
-    executor = LocalExecutor(config, host=local_host)  # type: ignore[arg-type]
-    audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-    budget = Budget.for_server(config)  # sandboxes and executions count together
-    executions = ExecutionService(store, executor, config, audit, budget=budget)
-    app = create_app(
-        store=store, executions=executions, audit=audit,
-        sandboxes=SandboxService(
-            store, LocalSandboxRuntime(executor, config), config, audit, budget=budget
-        ),
-        approvals=ApprovalService(store, executions, audit, config),
+    services = await build_services(
+        config, store=store, executor=LocalExecutor(config, host=local_host),  # type: ignore[arg-type]
+        seal_key=SealKey.generate(), seal_interval=3600, credentials=CredentialKey.generate(),
     )  # fmt: skip
+    app = create_app(services)
     keys = [
         await mint_key(store, "acme", Role.AGENT, name="incident-bot"),
         await mint_key(store, "acme", Role.APPROVER, name="Ada Lovelace"),

@@ -33,7 +33,8 @@ from ringfence.backends._interactive import LaunchSpec
 from ringfence.backends.kubernetes._client import Cluster
 from ringfence.backends.kubernetes.backend import JobExecutor
 from ringfence.backends.kubernetes.interactive import PodSandboxRuntime
-from ringfence.backends.kubernetes.replica_egress import ReplicaEgress, start_replica_egress
+from ringfence.backends.kubernetes.replica_egress import ReplicaEgress
+from ringfence.compose import start_job_egress
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, NetworkPolicy, ResourceLimits, Status
 from ringfence.network.session import Requester, requesting
@@ -119,7 +120,7 @@ async def replica(tmp_path: Any) -> AsyncIterator[Replica]:
                     ttl_seconds_after_finished=60)  # fmt: skip
     executor = JobExecutor(config, cluster)
     runtime = PodSandboxRuntime(config, executor.cluster)
-    egress = await start_replica_egress(config, executor, runtime)
+    egress = await start_job_egress(config, executor, runtime)
     assert egress is not None
     port = int(server.sockets[0].getsockname()[1])
     yield Replica(executor, runtime, egress, address, port, hits)

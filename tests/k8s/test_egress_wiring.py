@@ -22,8 +22,9 @@ from ringfence.backends._interactive import LaunchSpec
 from ringfence.backends.kubernetes.backend import JobExecutor
 from ringfence.backends.kubernetes.interactive import PodSandboxRuntime
 from ringfence.backends.kubernetes.manifests import job_name
-from ringfence.backends.kubernetes.replica_egress import ReplicaEgress, start_replica_egress
+from ringfence.backends.kubernetes.replica_egress import ReplicaEgress
 from ringfence.backends.kubernetes.status import GATE_CLOSED
+from ringfence.compose import start_job_egress
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.models import ExecutionRequest, NetworkPolicy, ResourceLimits, Status
@@ -70,7 +71,7 @@ async def wired() -> AsyncIterator[Wired]:
         free = config.model_copy(
             update={"kubernetes_egress_proxy_port": 0, "kubernetes_egress_gate_port": 0}
         )
-        egress = await start_replica_egress(free, executor, runtime)
+        egress = await start_job_egress(free, executor, runtime)
         assert egress is not None
         yield Wired(cluster, executor, runtime, egress)
         await runtime.aclose()
@@ -214,7 +215,7 @@ async def test_without_the_replicas_pod_ip_rules_stay_refused(tmp_path: Path) ->
     executor = JobExecutor(config, cluster)  # type: ignore[arg-type]
     runtime = PodSandboxRuntime(config, cluster)  # type: ignore[arg-type]
     try:
-        assert await start_replica_egress(config, executor, runtime) is None
+        assert await start_job_egress(config, executor, runtime) is None
         assert executor.egress is None
         request = ExecutionRequest(id="x-1", command=["true"], network=_policy(443))
         with pytest.raises(InvalidRequest, match="does not enforce egress rules"):
@@ -226,7 +227,7 @@ async def test_without_the_replicas_pod_ip_rules_stay_refused(tmp_path: Path) ->
         assert not cluster.objects, "nothing was created"
         intercepting = _config(tmp_path, pod_ip="127.0.0.1", network_intercept=True)
         with pytest.raises(InvalidRequest, match="cannot intercept TLS"):
-            await start_replica_egress(intercepting, executor, runtime)
+            await start_job_egress(intercepting, executor, runtime)
     finally:
         await runtime.aclose()
         await executor.aclose()

@@ -16,18 +16,14 @@ import pytest
 
 from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
-from ringfence.backends.local.interactive import LocalSandboxRuntime
+from ringfence.compose import build_services
 from ringfence.config import Config
 from ringfence.models import AuditQuery, NetworkPolicy, Role
 from ringfence.network import EgressGateway
 from ringfence.server import create_app
-from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Budget
-from ringfence.service.egress_asks import EgressAsks
-from ringfence.service.executions import ExecutionService
+from ringfence.service.credentials import CredentialKey
 from ringfence.service.keys import mint_key
-from ringfence.service.sandboxes import SandboxService
 from ringfence.store.sql import SqlStore
 from tests.integration._attack_helpers import eventually
 from tests.network.conftest import Origin
@@ -76,19 +72,11 @@ async def net_api(
         store = await SqlStore.open(sqlite_url(database))
     else:
         store = await SqlStore.open(request.getfixturevalue("postgres_database"))
-    executor = LocalExecutor(config, host=local_host, egress=gateway)
-    audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-    budget = Budget.for_server(config)  # sandboxes and executions count together
-    sandboxes = SandboxService(
-        store, LocalSandboxRuntime(executor, config), config, audit, budget=budget
-    )
-    sandboxes.egress_gateway = gateway
-    executions = ExecutionService(store, executor, config, audit, budget=budget)
-    sandboxes.egress_asker = executions.egress_asker = EgressAsks(audit, config)
-    app = create_app(
-        store=store, executions=executions, sandboxes=sandboxes, audit=audit,
-        approvals=ApprovalService(store, executions, audit, config),
+    services = await build_services(
+        config, store=store, executor=LocalExecutor(config, host=local_host, egress=gateway),
+        seal_key=SealKey.generate(), seal_interval=3600, credentials=CredentialKey.generate(),
     )  # fmt: skip
+    app = create_app(services)
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)
     approver = await mint_key(store, "acme", Role.APPROVER)
@@ -107,7 +95,7 @@ async def net_api(
         url = await asyncio.wait_for(asyncio.shield(ready), 30)
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             yield NetApi(
-                client, store, audit, {"Authorization": f"Bearer {acme}"},
+                client, store, services.audit, {"Authorization": f"Bearer {acme}"},
                 {"Authorization": f"Bearer {globex}"}, url, acme, database,
                 {"Authorization": f"Bearer {approver}"},
             )  # fmt: skip

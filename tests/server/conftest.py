@@ -11,16 +11,12 @@ import pytest
 
 from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
-from ringfence.backends.local.interactive import LocalSandboxRuntime
+from ringfence.compose import Services, build_services
 from ringfence.config import Config
 from ringfence.models import Role
 from ringfence.server import create_app
-from ringfence.service.approvals import ApprovalService
-from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Budget
-from ringfence.service.executions import ExecutionService
+from ringfence.service.credentials import CredentialKey
 from ringfence.service.keys import mint_key
-from ringfence.service.sandboxes import SandboxService
 from ringfence.store import MemoryStore, Store
 from tests.store.conftest import postgres_database, sqlite_database
 
@@ -38,6 +34,7 @@ class Api:
     transport: httpx.ASGITransport
     acme_key: str
     globex_key: str
+    services: Services
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -79,20 +76,12 @@ async def _serving(local_host: object, store: Store, over_http: bool = False) ->
     from ringfence.backends.local.probe import Host
 
     assert isinstance(local_host, Host)
-    executor = LocalExecutor(Config(), host=local_host)
-    audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-    budget = Budget.for_server(Config())  # sandboxes and executions count together
-    sandboxes = SandboxService(
-        store, LocalSandboxRuntime(executor, Config()), Config(), audit, budget=budget
-    )
-    executions = ExecutionService(store, executor, Config(), audit, budget=budget)
-    app = create_app(
-        store=store,
-        executions=executions,
-        sandboxes=sandboxes,
-        audit=audit,
-        approvals=ApprovalService(store, executions, audit, Config()),
-    )
+    config = Config(pool_sizes={})
+    services = await build_services(
+        config, store=store, executor=LocalExecutor(config, host=local_host),
+        seal_key=SealKey.generate(), seal_interval=3600, credentials=CredentialKey.generate(),
+    )  # fmt: skip
+    app = create_app(services)
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)
     transport = httpx.ASGITransport(app=app)
@@ -113,6 +102,7 @@ async def _serving(local_host: object, store: Store, over_http: bool = False) ->
             transport,
             acme,
             globex,
+            services,
         )
 
 

@@ -15,17 +15,13 @@ import pytest
 
 from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
-from ringfence.backends.local.interactive import LocalSandboxRuntime
+from ringfence.compose import build_services
 from ringfence.config import Config
 from ringfence.models import Role
 from ringfence.server import create_app
-from ringfence.service.approvals import ApprovalService
-from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Budget
-from ringfence.service.executions import ExecutionService
+from ringfence.service.credentials import CredentialKey
 from ringfence.service.keys import mint_key
-from ringfence.service.pool import WarmPool
-from ringfence.service.sandboxes import SandboxService, template_image
+from ringfence.service.sandboxes import SandboxService
 from ringfence.store import MemoryStore
 
 pytestmark = pytest.mark.integration
@@ -58,21 +54,12 @@ def serving(local_host: object) -> Serving:
     @contextlib.asynccontextmanager
     async def serve(**settings: Any) -> AsyncIterator[Server]:
         config = Config(**{"pool_sizes": {}, **settings})
-        store = MemoryStore()
-        executor = LocalExecutor(config, host=local_host)  # type: ignore[arg-type]
-        audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-        budget = Budget.for_server(config)  # one for both, as `ringfence serve` wires it
-        runtime = LocalSandboxRuntime(executor, config)
-        pool = None
-        if config.pool_sizes:
-            image_for = lambda name: template_image(name, config)  # noqa: E731
-            pool = WarmPool(runtime, config, config.pool_sizes, image_for, budget)
-        sandboxes = SandboxService(store, runtime, config, audit, pool, budget=budget)
-        executions = ExecutionService(store, executor, config, audit, budget=budget)
-        app = create_app(
-            store=store, executions=executions, sandboxes=sandboxes, audit=audit,
-            approvals=ApprovalService(store, executions, audit, config),
+        services = await build_services(
+            config, store=MemoryStore(), executor=LocalExecutor(config, host=local_host),  # type: ignore[arg-type]
+            seal_key=SealKey.generate(), seal_interval=3600, credentials=CredentialKey.generate(),
         )  # fmt: skip
+        store, sandboxes = services.store, services.sandboxes
+        app = create_app(services)
         acme = {"X-API-Key": await mint_key(store, "acme", Role.AGENT)}
         globex = {"X-API-Key": await mint_key(store, "globex", Role.AGENT)}
         transport = httpx.ASGITransport(app=app)

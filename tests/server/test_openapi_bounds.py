@@ -6,29 +6,20 @@ from typing import Any
 
 from ringfence.audit.signing import SealKey
 from ringfence.backends.process import ProcessExecutor
+from ringfence.compose import build_services
 from ringfence.config import Config
 from ringfence.models import MIN_SANDBOX_MEMORY, MIN_SANDBOX_PIDS, ResourceLimits
 from ringfence.server import create_app
-from ringfence.service.approvals import ApprovalService
-from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Budget
-from ringfence.service.executions import ExecutionService
-from ringfence.service.sandboxes import SandboxService
+from ringfence.service.credentials import CredentialKey
 from ringfence.store import MemoryStore
 
 
-def _document(config: Config) -> dict[str, Any]:
-    store = MemoryStore()
-    audit = AuditLog(store, SealKey.generate())
-    budget = Budget.for_server(config)
-    executions = ExecutionService(store, ProcessExecutor(config), config, audit, budget=budget)
-    app = create_app(
-        store=store,
-        executions=executions,
-        sandboxes=SandboxService(store, None, config, audit, budget=budget),
-        audit=audit,
-        approvals=ApprovalService(store, executions, audit, config),
-    )
+async def _document(config: Config) -> dict[str, Any]:
+    services = await build_services(
+        config, store=MemoryStore(), executor=ProcessExecutor(config),
+        seal_key=SealKey.generate(), credentials=CredentialKey.generate(),
+    )  # fmt: skip
+    app = create_app(services)
     document: dict[str, Any] = app.openapi()
     return document
 
@@ -39,9 +30,10 @@ def _number(schema: dict[str, Any]) -> dict[str, Any]:
     return branch
 
 
-def test_the_document_states_the_servers_ceilings_and_the_floors() -> None:
+async def test_the_document_states_the_servers_ceilings_and_the_floors() -> None:
     ceilings = ResourceLimits(memory="2G", pids=300, cpus=1.5, disk="1G")
-    schemas = _document(Config(max_limits=ceilings, max_timeout=600))["components"]["schemas"]
+    document = await _document(Config(max_limits=ceilings, max_timeout=600))
+    schemas = document["components"]["schemas"]
     limits = schemas["SandboxLimits"]["properties"]
     assert _number(limits["memory"]) == {
         "type": "integer", "minimum": MIN_SANDBOX_MEMORY, "maximum": 2 << 30
@@ -57,8 +49,8 @@ def test_the_document_states_the_servers_ceilings_and_the_floors() -> None:
     assert {"const": "host"} in request["image"]["anyOf"]
 
 
-def test_mounts_and_images_are_open_where_the_operator_allows_them() -> None:
+async def test_mounts_and_images_are_open_where_the_operator_allows_them() -> None:
     config = Config(allow_tenant_mounts=True, allow_tenant_images=True)
-    request = _document(config)["components"]["schemas"]["ExecutionRequest"]["properties"]
+    request = (await _document(config))["components"]["schemas"]["ExecutionRequest"]["properties"]
     assert request["mounts"]["maxItems"] == 64
     assert {"type": "string"} in request["image"]["anyOf"]

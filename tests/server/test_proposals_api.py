@@ -78,7 +78,7 @@ async def test_an_approved_proposal_runs_once_exactly_as_approved(
     approver_id = done["approvals"][0]["by"]
     runs = (await api.client.get("/v1/executions", headers=api.acme)).json()
     assert [r["execution_id"] for r in runs] == [proposal["request"]["id"]]
-    await api.transport.app.state.audit.flush()  # type: ignore[attr-defined]
+    await api.services.audit.flush()
     records = await api.store.list_audit(AuditQuery(tenant="acme", limit=1000))
     trail = [(r.action, r.outcome) for r in records if r.target in (
         f"proposal:{proposal['id']}", f"execution:{proposal['request']['id']}")]  # fmt: skip
@@ -190,7 +190,7 @@ async def test_an_expired_proposal_cannot_be_approved(
     await api.store.replace_proposal(
         "acme", stored.model_copy(update={"expires_at": past, "version": stored.version + 1})
     )
-    assert await api.transport.app.state.approvals.expire_due() == 1  # type: ignore[attr-defined]
+    assert await api.services.approvals.expire_due() == 1
     listed = await api.client.get("/v1/proposals", headers=api.acme, params={"state": "expired"})
     assert {p["id"] for p in listed.json()} == {proposal["id"], other["id"]}
     assert (await api.client.get("/v1/executions", headers=api.acme)).json() == []
@@ -265,7 +265,7 @@ async def test_a_proposal_cut_off_by_a_restart_is_marked_failed(api: Api) -> Non
         update={"state": ProposalState.EXECUTING, "version": stored.version + 1}
     )
     assert await api.store.replace_proposal("acme", running)
-    approvals = api.transport.app.state.approvals  # type: ignore[attr-defined]
+    approvals = api.services.approvals
     assert await approvals.reconcile() == 1
     failed = (await api.client.get(f"/v1/proposals/{proposal['id']}", headers=api.acme)).json()
     assert failed["state"] == "failed" and "server stopped" in failed["result"]["error"]
@@ -386,7 +386,7 @@ async def test_credentials_sealed_under_another_key_never_run_without_them(
     from ringfence.service.credentials import CredentialKey
 
     proposal = await _propose(api, **_with_credential("token-one"))
-    state = api.transport.app.state  # type: ignore[attr-defined]
+    state = api.services
     # A replica (or a restart) with another key than the one that sealed them.
     elsewhere = ApprovalService(
         api.store, state.executions, state.audit, Config(), credentials=CredentialKey.generate()

@@ -17,17 +17,12 @@ import pytest
 
 from ringfence.audit.signing import SealKey
 from ringfence.backends.local import LocalExecutor
-from ringfence.backends.local.interactive import LocalSandboxRuntime
+from ringfence.compose import Services, build_services
 from ringfence.config import Config
 from ringfence.models import AuditQuery, Role
 from ringfence.server import create_app
-from ringfence.service.approvals import ApprovalService
-from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Budget
-from ringfence.service.executions import ExecutionService
+from ringfence.service.credentials import CredentialKey
 from ringfence.service.keys import mint_key
-from ringfence.service.sandboxes import SandboxService
-from ringfence.store import Store
 from ringfence.store.sql import SqlStore
 from tests.server.conftest import sqlite_database
 
@@ -47,9 +42,10 @@ RINGFENCE = str(Path(sys.executable).parent / "ringfence")
 
 
 class Server:
-    def __init__(self, client: httpx.AsyncClient, store: Store, keys: dict[str, str]) -> None:
+    def __init__(self, client: httpx.AsyncClient, services: Services, keys: dict[str, str]) -> None:
         self.client = client
-        self.store = store
+        self.services = services
+        self.store = services.store
         self.keys = {role: {"Authorization": f"Bearer {key}"} for role, key in keys.items()}
 
     async def propose(self, risk: str, **request: Any) -> httpx.Response:
@@ -73,17 +69,11 @@ async def server(local_host: object, sqlite_database: str, tmp_path: Path) -> As
     policy.write_text(POLICY)
     config = Config(risk_policy=policy, pool_sizes={})
     store = await SqlStore.open(sqlite_database)
-    executor = LocalExecutor(config, host=local_host)  # type: ignore[arg-type]
-    audit = AuditLog(store, SealKey.generate(), seal_interval=3600)
-    budget = Budget.for_server(config)  # sandboxes and executions count together
-    executions = ExecutionService(store, executor, config, audit, budget=budget)
-    app = create_app(
-        store=store, executions=executions, audit=audit,
-        sandboxes=SandboxService(
-            store, LocalSandboxRuntime(executor, config), config, audit, budget=budget
-        ),
-        approvals=ApprovalService(store, executions, audit, config),
+    services = await build_services(
+        config, store=store, executor=LocalExecutor(config, host=local_host),  # type: ignore[arg-type]
+        seal_key=SealKey.generate(), seal_interval=3600, credentials=CredentialKey.generate(),
     )  # fmt: skip
+    app = create_app(services)
     keys = {
         "agent": await mint_key(store, "acme", Role.AGENT),
         "one": await mint_key(store, "acme", Role.APPROVER),
@@ -97,7 +87,7 @@ async def server(local_host: object, sqlite_database: str, tmp_path: Path) -> As
                 transport=transport, base_url="http://ringfence.test", timeout=30
             ) as client,
         ):
-            yield Server(client, store, keys)
+            yield Server(client, services, keys)
     finally:
         await store.aclose()
 
@@ -139,7 +129,7 @@ async def test_a_forbidden_proposal_is_refused_naming_the_rule(server: Server) -
     error = response.json()["error"]
     assert error["code"] == "forbidden" and "never-kube-system" in error["message"]
     assert (await server.client.get("/v1/proposals", headers=server.keys["one"])).json() == []
-    await server.client._transport.app.state.audit.flush()  # type: ignore[attr-defined]
+    await server.services.audit.flush()
     records = await server.store.list_audit(AuditQuery(tenant="acme", action="proposal."))
     assert [(r.action, r.outcome) for r in records] == [("proposal.create", "denied")]
     assert records[0].details["risk_rules"] == ["never-kube-system"]

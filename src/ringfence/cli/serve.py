@@ -16,18 +16,11 @@ import click
 
 from ringfence.cli._common import fail, settings
 from ringfence.config import Config
-from ringfence.errors import (
-    BackendUnavailable,
-    Conflict,
-    InvalidRequest,
-    RingfenceError,
-    UnknownBackend,
-)
+from ringfence.errors import BackendUnavailable, Conflict, RingfenceError, UnknownBackend
 
 __all__ = ["serve"]
 
 EXIT_UNAVAILABLE = 125
-_EXECUTOR_RETENTION = 256
 _LOCK_FILE = "serve.lock"
 
 
@@ -80,68 +73,19 @@ async def _serve(config: Config, host: str, port: int) -> None:
     own = [*config.network_reserved_endpoints, f"{shown}:{bound_port}"]
     config = config.model_copy(update={"network_reserved_endpoints": own})
 
-    from ringfence.audit.signing import SealKey
-    from ringfence.backends import create_executor, create_sandbox_runtime
+    from ringfence.compose import build_services
     from ringfence.server import create_app
     from ringfence.server.connections import protocol_class
-    from ringfence.service.approvals import ApprovalService
-    from ringfence.service.audit import AuditLog
-    from ringfence.service.budget import Budget
-    from ringfence.service.credentials import CredentialKey
-    from ringfence.service.egress_asks import EgressAsks
-    from ringfence.service.executions import ExecutionService
-    from ringfence.service.keys import FIRST_TENANT, bootstrap_admin_key
-    from ringfence.service.pool import WarmPool
-    from ringfence.service.sandboxes import SandboxService, template_image
-    from ringfence.service.webhooks import WebhookNotifier
-    from ringfence.store.factory import open_store
+    from ringfence.service.keys import FIRST_TENANT
 
-    # The store keeps every result; the executor need only hold runs until they are stored.
-    retention = {"max_retained_results": min(config.max_retained_results, _EXECUTOR_RETENTION)}
-    executor = create_executor(config.model_copy(update=retention))  # fails closed
-    store = await open_store(config)
-    created = await bootstrap_admin_key(store, config.data_dir)
-    if created is not None:
+    def first_start(admin_key: Path) -> None:
         click.echo(
-            f"ringfence: first start: an admin key for tenant {FIRST_TENANT!r} is in {created}",
+            f"ringfence: first start: an admin key for tenant {FIRST_TENANT!r} is in {admin_key}",
             err=True,
         )
-    audit = AuditLog(store, SealKey.load_or_create(config.data_dir))
-    await audit.check_key()  # fails closed: a log no export of which could verify
-    budget = Budget.for_server(config)  # one for both: sandboxes and executions count together
-    service = ExecutionService(store, executor, config, audit, budget=budget)
-    runtime = create_sandbox_runtime(executor, config)
-    pool = None
-    if runtime is not None and any(config.pool_sizes.values()):
-        pool = WarmPool(
-            runtime, config, config.pool_sizes, lambda name: template_image(name, config), budget
-        )
-    if executor.name == "job":  # its egress proxy, on the replica's Pod IP when given
-        from ringfence.backends.kubernetes.replica_egress import start_replica_egress
 
-        await start_replica_egress(config, executor, runtime)
-    sandboxes = SandboxService(store, runtime, config, audit, pool, budget=budget)
-    sandboxes.egress_gateway = getattr(executor, "egress", None)  # live policy changes
-    notifier = None
-    if config.webhook_urls:
-        if not config.webhook_secret:
-            raise InvalidRequest(
-                "RINGFENCE_WEBHOOK_URLS is set without RINGFENCE_WEBHOOK_SECRET: webhook "
-                "deliveries are always signed"
-            )
-        notifier = WebhookNotifier(config.webhook_urls, config.webhook_secret)
-    try:
-        credentials = CredentialKey.load_or_create(config.data_dir)
-    except ValueError as exc:
-        raise RingfenceError(str(exc)) from None
-    approvals = ApprovalService(store, service, audit, config, notifier, credentials=credentials)
-    asks = EgressAsks(audit, config, notifier)  # "ask" egress rules wait for a human here
-    sandboxes.egress_asker = service.egress_asker = asks
-    app = create_app(
-        store=store, executions=service, sandboxes=sandboxes, audit=audit,
-        approvals=approvals, owns_store=True,
-        max_request_bytes=config.max_request_bytes,
-    )  # fmt: skip
+    services = await build_services(config, on_first_admin_key=first_start)
+    app = create_app(services)
     # E2B's SDKs keep idle connections for 300 s; a server that closes them sooner races
     # their next request (a reset connection, seen about once in ten 32-sandbox runs).
     # Only authenticated connections get that long: server/connections.py bounds the rest.
@@ -157,14 +101,13 @@ async def _serve(config: Config, host: str, port: int) -> None:
     )  # fmt: skip
 
     async def on_exit() -> None:
-        await sandboxes.aclose()
-        await service.aclose()
+        await services.sandboxes.aclose()
+        await services.executions.aclose()
 
     try:
         await _server_class()(config_, on_exit=on_exit).serve(sockets=[listening])
     finally:
-        if notifier is not None:
-            await notifier.aclose()
+        await services.aclose()
         if lock is not None:
             os.close(lock)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -12,6 +12,7 @@ from ringfence import __version__
 from ringfence.audit.chain import SYSTEM
 from ringfence.config import Config
 from ringfence.mcp.http import McpEndpoint
+from ringfence.server import deps
 from ringfence.server.console import router as console_router
 from ringfence.server.e2b import E2bLayer
 from ringfence.server.errors import install_error_handlers
@@ -24,12 +25,9 @@ from ringfence.server.routes import meta
 from ringfence.server.routes import network as network_routes
 from ringfence.server.routes import proposals as proposal_routes
 from ringfence.server.routes import sandboxes as sandbox_routes
-from ringfence.service.approvals import ApprovalService
-from ringfence.service.audit import AuditLog
-from ringfence.service.executions import ExecutionService
-from ringfence.service.keys import KeyCache
-from ringfence.service.sandboxes import SandboxService
-from ringfence.store import Store
+
+if TYPE_CHECKING:
+    from ringfence.compose import Services
 
 __all__ = ["create_app"]
 
@@ -42,29 +40,23 @@ Errors are JSON: `{"error": {"code": "...", "message": "..."}}`.
 """
 
 
-def create_app(
-    *,
-    store: Store,
-    executions: ExecutionService,
-    sandboxes: SandboxService,
-    audit: AuditLog,
-    approvals: ApprovalService,
-    owns_store: bool = False,
-    max_request_bytes: int = 4 << 20,
-) -> FastAPI:
-    """The application over the service layer.
+def create_app(services: Services) -> FastAPI:
+    """The application over ``services`` (``ringfence.compose.build_services``).
 
     At start-up it reconciles (executions a previous process left unfinished, and sandboxes
     it ran, are marked failed); at shutdown it kills sandboxes, cancels running executions,
-    stores how each ended, and closes the executor (and the store, with ``owns_store``).
+    stores how each ended, and closes the executor and the audit log. The store stays open:
+    ``services.aclose`` closes it, after the app has stopped.
     """
-    service = executions
+    audit, executions, sandboxes = services.audit, services.executions, services.sandboxes
+    approvals, store, keys = services.approvals, services.store, services.keys
+    max_request_bytes = services.config.max_request_bytes
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         audit.start()
         audit.record("", SYSTEM, "server.start", "server", details={"version": __version__})
-        await service.reconcile()
+        await executions.reconcile()
         await sandboxes.reconcile()
         await approvals.reconcile()
         approvals.start()
@@ -75,28 +67,21 @@ def create_app(
         finally:
             await approvals.aclose()
             await sandboxes.aclose()
-            await service.aclose()
+            await executions.aclose()
             audit.record("", SYSTEM, "server.stop", "server")
             await audit.aclose()  # after everything else: their last records, then a seal
-            if owns_store:
-                await store.aclose()
 
     app = FastAPI(
         title="Ringfence", version=__version__, description=DESCRIPTION, lifespan=lifespan
     )
-    app.state.store = store
-    app.state.keys = KeyCache()
-    app.state.executions = service
-    app.state.sandboxes = sandboxes
-    app.state.audit = audit
-    app.state.approvals = approvals
+    deps.attach(app, services)
     install_error_handlers(app)
-    _state_bounds(app, sandboxes.config)
+    _state_bounds(app, services.config)
     app.add_middleware(
         BodyLimit, max_bytes=max_request_bytes, streamed=sandbox_routes.STREAMED_PATHS
     )
     app.add_middleware(  # E2B's SDKs' traffic never reaches the native routes
-        E2bLayer, store=store, keys=app.state.keys, sandboxes=sandboxes,
+        E2bLayer, store=store, keys=keys, sandboxes=sandboxes,
         max_request_bytes=max_request_bytes,
     )  # fmt: skip
     # Outside both: a refusal of either waits for the body the client is still sending.
@@ -109,7 +94,7 @@ def create_app(
     app.include_router(audit_routes.router)
     app.include_router(key_routes.router)
     app.include_router(console_router)
-    mcp = McpEndpoint(app, store, app.state.keys)  # MCP over streamable HTTP: docs/mcp.md
+    mcp = McpEndpoint(app, store, keys)  # MCP over streamable HTTP: docs/mcp.md
     app.router.routes.append(mcp.route())
     return app
 

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from ringfence.server import deps
 from ringfence.server.connections import authenticated
 from ringfence.service.keys import Principal, authenticate
 
@@ -22,7 +23,7 @@ async def _caller(
     header: Annotated[str | None, Depends(_header)],
 ) -> Principal:
     presented = bearer.credentials if bearer else header
-    principal = await authenticate(request.app.state.store, presented, request.app.state.keys)
+    principal = await authenticate(deps.store(request), presented, deps.keys(request))
     authenticated()  # its connection may idle as long as keep-alive allows
     return principal
 

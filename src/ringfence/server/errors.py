@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException
 from ringfence.config import Config
 from ringfence.errors import HTTP_STATUS, RingfenceError
 from ringfence.models import ExecutionResult, Sandbox
+from ringfence.server import deps
 from ringfence.templates import templates_dir
 
 __all__ = ["ErrorBody", "HostPaths", "install_error_handlers", "shown"]
@@ -82,8 +83,7 @@ def host_paths(config: Config | None) -> HostPaths:
 
 
 def _host_paths_of(request: Request) -> HostPaths:
-    sandboxes = getattr(request.app.state, "sandboxes", None)
-    return host_paths(getattr(sandboxes, "config", None))
+    return host_paths(deps.settings_if_any(request))
 
 
 _Ended = TypeVar("_Ended", Sandbox, ExecutionResult)

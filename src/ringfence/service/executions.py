@@ -72,17 +72,19 @@ class ExecutionService:
         audit: AuditLog | None = None,
         *,
         budget: Budget,
+        egress_asker: Asker | None = None,
     ) -> None:
         """``audit`` None: nothing is recorded (the CLI's own runs). ``budget``: what tenants
         and the server may hold; the server's sandbox service must be given the same one,
-        or sandboxes and executions are not counted together (so there is no default)."""
+        or sandboxes and executions are not counted together (so there is no default).
+        ``egress_asker``: who is asked about "ask" egress rules (None: they are denied)."""
         self._store = store
         self._executor = executor
         self._config = config or Config()
         self._audit = audit
         self._budget = budget
         self._live: dict[tuple[str, str], _Submission] = {}
-        self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
+        self._egress_asker = egress_asker
 
     async def reconcile(self) -> int:
         """After a restart: executions recorded as unfinished can never finish. Returns how
@@ -296,7 +298,9 @@ class ExecutionService:
             # execute() registers the run before its first await, so from here on a
             # cancel reaches the executor.
             subject = f"execution:{execution_id}"
-            requester = Requester(tenant, subject, submission.actor, self._audit, self.egress_asker)
+            requester = Requester(
+                tenant, subject, submission.actor, self._audit, self._egress_asker
+            )
             with requesting(requester):
                 return await self._executor.execute(internal, on_start=on_start)
         except Exception as exc:  # boundary: whatever happens, the execution must end

@@ -99,12 +99,16 @@ class SandboxService:
         pool: WarmPool | None = None,
         *,
         budget: Budget,
+        egress_asker: Asker | None = None,
+        egress_gateway: SessionLookup | None = None,
     ) -> None:
         """``runtime`` None: this server's backend cannot run interactive sandboxes.
         ``audit`` None: nothing is recorded. ``pool``: ready sandboxes to claim.
         ``budget``: what tenants and the server may hold; the server's execution service
         must be given the same one, or sandboxes and executions are not counted together
-        (so there is no default)."""
+        (so there is no default). ``egress_asker``: who is asked about "ask" egress rules
+        (None: they are denied). ``egress_gateway``: where a running sandbox's egress
+        session is found to change its policy (None: ``set_network`` changes none live)."""
         self._store = store
         self._runtime = runtime
         self._config = config
@@ -114,8 +118,8 @@ class SandboxService:
         self._live: dict[str, _Live] = {}
         self._watchers: set[asyncio.Task[None]] = set()
         self.calls = SandboxCalls(self)  # commands, files and code, passed to the daemons
-        self.egress_asker: Asker | None = None  # asks humans about "ask" egress rules
-        self.egress_gateway: SessionLookup | None = None  # where live policies change
+        self._egress_asker = egress_asker
+        self._egress_gateway = egress_gateway
 
     @property
     def config(self) -> Config:
@@ -244,7 +248,7 @@ class SandboxService:
             "network": sandbox.network.model_dump(mode="json"),
         }
         requester = Requester(
-            tenant, f"sandbox:{sandbox.id}", actor, self._audit, self.egress_asker
+            tenant, f"sandbox:{sandbox.id}", actor, self._audit, self._egress_asker
         )
         try:
             with requesting(requester):  # whose egress the proxy audits and asks about
@@ -432,7 +436,7 @@ class SandboxService:
         check_tenant_policy(policy, self._config)
         policy = policy_for(tenant, policy, self._config)  # under the operator's floor
         entry = await self._running(tenant, sandbox_id)
-        gateway = self.egress_gateway
+        gateway = self._egress_gateway
         session = gateway.session(tenant, f"sandbox:{sandbox_id}") if gateway else None
         if session is None:
             raise InvalidRequest(

@@ -3,9 +3,10 @@ its Pods reach it (``egress.EgressProxy``), and the two moves the Job executor a
 runtime make on it: ``admit`` a Pod's address with its policy, ``release`` it before the Pod
 goes (docs/network.md, "Enforcement on Kubernetes").
 
-``start_replica_egress`` is what ``ringfence serve`` calls with the ``job`` backend: with the
-replica's Pod IP (``RINGFENCE_POD_IP``) it listens there and hands the egress to the executor
-and the runtime; without one it does nothing, and egress rules stay refused (fail closed).
+``start_replica_egress`` is what the composition root (``ringfence.compose``) calls with the
+``job`` backend: with the replica's Pod IP (``RINGFENCE_POD_IP``) it listens there, and the root
+hands the egress to the executor and the runtime; without one it does nothing, and egress rules
+stay refused (fail closed).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ringfence.backends.kubernetes.egress import EgressProxy
 from ringfence.backends.kubernetes.egress_proxy import PodEgressProxy
@@ -27,10 +27,6 @@ from ringfence.network.own import own_endpoints_of
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import EgressSession, current_requester
 from ringfence.policy.egress import Address, OwnEndpoints, internal_networks
-
-if TYPE_CHECKING:
-    from ringfence.backends._interactive import SandboxRuntime
-    from ringfence.backends._protocol import Executor
 
 __all__ = ["ReplicaEgress", "has_rules", "replica_own_endpoints", "start_replica_egress"]
 
@@ -69,21 +65,15 @@ class ReplicaEgress:
         await self.proxy.unregister(pod_ip)
 
 
-async def start_replica_egress(
-    config: Config, executor: Executor, runtime: SandboxRuntime | None
-) -> ReplicaEgress | None:
-    """Start the proxy and its gate on the replica's Pod IP and hand them to ``executor``
-    (which closes them) and ``runtime``; None without a Pod IP.
+async def start_replica_egress(config: Config) -> ReplicaEgress | None:
+    """Start the proxy and its gate on the replica's Pod IP; None without a Pod IP. Its
+    caller hands it to the Job executor (``use_egress``, which closes it from then on) and
+    the Pod runtime.
 
     Raises:
         InvalidRequest: TLS interception is configured (no CA reaches sandbox Pods).
         OSError: it cannot listen there, or a reserved Service does not resolve.
     """
-    from ringfence.backends.kubernetes.backend import JobExecutor
-    from ringfence.backends.kubernetes.interactive import PodSandboxRuntime
-
-    assert isinstance(executor, JobExecutor)  # the job backend's, as serve chose
-    assert runtime is None or isinstance(runtime, PodSandboxRuntime)
     if config.pod_ip is None:
         return None
     if config.network_intercept:
@@ -102,11 +92,7 @@ async def start_replica_egress(
     except BaseException:
         await proxy.aclose()
         raise
-    egress = ReplicaEgress(proxy, EgressProxy(address, port, gate))
-    executor.use_egress(egress)
-    if runtime is not None:
-        runtime.use_egress(egress)
-    return egress
+    return ReplicaEgress(proxy, EgressProxy(address, port, gate))
 
 
 async def replica_own_endpoints(

@@ -22,22 +22,18 @@ from starlette.responses import Response
 
 from ringfence.errors import HTTP_STATUS, RingfenceError, Unauthenticated
 from ringfence.models import ApiKey, AuditQuery, Proposal, ProposalState, Role, request_digest
+from ringfence.server import deps
 from ringfence.server.console.pages import STYLESHEET, expires_in, redirect, render, secure
 from ringfence.server.console.sessions import (
     COOKIE,
     LOGIN_COOKIE,
     Session,
-    SessionTable,
     new_token,
     same_origin,
     tokens_match,
 )
-from ringfence.service.approvals import ApprovalService
-from ringfence.service.audit import AuditLog
-from ringfence.service.egress_asks import EgressAsk, EgressAsks, EgressAskState
-from ringfence.service.executions import ExecutionService
+from ringfence.service.egress_asks import EgressAsk, EgressAskState
 from ringfence.service.keys import authenticate, fingerprint, still_valid
-from ringfence.store import Store
 
 __all__ = ["router"]
 
@@ -86,48 +82,15 @@ router = APIRouter(prefix="/console", route_class=_ConsoleRoute, include_in_sche
 # --- plumbing -----------------------------------------------------------------------------
 
 
-def _sessions(request: Request) -> SessionTable:
-    table: SessionTable | None = getattr(request.app.state, "console_sessions", None)
-    if table is None:
-        table = SessionTable()
-        request.app.state.console_sessions = table
-    return table
-
-
-def _approvals(request: Request) -> ApprovalService:
-    service: ApprovalService = request.app.state.approvals
-    return service
-
-
-def _egress_asks(request: Request) -> EgressAsks | None:
-    """The server's egress asks, or None where ``ask`` rules are not enabled."""
-    sandboxes = getattr(request.app.state, "sandboxes", None)
-    asks = getattr(sandboxes, "egress_asker", None)
-    return asks if isinstance(asks, EgressAsks) else None
-
-
 def _asks_of(request: Request, tenant: str, *, pending: bool) -> list[EgressAsk]:
-    asks = _egress_asks(request)
-    if asks is None:
-        return []
-    listed = asks.list(tenant, pending_only=pending)
+    listed = deps.asks(request).list(tenant, pending_only=pending)
     if not pending:
         listed = [ask for ask in listed if ask.state is not EgressAskState.PENDING]
     return listed[:_LISTED]
 
 
-def _executions(request: Request) -> ExecutionService:
-    service: ExecutionService = request.app.state.executions
-    return service
-
-
-def _audit(request: Request) -> AuditLog:
-    audit: AuditLog = request.app.state.audit
-    return audit
-
-
 def _session(request: Request) -> Session | None:
-    return _sessions(request).get(request.cookies.get(COOKIE))
+    return deps.console_sessions(request).get(request.cookies.get(COOKIE))
 
 
 async def _end_session_of_a_dead_key(request: Request) -> None:
@@ -137,11 +100,11 @@ async def _end_session_of_a_dead_key(request: Request) -> None:
     if session is None:
         return
     principal = session.principal
-    store, cache = request.app.state.store, request.app.state.keys
+    store, cache = deps.store(request), deps.keys(request)
     if await still_valid(store, principal.key_id, session.key_fingerprint, cache):
         return
-    _sessions(request).drop(session.token)
-    _audit(request).record(
+    deps.console_sessions(request).drop(session.token)
+    deps.audit(request).record(
         principal.tenant, principal.key_id, "console.logout", f"key:{principal.key_id}",
         "ok", {"why": "the key was revoked or rotated"},
     )  # fmt: skip
@@ -251,11 +214,11 @@ async def login(request: Request) -> Response:
         return _refused(request, "the sign-in form expired or was not sent from this page")
     presented = form.get("key", "")
     try:
-        principal = await authenticate(request.app.state.store, presented, request.app.state.keys)
+        principal = await authenticate(deps.store(request), presented, deps.keys(request))
     except Unauthenticated:
         return _login_page(request, 401, "That key is not a valid Ringfence API key.")
     if principal.role is Role.AGENT:
-        _audit(request).record(
+        deps.audit(request).record(
             principal.tenant, principal.key_id, "console.login", f"key:{principal.key_id}",
             "denied", {"why": "agent key"},
         )  # fmt: skip
@@ -265,15 +228,15 @@ async def login(request: Request) -> Response:
             "This is an agent key. Agents propose remediations; only approver and admin "
             "keys can sign in to the console and decide on them.",
         )
-    session = _sessions(request).create(principal, fingerprint(presented))
-    _audit(request).record(
+    session = deps.console_sessions(request).create(principal, fingerprint(presented))
+    deps.audit(request).record(
         principal.tenant, principal.key_id, "console.login", f"key:{principal.key_id}"
     )
     response = redirect("/console")
     response.set_cookie(
         COOKIE,
         session.token,
-        max_age=int(_sessions(request).ttl),
+        max_age=int(deps.console_sessions(request).ttl),
         path="/console",
         secure=_secure_cookie(request),
         httponly=True,
@@ -289,9 +252,9 @@ async def logout(request: Request) -> Response:
     if isinstance(checked, Response):
         return checked
     session, _ = checked
-    _sessions(request).drop(session.token)
+    deps.console_sessions(request).drop(session.token)
     principal = session.principal
-    _audit(request).record(
+    deps.audit(request).record(
         principal.tenant, principal.key_id, "console.logout", f"key:{principal.key_id}"
     )
     response = redirect("/console/login")
@@ -308,7 +271,7 @@ async def pending(request: Request) -> Response:
     if session is None:
         return redirect("/console/login")
     tenant = session.principal.tenant
-    proposals = await _approvals(request).list(
+    proposals = await deps.approvals(request).list(
         tenant, states=[ProposalState.PENDING], limit=_LISTED
     )
     return _page(
@@ -317,7 +280,6 @@ async def pending(request: Request) -> Response:
         session,
         proposals=[await _shown(request, tenant, p) for p in proposals],
         asks=_asks_of(request, tenant, pending=True),
-        asks_enabled=_egress_asks(request) is not None,
     )
 
 
@@ -327,7 +289,7 @@ async def proposal_page(proposal_id: str, request: Request) -> Response:
     if session is None:
         return redirect("/console/login")
     tenant = session.principal.tenant
-    proposal = await _approvals(request).get(tenant, proposal_id)
+    proposal = await deps.approvals(request).get(tenant, proposal_id)
     return _page(request, "proposal.html", session, p=await _shown(request, tenant, proposal))
 
 
@@ -341,7 +303,7 @@ async def approve(proposal_id: str, request: Request) -> Response:
     if not _HEX64.match(digest):
         return _error(request, 400, "The approval names no request digest.")
     try:
-        decided = await _approvals(request).approve(
+        decided = await deps.approvals(request).approve(
             session.principal, proposal_id, digest, form.get("reason", "")[:10_000]
         )
     except RingfenceError as exc:
@@ -366,7 +328,7 @@ async def reject(proposal_id: str, request: Request) -> Response:
         session.flash.append(("error", "Not rejected: a rejection needs a reason."))
     else:
         try:
-            await _approvals(request).reject(session.principal, proposal_id, reason)
+            await deps.approvals(request).reject(session.principal, proposal_id, reason)
         except RingfenceError as exc:
             session.flash.append(("error", f"Not rejected: {exc.message}"))
         else:
@@ -380,14 +342,13 @@ async def history(request: Request) -> Response:
     if session is None:
         return redirect("/console/login")
     tenant = session.principal.tenant
-    proposals = await _approvals(request).list(tenant, states=_DECIDED, limit=_LISTED)
+    proposals = await deps.approvals(request).list(tenant, states=_DECIDED, limit=_LISTED)
     return _page(
         request,
         "history.html",
         session,
         proposals=[await _shown(request, tenant, p) for p in proposals],
         asks=_asks_of(request, tenant, pending=False),
-        asks_enabled=_egress_asks(request) is not None,
     )
 
 
@@ -401,7 +362,7 @@ async def _shown(request: Request, tenant: str, proposal: Proposal) -> dict[str,
         "request": proposal.request,
         "rendered_digest": rendered,
         "digest_holds": rendered == proposal.digest,
-        "placement": _executions(request).placement(tenant, proposal.request),
+        "placement": deps.executions(request).placement(tenant, proposal.request),
         "people": await _people(request, tenant, proposal),
         "expires_in": expires_in(proposal.expires_at, datetime.now(UTC)),
     }
@@ -410,7 +371,7 @@ async def _shown(request: Request, tenant: str, proposal: Proposal) -> dict[str,
 async def _people(request: Request, tenant: str, proposal: Proposal) -> dict[str, str]:
     """The names of the keys that proposed and decided ``proposal``, by key id (a key
     without a name, or of another tenant, has none: the page shows its id alone)."""
-    store: Store = request.app.state.store
+    store = deps.store(request)
     ids = {proposal.proposed_by, *(d.by for d in proposal.approvals)}
     if proposal.rejection is not None:
         ids.add(proposal.rejection.by)
@@ -448,9 +409,7 @@ async def _decide_ask(request: Request, ask_id: str, *, approve: bool) -> Respon
     if isinstance(checked, Response):
         return checked
     session, form = checked
-    asks = _egress_asks(request)
-    if asks is None:
-        return _error(request, 404, "Egress asks are not enabled on this server.")
+    asks = deps.asks(request)
     reason = form.get("reason", "")[:10_000]
     verb = "approved" if approve else "rejected"
     if not approve and not reason.strip():
@@ -492,7 +451,7 @@ async def audit_page(
         after_seq=after,
         limit=limit,
     )
-    records = await _audit(request).query(query)
+    records = await deps.audit(request).query(query)
     filters = {"action": action, "actor": actor, "target": target, "limit": str(limit)}
     next_after = records[-1].seq if len(records) == limit else None
     return _page(

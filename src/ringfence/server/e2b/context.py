@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from ringfence.server import deps
 from ringfence.server.e2b.tokens import Grants
 from ringfence.service.keys import KeyCache
 from ringfence.service.sandboxes import SandboxService
@@ -23,5 +24,4 @@ class E2bContext:
 
 
 def context_of(request: Request) -> E2bContext:
-    context: E2bContext = request.app.state.e2b
-    return context
+    return deps.e2b(request)

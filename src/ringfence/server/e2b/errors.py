@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from ringfence.errors import HTTP_STATUS, NotFound, RingfenceError, SandboxNotRunning
+from ringfence.server import deps
 from ringfence.server.errors import host_paths
 
 __all__ = ["CONNECT_CODES", "Shape", "error_response", "install_error_handlers", "not_running"]
@@ -59,7 +60,7 @@ def install_error_handlers(app: FastAPI, shape: Shape) -> None:
         status = HTTP_STATUS.get(exc.code, 500)
         if isinstance(exc, SandboxNotRunning):
             status = 404  # E2B's control plane sees only running sandboxes
-        context = getattr(request.app.state, "e2b", None)
+        context = deps.e2b_if_any(request)
         paths = host_paths(context.sandboxes.config if context is not None else None)
         return error_response(status, paths.redact(exc.message), request.url.path)
 

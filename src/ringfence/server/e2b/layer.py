@@ -20,6 +20,7 @@ from fastapi import APIRouter, FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ringfence.sandboxd.methods import CLIENT_STREAMS
+from ringfence.server import deps
 from ringfence.server.e2b.context import E2bContext
 from ringfence.server.e2b.control import router as control_router
 from ringfence.server.e2b.errors import Shape, install_error_handlers
@@ -84,7 +85,7 @@ class E2bLayer:
 
 def _app(context: E2bContext, shape: Shape, router: APIRouter) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    app.state.e2b = context
+    deps.attach_e2b(app, context)
     install_error_handlers(app, shape)
     app.include_router(router)
     return app

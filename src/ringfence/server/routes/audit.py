@@ -10,9 +10,9 @@ from pydantic import BaseModel, Field
 
 from ringfence.errors import Forbidden
 from ringfence.models import AuditQuery, Role
+from ringfence.server import deps
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
-from ringfence.service.audit import AuditLog
 
 __all__ = ["router"]
 
@@ -46,11 +46,6 @@ class PublicKey(BaseModel):
     public_key: str = Field(description="Base64 Ed25519 key that checks the log's seals.")
 
 
-def _audit(request: Request) -> AuditLog:
-    audit: AuditLog = request.app.state.audit
-    return audit
-
-
 @router.get(
     "",
     response_model=list[AuditRecordOut],
@@ -75,10 +70,10 @@ async def query_audit(
     if caller.role is Role.AGENT:
         raise Forbidden("agent keys cannot read the audit log (approver or admin keys can)")
     query = AuditQuery(caller.tenant, actor, action, target, since, until, after, limit)
-    return [record.to_json() for record in await _audit(request).query(query)]
+    return [record.to_json() for record in await deps.audit(request).query(query)]
 
 
 @router.get("/public-key", response_model=PublicKey, summary="The key that checks the seals")
 async def public_key(caller: Caller, request: Request) -> PublicKey:
     """Pin it for ``ringfence audit verify --public-key``."""
-    return PublicKey(public_key=_audit(request).public_key)
+    return PublicKey(public_key=deps.audit(request).public_key)

@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
+from ringfence.server import deps
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody, shown
-from ringfence.service.executions import ExecutionService
 
 __all__ = ["BUDGET_ERRORS", "router"]
 
@@ -35,11 +35,6 @@ BUDGET_ERRORS: dict[int | str, dict[str, object]] = {
         "the backend is unavailable (store_error, backend_unavailable)",
     },
 }
-
-
-def _service(request: Request) -> ExecutionService:
-    service: ExecutionService = request.app.state.executions
-    return service
 
 
 @router.post(
@@ -69,7 +64,9 @@ async def submit(
     """Runs the command with the request's limits, mounts and environment, in a sandbox
     destroyed at the end. With ``wait=false`` it answers 202 at once: poll
     ``GET /v1/executions/{id}``. The execution goes on if the client disconnects."""
-    result = await _service(request).submit(caller.tenant, body, wait=wait, actor=caller.key_id)
+    result = await deps.executions(request).submit(
+        caller.tenant, body, wait=wait, actor=caller.key_id
+    )
     if not wait:
         response.status_code = 202
     return shown(request, result)
@@ -87,7 +84,7 @@ async def list_executions(
     status: Annotated[Status | None, Query(description="Only executions in this status.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[ExecutionResult]:
-    found = await _service(request).list(caller.tenant, status=status, limit=limit)
+    found = await deps.executions(request).list(caller.tenant, status=status, limit=limit)
     return [shown(request, result) for result in found]
 
 
@@ -98,7 +95,7 @@ async def list_executions(
     summary="The state of an execution (live while it runs)",
 )
 async def get_execution(execution_id: str, caller: Caller, request: Request) -> ExecutionResult:
-    return shown(request, await _service(request).get(caller.tenant, execution_id))
+    return shown(request, await deps.executions(request).get(caller.tenant, execution_id))
 
 
 @router.post(
@@ -109,5 +106,7 @@ async def get_execution(execution_id: str, caller: Caller, request: Request) -> 
 )
 async def cancel_execution(execution_id: str, caller: Caller, request: Request) -> ExecutionResult:
     """Ends ``cancelled``; cancelling a finished execution returns it unchanged."""
-    cancelled = await _service(request).cancel(caller.tenant, execution_id, actor=caller.key_id)
+    cancelled = await deps.executions(request).cancel(
+        caller.tenant, execution_id, actor=caller.key_id
+    )
     return shown(request, cancelled)

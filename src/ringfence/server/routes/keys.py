@@ -10,11 +10,11 @@ from pydantic import BaseModel, Field
 
 from ringfence.errors import Forbidden
 from ringfence.models import ApiKey, Role
+from ringfence.server import deps
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
 from ringfence.service import keys as key_service
-from ringfence.service.keys import KeyCache, Principal
-from ringfence.store import Store
+from ringfence.service.keys import Principal
 
 __all__ = ["router"]
 
@@ -66,23 +66,13 @@ def _admin(caller: Principal) -> Principal:
     return caller
 
 
-def _store(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
-
-
-def _cache(request: Request) -> KeyCache:
-    cache: KeyCache = request.app.state.keys
-    return cache
-
-
 @router.get(
     "", response_model=list[KeyOut], responses=_ERRORS, summary="Your tenant's keys, oldest first"
 )
 async def list_keys(caller: Caller, request: Request) -> list[KeyOut]:
     """Revoked keys included, for the record."""
     admin = _admin(caller)
-    return [KeyOut.of(k) for k in await key_service.list_keys(_store(request), admin.tenant)]
+    return [KeyOut.of(k) for k in await key_service.list_keys(deps.store(request), admin.tenant)]
 
 
 @router.post(
@@ -96,7 +86,7 @@ async def revoke_key(caller: Caller, request: Request, key_id: str = _KeyId) -> 
     every replica within 2 s. Revoking a revoked key changes nothing."""
     admin = _admin(caller)
     revoked = await key_service.revoke_key(
-        _store(request), key_id, admin.key_id, admin.tenant, _cache(request)
+        deps.store(request), key_id, admin.key_id, admin.tenant, deps.keys(request)
     )
     return KeyOut.of(revoked)
 
@@ -115,6 +105,6 @@ async def rotate_key(caller: Caller, request: Request, key_id: str = _KeyId) -> 
     refused from now on, and console sessions signed in with it end."""
     admin = _admin(caller)
     rotated, api_key = await key_service.rotate_key(
-        _store(request), key_id, admin.key_id, admin.tenant, _cache(request)
+        deps.store(request), key_id, admin.key_id, admin.tenant, deps.keys(request)
     )
     return RotatedKeyOut(**KeyOut.of(rotated).model_dump(), api_key=api_key)

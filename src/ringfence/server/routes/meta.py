@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from ringfence import __version__
 from ringfence.models import Role
+from ringfence.server import deps
 from ringfence.server.auth import Caller
 
 __all__ = ["router"]
@@ -45,7 +46,7 @@ async def whoami(caller: Caller) -> Identity:
 async def metrics(request: Request) -> str:
     """Counts only (no tenant's data): sandboxes alive on this server, and per template the
     pool's ready sandboxes, its target, and claims served from it (hits) or not (misses)."""
-    sandboxes = request.app.state.sandboxes
+    sandboxes = deps.sandboxes(request)
     lines = [
         "# HELP ringfence_sandboxes_running Interactive sandboxes alive on this server.",
         "# TYPE ringfence_sandboxes_running gauge",

@@ -11,12 +11,11 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
 
-from ringfence.errors import InvalidRequest
 from ringfence.models import NetworkPolicy
+from ringfence.server import deps
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
-from ringfence.service.egress_asks import EgressAsk, EgressAsks
-from ringfence.service.sandboxes import SandboxService
+from ringfence.service.egress_asks import EgressAsk
 
 __all__ = ["router"]
 
@@ -32,11 +31,6 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 SandboxId = Annotated[str, Path(max_length=64, description="The sandbox's id.")]
 
 
-def _service(request: Request) -> SandboxService:
-    service: SandboxService = request.app.state.sandboxes
-    return service
-
-
 @router.get(
     "/v1/sandboxes/{sandbox_id}/network",
     response_model=NetworkPolicy,
@@ -44,7 +38,7 @@ def _service(request: Request) -> SandboxService:
     summary="The sandbox's egress policy (header values hidden)",
 )
 async def get_network(sandbox_id: SandboxId, caller: Caller, request: Request) -> NetworkPolicy:
-    return (await _service(request).get(caller.tenant, sandbox_id)).network
+    return (await deps.sandboxes(request).get(caller.tenant, sandbox_id)).network
 
 
 @router.put(
@@ -65,7 +59,7 @@ async def set_network(
     """Connections opened from now on are decided by the new policy (open ones go on);
     answers already given to `ask` rules are kept. A sandbox created without network
     cannot be given one (400)."""
-    changed = await _service(request).set_network(
+    changed = await deps.sandboxes(request).set_network(
         caller.tenant, sandbox_id, body, actor=caller.key_id
     )
     return changed.network
@@ -75,7 +69,6 @@ async def set_network(
 
 AskId = Annotated[str, Path(max_length=64, description="The ask's id.")]
 _ASK_ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"model": ErrorBody, "description": "Asks are not enabled on this server"},
     401: {"model": ErrorBody, "description": "Missing or invalid API key"},
     403: {"model": ErrorBody, "description": "Agent keys, or the key whose sandbox asked"},
     404: {"model": ErrorBody, "description": "No such ask in your tenant"},
@@ -85,13 +78,6 @@ _ASK_ERRORS: dict[int | str, dict[str, object]] = {
 
 class AskDecision(BaseModel):
     reason: str = Field("", max_length=10_000, description="Why, for the audit record.")
-
-
-def _asks(request: Request) -> EgressAsks:
-    asks = _service(request).egress_asker
-    if not isinstance(asks, EgressAsks):
-        raise InvalidRequest("egress asks are not enabled on this server")
-    return asks
 
 
 @router.get(
@@ -105,7 +91,7 @@ async def list_asks(
     request: Request,
     pending: Annotated[bool, Query(description="Only the ones waiting for a decision.")] = False,
 ) -> list[EgressAsk]:
-    return _asks(request).list(caller.tenant, pending_only=pending)
+    return deps.asks(request).list(caller.tenant, pending_only=pending)
 
 
 @router.post(
@@ -117,7 +103,7 @@ async def list_asks(
 async def approve_ask(
     ask_id: AskId, body: AskDecision, caller: Caller, request: Request
 ) -> EgressAsk:
-    return await _asks(request).decide(caller, ask_id, True, body.reason)
+    return await deps.asks(request).decide(caller, ask_id, True, body.reason)
 
 
 @router.post(
@@ -129,4 +115,4 @@ async def approve_ask(
 async def reject_ask(
     ask_id: AskId, body: AskDecision, caller: Caller, request: Request
 ) -> EgressAsk:
-    return await _asks(request).decide(caller, ask_id, False, body.reason)
+    return await deps.asks(request).decide(caller, ask_id, False, body.reason)

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from ringfence.models import Proposal, ProposalSpec, ProposalState
+from ringfence.server import deps
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
-from ringfence.service.approvals import ApprovalService
 
 __all__ = ["router"]
 
@@ -43,11 +43,6 @@ class Rejection(BaseModel):
     reason: str = Field(min_length=1, max_length=10_000, description="Why: it is recorded.")
 
 
-def _service(request: Request) -> ApprovalService:
-    service: ApprovalService = request.app.state.approvals
-    return service
-
-
 @router.post(
     "",
     response_model=Proposal,
@@ -58,7 +53,7 @@ def _service(request: Request) -> ApprovalService:
 async def propose(body: ProposalSpec, caller: Caller, request: Request) -> Proposal:
     """Any key may propose. The request is fixed from now on (its digest is returned); it
     waits for approval until ``expires_at``."""
-    return await _service(request).propose(caller, body)
+    return await deps.approvals(request).propose(caller, body)
 
 
 @router.get("", response_model=list[Proposal], responses=_ERRORS, summary="Your proposals")
@@ -68,12 +63,12 @@ async def list_proposals(
     state: Annotated[list[ProposalState] | None, Query(description="Only these states.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Proposal]:
-    return await _service(request).list(caller.tenant, states=state or None, limit=limit)
+    return await deps.approvals(request).list(caller.tenant, states=state or None, limit=limit)
 
 
 @router.get("/{proposal_id}", response_model=Proposal, responses=_ERRORS, summary="A proposal")
 async def get_proposal(proposal_id: str, caller: Caller, request: Request) -> Proposal:
-    return await _service(request).get(caller.tenant, proposal_id)
+    return await deps.approvals(request).get(caller.tenant, proposal_id)
 
 
 @router.post(
@@ -83,7 +78,7 @@ async def get_proposal(proposal_id: str, caller: Caller, request: Request) -> Pr
     summary="Approve (approver and admin keys); with enough approvals it runs at once",
 )
 async def approve(proposal_id: str, body: Approval, caller: Caller, request: Request) -> Proposal:
-    return await _service(request).approve(caller, proposal_id, body.digest, body.reason)
+    return await deps.approvals(request).approve(caller, proposal_id, body.digest, body.reason)
 
 
 @router.post(
@@ -93,4 +88,4 @@ async def approve(proposal_id: str, body: Approval, caller: Caller, request: Req
     summary="Reject, with a reason (approver and admin keys)",
 )
 async def reject(proposal_id: str, body: Rejection, caller: Caller, request: Request) -> Proposal:
-    return await _service(request).reject(caller, proposal_id, body.reason)
+    return await deps.approvals(request).reject(caller, proposal_id, body.reason)

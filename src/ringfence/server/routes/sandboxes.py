@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from ringfence.models import MAX_TIMEOUT_SECONDS, Env, Sandbox, SandboxSpec, SandboxState
 from ringfence.sandboxd.methods import CLIENT_STREAMS, FILESYSTEM, METHODS, PROCESS
+from ringfence.server import deps
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody, shown
 from ringfence.server.passthrough import Service, answered
@@ -131,8 +132,7 @@ def _body(
 
 
 def _service(request: Request) -> SandboxService:
-    service: SandboxService = request.app.state.sandboxes
-    return service
+    return deps.sandboxes(request)
 
 
 def _calls(request: Request) -> SandboxCalls:

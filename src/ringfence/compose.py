@@ -1,0 +1,237 @@
+"""The composition root: the one place that builds the server's services from a ``Config``.
+
+``build_services`` opens the store, creates the executor and its sandbox runtime, and hands
+each service what it needs through its constructor; ``ringfence serve``, every test fixture
+that serves the API, and ``server.create_app`` (which takes the result) all go through it.
+It is the only module that imports the service layer, the backends and the store together.
+
+What a test replaces comes in as a keyword (``store=``, ``executor=``, ``seal_key=``...);
+what is given stays its caller's: ``Services.aclose`` closes only what the root opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Final, Literal
+
+from ringfence.audit.signing import SealKey
+from ringfence.backends import Executor, SandboxRuntime, create_executor, create_sandbox_runtime
+from ringfence.config import Config
+from ringfence.errors import InvalidRequest, RingfenceError
+from ringfence.service.approvals import ApprovalService
+from ringfence.service.audit import AuditLog
+from ringfence.service.budget import Budget
+from ringfence.service.credentials import CredentialKey
+from ringfence.service.egress_asks import EgressAsks
+from ringfence.service.executions import ExecutionService
+from ringfence.service.keys import KeyCache, bootstrap_admin_key
+from ringfence.service.pool import WarmPool
+from ringfence.service.sandboxes import SandboxService, template_image
+from ringfence.service.webhooks import WebhookNotifier
+from ringfence.store import Store
+
+if TYPE_CHECKING:
+    from ringfence.backends.kubernetes.replica_egress import ReplicaEgress
+
+__all__ = ["BUILD", "Services", "build_services", "start_job_egress"]
+
+# The store keeps every result; the executor need only hold runs until they are stored.
+_EXECUTOR_RETENTION = 256
+_SEAL_INTERVAL_SECONDS = 60.0
+
+
+class _Build(Enum):
+    BUILD = "build"
+
+
+BUILD: Final = _Build.BUILD
+"""For ``runtime=``: not given, build the executor's own (None is "no runtime")."""
+
+_Closer = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Services:
+    """Everything the API serves with, wired. The app's lifespan starts and stops the
+    services (approvals, sandboxes, executions with their executor and runtime, the audit
+    log); ``aclose`` then closes what the root opened for them (the store and the webhook
+    notifier, unless they were given). Usable as ``async with``."""
+
+    config: Config
+    store: Store
+    executor: Executor
+    runtime: SandboxRuntime | None  # None: this backend runs no interactive sandboxes
+    audit: AuditLog
+    keys: KeyCache
+    budget: Budget  # one for both: sandboxes and executions count together
+    executions: ExecutionService
+    pool: WarmPool | None
+    sandboxes: SandboxService
+    approvals: ApprovalService
+    asks: EgressAsks  # "ask" egress rules wait for a human here
+    notifier: WebhookNotifier | None
+    credentials: CredentialKey
+    _owned: tuple[_Closer, ...] = field(default=(), repr=False, compare=False)
+
+    async def aclose(self) -> None:
+        """Close what ``build_services`` opened (last opened, first closed)."""
+        await _close(self._owned)
+
+    async def __aenter__(self) -> Services:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
+        await self.aclose()
+        return False
+
+
+async def build_services(
+    config: Config,
+    *,
+    store: Store | None = None,
+    executor: Executor | None = None,
+    runtime: SandboxRuntime | _Build | None = BUILD,
+    seal_key: SealKey | None = None,
+    seal_interval: float = _SEAL_INTERVAL_SECONDS,
+    credentials: CredentialKey | None = None,
+    notifier: WebhookNotifier | None = None,
+    on_first_admin_key: Callable[[Path], None] | None = None,
+) -> Services:
+    """The services of a server with ``config``, in the order ``ringfence serve`` has always
+    started them (each check fails the start before the next part touches anything).
+
+    Not given, each part is made from ``config``: the executor from ``config.backend`` (it
+    fails closed first, before the store is opened), the store from ``database_url``, the
+    audit log's seal key and the credentials key from ``data_dir``, the notifier from
+    ``webhook_urls``. ``on_first_admin_key`` given (``ringfence serve``): on a store without
+    keys, the first admin key is written to ``<data_dir>/admin-key`` and its path told to it.
+
+    Raises:
+        UnknownBackend, BackendUnavailable: the backend is unknown, or the host lacks it.
+        StoreError: the store cannot be opened, or the audit log was sealed by another key.
+        InvalidRequest: webhook URLs without a secret; TLS interception on the job backend.
+        RingfenceError: the credentials key file is unusable (the message says why).
+        OSError: a directory or a file cannot be prepared, or an address cannot be bound.
+    """
+    owned: list[_Closer] = []  # closed by ``Services.aclose``
+    built: list[_Closer] = []  # the rest the root made, closed here if the build fails
+    try:
+        return await _build(
+            config, owned, built, store=store, executor=executor, runtime=runtime,
+            seal_key=seal_key, seal_interval=seal_interval, credentials=credentials,
+            notifier=notifier, on_first_admin_key=on_first_admin_key,
+        )  # fmt: skip
+    except BaseException:
+        await _close((*built, *owned))
+        raise
+
+
+async def _build(
+    config: Config,
+    owned: list[_Closer],
+    built: list[_Closer],
+    *,
+    store: Store | None,
+    executor: Executor | None,
+    runtime: SandboxRuntime | _Build | None,
+    seal_key: SealKey | None,
+    seal_interval: float,
+    credentials: CredentialKey | None,
+    notifier: WebhookNotifier | None,
+    on_first_admin_key: Callable[[Path], None] | None,
+) -> Services:
+    if executor is None:
+        retention = min(config.max_retained_results, _EXECUTOR_RETENTION)
+        executor = create_executor(config.model_copy(update={"max_retained_results": retention}))
+        built.append(executor.aclose)  # after a good build, the app's lifespan closes it
+    if store is None:
+        from ringfence.store.factory import open_store
+
+        store = await open_store(config)
+        owned.append(store.aclose)
+    if on_first_admin_key is not None:
+        created = await bootstrap_admin_key(store, config.data_dir)
+        if created is not None:
+            on_first_admin_key(created)
+    audit = AuditLog(store, seal_key or SealKey.load_or_create(config.data_dir), seal_interval)
+    await audit.check_key()  # fails closed: a log no export of which could verify
+    budget = Budget.for_server(config)
+    if isinstance(runtime, _Build):
+        runtime = create_sandbox_runtime(executor, config)
+    pool = None
+    if runtime is not None and any(config.pool_sizes.values()):
+        pool = WarmPool(
+            runtime, config, config.pool_sizes, lambda name: template_image(name, config), budget
+        )
+    if executor.name == "job":  # its egress proxy, on the replica's Pod IP when given
+        await start_job_egress(config, executor, runtime)
+    if notifier is None and config.webhook_urls:
+        if not config.webhook_secret:
+            raise InvalidRequest(
+                "RINGFENCE_WEBHOOK_URLS is set without RINGFENCE_WEBHOOK_SECRET: webhook "
+                "deliveries are always signed"
+            )
+        notifier = WebhookNotifier(config.webhook_urls, config.webhook_secret)
+        owned.append(notifier.aclose)
+    if credentials is None:
+        try:
+            credentials = CredentialKey.load_or_create(config.data_dir)
+        except ValueError as exc:
+            raise RingfenceError(str(exc)) from None
+    asks = EgressAsks(audit, config, notifier)
+    executions = ExecutionService(store, executor, config, audit, budget=budget, egress_asker=asks)
+    sandboxes = SandboxService(
+        store, runtime, config, audit, pool, budget=budget, egress_asker=asks,
+        # Where a running sandbox's policy changes live: the executor's egress, if it has one.
+        egress_gateway=getattr(executor, "egress", None),
+    )  # fmt: skip
+    approvals = ApprovalService(store, executions, audit, config, notifier, credentials=credentials)
+    return Services(
+        config=config, store=store, executor=executor, runtime=runtime, audit=audit,
+        keys=KeyCache(), budget=budget, executions=executions, pool=pool,
+        sandboxes=sandboxes, approvals=approvals, asks=asks, notifier=notifier,
+        credentials=credentials, _owned=tuple(owned),
+    )  # fmt: skip
+
+
+async def start_job_egress(
+    config: Config, executor: Executor, runtime: SandboxRuntime | None
+) -> ReplicaEgress | None:
+    """Start the job backend's egress proxy on the replica's Pod IP and hand it to
+    ``executor`` (which closes it) and ``runtime``; None without a Pod IP (egress rules
+    then stay refused: fail closed).
+
+    Raises:
+        InvalidRequest: TLS interception is configured (no CA reaches sandbox Pods).
+        OSError: it cannot listen there, or a reserved Service does not resolve.
+    """
+    from ringfence.backends.kubernetes.backend import JobExecutor
+    from ringfence.backends.kubernetes.interactive import PodSandboxRuntime
+    from ringfence.backends.kubernetes.replica_egress import start_replica_egress
+
+    if not isinstance(executor, JobExecutor):
+        raise TypeError(f"the replica's egress is the job backend's, not {executor.name!r}'s")
+    if runtime is not None and not isinstance(runtime, PodSandboxRuntime):
+        raise TypeError("the replica's egress is for the job backend's Pod runtime")
+    egress = await start_replica_egress(config)
+    if egress is not None:
+        executor.use_egress(egress)
+        if runtime is not None:
+            runtime.use_egress(egress)
+    return egress
+
+
+async def _close(closers: tuple[_Closer, ...]) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        for close in closers:
+            stack.push_async_callback(close)
