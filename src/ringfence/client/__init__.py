@@ -2,10 +2,14 @@
 
 - ``AsyncSandbox`` (source of truth) and its blocking twin ``Sandbox``: interactive sandboxes
   with ``commands``, ``files`` and code contexts (``run_code``), shaped like E2B's SDK.
+  ``Sandbox`` runs the async methods on one loop thread (``_sync_sandbox``).
 - ``AsyncRingfence`` (source of truth) and its blocking twin ``Ringfence``: one-shot
   executions, and proposals (remediations that run once a human approves them).
+  ``_sync.py`` is generated from ``_async.py`` by ``scripts/unasync.py``.
+- ``lowlevel``: the seam beneath them, for code with its own HTTP client (the MCP server).
 
-Importing it loads neither the server, the store nor any backend.
+The main names are also ``ringfence``'s own (``from ringfence import Sandbox``). Importing
+the SDK loads neither the server, the store nor any backend.
 """
 
 from ringfence.client._async import AsyncProposals, AsyncRingfence

@@ -2,7 +2,10 @@
 
 Every method runs its ``AsyncSandbox`` counterpart on the SDK's event loop thread
 (``_portal``) and waits: same arguments, same results, same errors, one implementation.
-Output callbacks run in that thread.
+Output callbacks run in that thread. Only the signatures are written twice, and
+``tests/client/test_sync_generated.py`` holds them to the async ones: every member present,
+same parameters, defaults, annotations and overloads, and each method calling its
+counterpart with the arguments it was given.
 """
 
 from __future__ import annotations
