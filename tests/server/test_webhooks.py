@@ -16,14 +16,14 @@ import pytest
 import uvicorn
 
 from ringfence.audit.signing import SealKey
+from ringfence.compose import build_services
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, ProposalSpec, Risk, Role
 from ringfence.network import Requester
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
-from ringfence.service.budget import Budget
+from ringfence.service.credentials import CredentialKey
 from ringfence.service.egress_asks import EgressAsks
-from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import Principal
 from ringfence.service.webhooks import WebhookNotifier, signature
 from ringfence.store import MemoryStore
@@ -79,11 +79,11 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 async def _service(local_executor: object, notifier: WebhookNotifier) -> ApprovalService:
-    store = MemoryStore()
-    audit = AuditLog(store, SealKey.generate())
-    budget = Budget.for_server(Config())
-    executions = ExecutionService(store, local_executor, Config(), audit, budget=budget)  # type: ignore[arg-type]
-    return ApprovalService(store, executions, audit, Config(), notifier)
+    services = await build_services(
+        Config(pool_sizes={}), store=MemoryStore(), executor=local_executor,  # type: ignore[arg-type]
+        seal_key=SealKey.generate(), credentials=CredentialKey.generate(), notifier=notifier,
+    )  # fmt: skip
+    return services.approvals
 
 
 def _spec(**env: str) -> ProposalSpec:
