@@ -1,6 +1,9 @@
 """Every executor and sandbox runtime, fresh for each test, built for the conformance checks
 (``ringfence.testing.backend_checks``): ``process``, ``local`` (real sandboxes), ``job``
-(the Kubernetes API stand-in with a stand-in kubelet) and the fakes."""
+(the Kubernetes API stand-in with a stand-in kubelet, ``kubelet``) and the fakes.
+
+The job backend has no runtime here: its Pods serve the daemon on a fixed port of their own
+address, which one machine cannot give each Pod (``tests/k8s/test_pod_daemon`` runs one)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from ringfence.backends import Executor, SandboxRuntime
 from ringfence.testing.backend_checks import checked_config
 from ringfence.testing.fakes import FakeExecutor, FakeSandboxRuntime
 
-EXECUTORS = ["fake", "process", "local"]
+EXECUTORS = ["fake", "process", "local", "job"]
 RUNTIMES = ["fake", "local"]
 
 
@@ -23,6 +26,9 @@ async def executor(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
     built = _executor(request.param, request)
     yield built
     await built.aclose()
+    cluster = getattr(built, "cluster", None)
+    if cluster is not None:  # the executor leaves it open for the Pod runtime to close
+        cluster.close()
 
 
 def _executor(name: str, request: pytest.FixtureRequest) -> Executor:
@@ -37,6 +43,11 @@ def _executor(name: str, request: pytest.FixtureRequest) -> Executor:
         from ringfence.backends.local import LocalExecutor
 
         return LocalExecutor(config, host=request.getfixturevalue("local_host"))
+    if name == "job":
+        from ringfence.backends.kubernetes.backend import JobExecutor
+        from tests.backends.kubelet import KubeletCluster
+
+        return JobExecutor(checked_config(backend="job"), KubeletCluster())  # type: ignore[arg-type]
     raise AssertionError(name)
 
 
