@@ -15,7 +15,7 @@ import pytest
 from ringfence.backends import LaunchSpec
 from ringfence.models import ExecutionRequest, ResourceLimits, Status
 from ringfence.service.daemon_client import DaemonClient
-from ringfence.testing.backend_checks import WAIT, checked_config, frames
+from ringfence.testing.backend_checks import WAIT, checked_config, frames, run_in_sandbox
 from ringfence.testing.fakes import FAKE_HOME, FakeExecutor, FakeProcess, FakeSandboxRuntime
 from ringfence.testing.fakes.runtime import descendants
 
@@ -150,3 +150,32 @@ async def test_descendants_are_found_through_proc_grandchildren_too() -> None:
         shell.kill()
         shell.wait()
     os.kill(sleep, 9)
+
+
+async def test_each_fake_sandbox_has_a_home_of_its_own_at_home_user() -> None:
+    runtime = FakeSandboxRuntime(checked_config())
+    spec = LaunchSpec(image="base", env={}, limits=ResourceLimits(), timeout=120)
+    try:
+        first, second = await runtime.start(spec), await runtime.start(spec)
+        script = 'echo "$HOME $(pwd)"; echo mine > f; cat /home/user/f'
+        output, code = await run_in_sandbox(first, "sh", "-c", script)
+        assert (output, code) == ("/home/user /home/user\nmine\n", 0)
+        output, code = await run_in_sandbox(second, "sh", "-c", "ls -A /home/user")
+        assert (output, code) == ("", 0), "another sandbox's home is not this one's"
+        assert not Path("/home/user/f").exists(), "the host's /home/user is untouched"
+    finally:
+        await runtime.aclose()
+
+
+async def test_without_a_private_home_home_is_a_directory_on_the_host() -> None:
+    runtime = FakeSandboxRuntime(checked_config(), private_home=False)
+    spec = LaunchSpec(image="base", env={}, limits=ResourceLimits(), timeout=120)
+    try:
+        sandbox = await runtime.start(spec)
+        output, _ = await run_in_sandbox(sandbox, "sh", "-c", 'echo "$HOME"')
+        home = Path(output.strip())
+        assert home.name.startswith("rf-fake-home-") and home.is_dir()
+        await sandbox.kill()
+        assert not home.exists(), "removed with its sandbox"
+    finally:
+        await runtime.aclose()

@@ -11,7 +11,10 @@ It isolates nothing: a test on it proves the logic above the runtime (routes, se
 SDK, MCP), never a claim about sandboxes. What differs from a real sandbox:
 
 - the spec's image, limits and network policy are recorded (``specs``), not applied;
-  HOME is a fresh temporary directory and absolute paths are the host's;
+  the daemon and its commands run as the test's user and see the host's filesystem, except
+  ``/home/user`` (HOME, as in a real sandbox), a fresh directory of each sandbox's own laid
+  there by bubblewrap in a mount namespace (``private_home=False``: no bubblewrap, and HOME
+  is that directory where it is on the host);
 - a kill reaches the daemon and every process it started that is still its descendant
   (found through ``/proc``); one whose parent died before the kill escapes it, as on the
   ``process`` backend.
@@ -37,10 +40,12 @@ from ringfence.backends import Launched, LaunchSpec, SupervisedProcess
 from ringfence.backends.daemon_sandbox import DaemonSandbox, listen, start_daemon_sandbox
 from ringfence.backends.process import ProcessExecutor
 from ringfence.config import Config
+from ringfence.errors import BackendUnavailable
 from ringfence.models import ExecutionRequest, ResourceLimits
 
-__all__ = ["FakeSandboxRuntime"]
+__all__ = ["SANDBOX_HOME", "FakeSandboxRuntime"]
 
+SANDBOX_HOME = "/home/user"  # as in every real sandbox
 _START_SECONDS = 10.0
 _KILL_ROUNDS = 100  # a tree forking while we kill it: scan again, this many times at most
 _PACKAGE_PARENT = str(Path(ringfence.sandboxd.__file__).parent.parent)
@@ -54,9 +59,16 @@ class FakeSandboxRuntime:
     every sandbox still running and removes the sockets' directory.
     """
 
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Config | None = None, *, private_home: bool = True) -> None:
+        """Raises ``BackendUnavailable`` when ``private_home`` and bubblewrap is missing."""
         config = config or Config()
-        self._executor = _DaemonExecutor(config.model_copy(update={"default_image": "host"}))
+        bwrap = shutil.which("bwrap") if private_home else None
+        if private_home and bwrap is None:
+            raise BackendUnavailable(
+                "the fake runtime lays each sandbox's /home/user with bubblewrap, which is "
+                "not installed (or pass private_home=False)"
+            )
+        self._executor = _DaemonExecutor(config.model_copy(update={"default_image": "host"}), bwrap)
         # Short and our own: a unix socket's path has at most 107 bytes.
         self._sockets = Path(tempfile.mkdtemp(prefix="rf-fake-"))
         self.specs: list[LaunchSpec] = []
@@ -94,17 +106,36 @@ class _DaemonExecutor(ProcessExecutor):
 
     name = "fake"
 
+    def __init__(self, config: Config, bwrap: str | None) -> None:
+        super().__init__(config)
+        self._bwrap = bwrap
+
     async def _launch(
         self, request: ExecutionRequest, limits: ResourceLimits, pass_fds: Sequence[int]
     ) -> Launched:
-        return _DaemonTree(await super()._launch(request, limits, pass_fds))
+        home = Path(tempfile.mkdtemp(prefix="rf-fake-home-"))
+        if self._bwrap is None:
+            env = {"HOME": str(home), **request.env}
+            command = request.command
+        else:
+            env = {"HOME": SANDBOX_HOME, **request.env}
+            view = ["--dev-bind", "/", "/", "--tmpfs", "/home", "--bind", str(home), SANDBOX_HOME]
+            command = [self._bwrap, *view, "--chdir", SANDBOX_HOME, "--", *request.command]
+        daemon = request.model_copy(update={"command": command, "env": env})
+        try:
+            launched = await super()._launch(daemon, limits, pass_fds)
+        except BaseException:
+            shutil.rmtree(home, ignore_errors=True)
+            raise
+        return _DaemonTree(launched, home)
 
 
 class _DaemonTree:
     """The daemon's process group, and the sessions of what it started (``setsid``)."""
 
-    def __init__(self, launched: Launched) -> None:
+    def __init__(self, launched: Launched, home: Path) -> None:
         self._launched = launched
+        self._home = home
         self.name = launched.name
         self.killed = "the daemon and its descendants were killed"
 
@@ -118,7 +149,9 @@ class _DaemonTree:
 
     async def release(self) -> str | None:
         _kill_descendants(self.child)
-        return await self._launched.release()
+        cause = await self._launched.release()
+        shutil.rmtree(self._home, ignore_errors=True)
+        return cause
 
     def setup_error(self, exit_code: int, head: str) -> str | None:
         return self._launched.setup_error(exit_code, head)
