@@ -179,3 +179,10 @@ async def test_without_a_private_home_home_is_a_directory_on_the_host() -> None:
         assert not home.exists(), "removed with its sandbox"
     finally:
         await runtime.aclose()
+
+
+async def test_the_fake_executor_reports_the_backend_name_it_is_given() -> None:
+    executor = FakeExecutor(checked_config(), name="local")
+    result = await executor.execute(ExecutionRequest(command=["true"]))
+    assert (executor.name, result.backend) == ("local", "local")
+    await executor.aclose()

@@ -39,9 +39,16 @@ class FakeExecutor(SupervisingExecutor):
     name = "fake"
 
     def __init__(
-        self, config: Config | None = None, *, programs: Mapping[str, Program] | None = None
+        self,
+        config: Config | None = None,
+        *,
+        programs: Mapping[str, Program] | None = None,
+        name: str = "fake",
     ) -> None:
+        """``name``: the backend its results and placements report; a test of logic that
+        depends on the backend's name (a risk policy's context) may pass ``local``."""
         super().__init__(config or Config())
+        self.name = name
         self._programs = dict(programs or {})
         self.requests: list[ExecutionRequest] = []
 
