@@ -106,3 +106,20 @@ async def test_a_runtime_whose_kill_leaves_the_daemon_fails_its_check() -> None:
             await checks.a_sandbox_runs_commands_with_its_environment_until_killed(runtime)
     finally:
         await runtime.aclose()
+
+
+async def test_check_executor_and_check_runtime_run_every_check_on_a_fresh_one() -> None:
+    built: list[object] = []
+
+    async def new_executor() -> Executor:
+        built.append(FakeExecutor(checked_config()))
+        return built[-1]  # type: ignore[return-value]
+
+    async def new_runtime() -> SandboxRuntime:
+        built.append(FakeSandboxRuntime(checked_config()))
+        return built[-1]  # type: ignore[return-value]
+
+    await checks.check_executor(new_executor)
+    await checks.check_runtime(new_runtime)
+    assert len(built) == len(checks.EXECUTOR_CHECKS) + len(checks.RUNTIME_CHECKS)
+    assert len({id(b) for b in built}) == len(built)
