@@ -5,6 +5,10 @@ each service what it needs through its constructor; ``ringfence serve``, every t
 that serves the API, and ``server.create_app`` (which takes the result) all go through it.
 It is the only module that imports the service layer, the backends and the store together.
 
+``open_offline`` is the same for the operator's commands that run with no server (``ringfence
+keys``, ``ringfence audit export`` and ``tail``): the store of a ``Config``, behind the
+services those commands use.
+
 What a test replaces comes in as a keyword (``store=``, ``executor=``, ``seal_key=``...);
 what is given stays its caller's: ``Services.aclose`` closes only what the root opened.
 """
@@ -12,7 +16,7 @@ what is given stays its caller's: ``Services.aclose`` closes only what the root 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -24,12 +28,12 @@ from ringfence.backends import Executor, SandboxRuntime, create_executor, create
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, RingfenceError
 from ringfence.service.approvals import ApprovalService
-from ringfence.service.audit import AuditLog
+from ringfence.service.audit import AuditLog, AuditRecords
 from ringfence.service.budget import Budget
 from ringfence.service.credentials import CredentialKey
 from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
-from ringfence.service.keys import KeyCache, bootstrap_admin_key
+from ringfence.service.keys import Keys
 from ringfence.service.pool import WarmPool
 from ringfence.service.sandboxes import SandboxService, template_image
 from ringfence.service.webhooks import WebhookNotifier
@@ -38,7 +42,7 @@ from ringfence.store import Store
 if TYPE_CHECKING:
     from ringfence.backends.kubernetes.replica_egress import ReplicaEgress
 
-__all__ = ["BUILD", "Services", "build_services", "start_job_egress"]
+__all__ = ["BUILD", "Offline", "Services", "build_services", "open_offline", "start_job_egress"]
 
 # The store keeps every result; the executor need only hold runs until they are stored.
 _EXECUTOR_RETENTION = 256
@@ -67,7 +71,7 @@ class Services:
     executor: Executor
     runtime: SandboxRuntime | None  # None: this backend runs no interactive sandboxes
     audit: AuditLog
-    keys: KeyCache
+    keys: Keys  # the doors check keys through it (one cache per replica)
     budget: Budget  # one for both: sandboxes and executions count together
     executions: ExecutionService
     pool: WarmPool | None
@@ -159,8 +163,9 @@ async def _build(
 
         store = await open_store(config)
         owned.append(store.aclose)
+    keys = Keys(store)
     if on_first_admin_key is not None:
-        created = await bootstrap_admin_key(store, config.data_dir)
+        created = await keys.bootstrap_admin(config.data_dir)
         if created is not None:
             on_first_admin_key(created)
     audit = AuditLog(store, seal_key or SealKey.load_or_create(config.data_dir), seal_interval)
@@ -198,10 +203,35 @@ async def _build(
     approvals = ApprovalService(store, executions, audit, config, notifier, credentials=credentials)
     return Services(
         config=config, store=store, executor=executor, runtime=runtime, audit=audit,
-        keys=KeyCache(), budget=budget, executions=executions, pool=pool,
+        keys=keys, budget=budget, executions=executions, pool=pool,
         sandboxes=sandboxes, approvals=approvals, asks=asks, notifier=notifier,
         credentials=credentials, _owned=tuple(owned),
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Offline:
+    """What the operator's offline commands work with, over one open store."""
+
+    keys: Keys
+    audit: AuditRecords
+
+
+@contextlib.asynccontextmanager
+async def open_offline(config: Config) -> AsyncIterator[Offline]:
+    """Open ``config``'s store (``database_url``, else SQLite in ``data_dir``) for the
+    operator's commands, and close it when they are done.
+
+    Raises:
+        StoreError: the store cannot be opened.
+    """
+    from ringfence.store.factory import open_store
+
+    store = await open_store(config)
+    try:
+        yield Offline(keys=Keys(store), audit=AuditRecords(store))
+    finally:
+        await store.aclose()
 
 
 async def start_job_egress(

@@ -33,23 +33,7 @@ BOTTOM_MAY_IMPORT = ("ringfence._units", "ringfence.errors")
 
 # Known violations, each to be removed by the change that fixes it. Not for new code: a new
 # entry needs a reason here and a plan to remove it. A stale entry fails the test too.
-ALLOWED: dict[tuple[str, str, str], str] = {
-    # The E2B door is handed the store (its context) and server/deps.py hands it to the key
-    # checks (authentication, the console's sign-in, the key routes), which take it as
-    # service.keys' functions do; a key service (store and cache behind one object) ends it.
-    ("store", "ringfence.server.deps", "ringfence.store"): "keys",
-    ("store", "ringfence.server.e2b.layer", "ringfence.store"): "keys",
-    ("store", "ringfence.server.e2b.context", "ringfence.store"): "keys",
-    # MCP over HTTP authenticates keys against the store, as the HTTP API does.
-    ("store", "ringfence.mcp.http", "ringfence.store"): "root",
-    # The operator's offline commands open the store directly (no server runs): `ringfence
-    # keys` (keys before the first server start) and `ringfence audit` (reading and
-    # verifying the chain). They should open it through ringfence.compose.
-    ("store", "ringfence.cli.keys", "ringfence.store"): "compose",
-    ("store", "ringfence.cli.keys", "ringfence.store.factory"): "compose",
-    ("store", "ringfence.cli.audit", "ringfence.store"): "compose",
-    ("store", "ringfence.cli.audit", "ringfence.store.factory"): "compose",
-}
+ALLOWED: dict[tuple[str, str, str], str] = {}
 
 
 @dataclass(frozen=True)

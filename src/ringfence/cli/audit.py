@@ -1,9 +1,10 @@
 """``ringfence audit``: export the audit log, verify an export offline, read its tail.
 
 ``export`` and ``tail`` open the store as ``ringfence keys`` does (``--data-dir``,
-``--database-url``); ``verify`` reads nothing but the file it checks. Exit status: 0 done (or
-the export verified); 1 the export failed verification, or the store or log failed; 2 the
-input cannot be used (no database, an unreadable file, a malformed key).
+``--database-url``, through ``ringfence.compose.open_offline``); ``verify`` reads nothing but
+the file it checks. Exit status: 0 done (or the export verified); 1 the export failed
+verification, or the store or log failed; 2 the input cannot be used (no database, an
+unreadable file, a malformed key).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ringfence.audit.signing import SealKey
     from ringfence.audit.verify import Problem, Verdict
     from ringfence.models import AuditQuery
-    from ringfence.store import Store
+    from ringfence.service.audit import AuditRecords
 
 __all__ = ["audit"]
 
@@ -129,19 +130,18 @@ class _Summary:
 
 
 async def _export(config: Config, out: Path) -> _Summary:
-    from ringfence.audit.chain import SEAL_ACTION, SYSTEM, AuditEvent
+    from ringfence.audit.chain import SEAL_ACTION
+    from ringfence.compose import open_offline
     from ringfence.models import AuditQuery
-    from ringfence.store.factory import open_store
 
-    store = await open_store(config)
-    try:
-        key = await _seal_key_for(store, config.data_dir)
-        sealing = AuditEvent("", SYSTEM, SEAL_ACTION, "audit")
-        [seal] = await store.append_audit([sealing], key.sign)
+    async with open_offline(config) as offline:
+        log = offline.audit
+        key = await _seal_key_for(log, config.data_dir)
+        seal = await log.seal(key)
         records = seals = after = 0
         with _output(out) as file:
             while after < seal.seq:
-                page = await store.list_audit(AuditQuery(after_seq=after, limit=_PAGE))
+                page = await log.query(AuditQuery(after_seq=after, limit=_PAGE))
                 # Stop at the seal made above: what a server appended since is not covered.
                 for record in page:
                     if record.seq > seal.seq:
@@ -153,11 +153,9 @@ async def _export(config: Config, out: Path) -> _Summary:
                     break
                 after = page[-1].seq
         return _Summary(records, seals, seal.seq, seal.at, key.public_key)
-    finally:
-        await store.aclose()
 
 
-async def _seal_key_for(store: Store, data_dir: Path) -> SealKey:
+async def _seal_key_for(log: AuditRecords, data_dir: Path) -> SealKey:
     """The data directory's seal key, refusing one that did not make the log's first seal: a
     seal by another key would make every export of this log fail verification for good.
 
@@ -169,7 +167,7 @@ async def _seal_key_for(store: Store, data_dir: Path) -> SealKey:
     from ringfence.audit.signing import KEY_FILE, SealKey
     from ringfence.models import AuditQuery
 
-    first = await store.list_audit(AuditQuery(action=SEAL_ACTION, limit=1))
+    first = await log.query(AuditQuery(action=SEAL_ACTION, limit=1))
     sealed_by = first[0].details.get("public_key") if first else None
     path = data_dir / KEY_FILE
     if sealed_by is not None and not path.exists():
@@ -438,33 +436,31 @@ async def _tail(
     follow: bool,
     show: Callable[[AuditRecord], str],
 ) -> None:
-    from ringfence.store.factory import open_store
+    from ringfence.compose import open_offline
 
-    store = await open_store(config)
-    try:
-        head = await _head(store)
-        for record in await _newest(store, query, head, count):
+    async with open_offline(config) as offline:
+        log = offline.audit
+        head = await _head(log)
+        for record in await _newest(log, query, head, count):
             click.echo(show(record))
         after = head
         while follow:
-            page = await store.list_audit(replace(query, after_seq=after, limit=_PAGE))
+            page = await log.query(replace(query, after_seq=after, limit=_PAGE))
             for record in page:
                 click.echo(show(record))
             if page:
                 after = page[-1].seq
             else:
                 await asyncio.sleep(_FOLLOW_SECONDS)
-    finally:
-        await store.aclose()
 
 
-async def _head(store: Store) -> int:
+async def _head(log: AuditRecords) -> int:
     """The last sequence number (0 for an empty log): found by probing, as the store lists
     oldest first only. Each probe is one indexed query."""
     from ringfence.models import AuditQuery
 
     async def any_after(seq: int) -> bool:
-        return bool(await store.list_audit(AuditQuery(after_seq=seq, limit=1)))
+        return bool(await log.query(AuditQuery(after_seq=seq, limit=1)))
 
     if not await any_after(0):
         return 0
@@ -480,7 +476,7 @@ async def _head(store: Store) -> int:
     return high
 
 
-async def _newest(store: Store, query: AuditQuery, head: int, count: int) -> list[AuditRecord]:
+async def _newest(log: AuditRecords, query: AuditQuery, head: int, count: int) -> list[AuditRecord]:
     """The last ``count`` records matching ``query`` up to ``head``: read from a window before
     the head that grows until it holds enough (seqs are unique, so a window of w seqs holds
     at most w records and ``limit=w`` reads all of it)."""
@@ -489,7 +485,7 @@ async def _newest(store: Store, query: AuditQuery, head: int, count: int) -> lis
     window = max(count, 100)
     while True:
         start = max(head - window, 0)
-        page = await store.list_audit(replace(query, after_seq=start, limit=window))
+        page = await log.query(replace(query, after_seq=start, limit=window))
         found = [record for record in page if record.seq <= head]
         if len(found) >= count or start == 0:
             return found[-count:]

@@ -1,4 +1,5 @@
-"""``ringfence keys``: create, list, revoke and rotate API keys, straight in the store.
+"""``ringfence keys``: create, list, revoke and rotate API keys, straight in the store
+(opened through ``ringfence.compose.open_offline``).
 
 These act on the host, as the operator, like ``ringfence serve`` (``--data-dir``,
 ``--database-url``): no key is needed, so a leaked admin key can be revoked even when it is
@@ -24,7 +25,7 @@ from ringfence.models import Role
 
 if TYPE_CHECKING:
     from ringfence.models import ApiKey
-    from ringfence.store import Store
+    from ringfence.service.keys import Keys
 
 __all__ = ["keys"]
 
@@ -44,20 +45,17 @@ def _store_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run(
-    data_dir: Path | None, database_url: str | None, action: Callable[[Store], Awaitable[_T]]
+    data_dir: Path | None, database_url: str | None, action: Callable[[Keys], Awaitable[_T]]
 ) -> _T:
-    """Run ``action`` on the store; a Ringfence error is one line on stderr (exit 2 for bad
-    input, 1 otherwise)."""
+    """Run ``action`` on the store's keys; a Ringfence error is one line on stderr (exit 2
+    for bad input, 1 otherwise)."""
     config = settings(data_dir=data_dir, database_url=database_url)
 
     async def on_store() -> _T:
-        from ringfence.store.factory import open_store
+        from ringfence.compose import open_offline
 
-        store = await open_store(config)
-        try:
-            return await action(store)
-        finally:
-            await store.aclose()
+        async with open_offline(config) as offline:
+            return await action(offline.keys)
 
     try:
         return asyncio.run(on_store())
@@ -86,10 +84,8 @@ def create(
     database_url: str | None,
 ) -> None:
     """Create a key and print it. It is shown this once: only a digest is stored."""
-    from ringfence.service.keys import mint_key
-
     key = _run(
-        data_dir, database_url, lambda store: mint_key(store, tenant, Role(role), description, name)
+        data_dir, database_url, lambda keys: keys.mint(tenant, Role(role), description, name)
     )
     click.echo(key)
 
@@ -102,9 +98,7 @@ def list_(
     tenant: str | None, as_json: bool, data_dir: Path | None, database_url: str | None
 ) -> None:
     """Every key (revoked ones too), oldest first; never a secret."""
-    from ringfence.service.keys import list_keys
-
-    found = _run(data_dir, database_url, lambda store: list_keys(store, tenant))
+    found = _run(data_dir, database_url, lambda keys: keys.list_for(tenant))
     if as_json:
         click.echo(json.dumps([_json(k) for k in found], indent=2))
         return
@@ -123,9 +117,9 @@ def list_(
 @_store_options
 def revoke(key_id: str, data_dir: Path | None, database_url: str | None) -> None:
     """Revoke a key for good (the id from 'keys list', or rf_<id>_...)."""
-    from ringfence.service.keys import OPERATOR, revoke_key
+    from ringfence.service.keys import OPERATOR
 
-    key = _run(data_dir, database_url, lambda store: revoke_key(store, _id(key_id), OPERATOR))
+    key = _run(data_dir, database_url, lambda keys: keys.revoke(_id(key_id), OPERATOR))
     click.echo(f"revoked {key.key_id} ({key.name or 'no name'}, tenant {key.tenant})", err=True)
 
 
@@ -135,9 +129,9 @@ def revoke(key_id: str, data_dir: Path | None, database_url: str | None) -> None
 def rotate(key_id: str, data_dir: Path | None, database_url: str | None) -> None:
     """Give a key a new secret and print the new key (shown this once); the old one is
     refused from now on. The id, name and role stay."""
-    from ringfence.service.keys import OPERATOR, rotate_key
+    from ringfence.service.keys import OPERATOR
 
-    _, key = _run(data_dir, database_url, lambda store: rotate_key(store, _id(key_id), OPERATOR))
+    _, key = _run(data_dir, database_url, lambda keys: keys.rotate(_id(key_id), OPERATOR))
     click.echo(key)
 
 

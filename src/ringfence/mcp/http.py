@@ -31,8 +31,7 @@ from ringfence.errors import HTTP_STATUS, RingfenceError
 from ringfence.mcp._connect import CallerConnector
 from ringfence.mcp.server import build_server
 from ringfence.server.connections import authenticated
-from ringfence.service.keys import KeyCache, authenticate
-from ringfence.store import Store
+from ringfence.service.keys import Keys
 
 __all__ = ["MCP_PATH", "McpEndpoint"]
 
@@ -42,12 +41,11 @@ MCP_PATH = "/mcp"
 class McpEndpoint:
     """The ASGI endpoint; ``running()`` must be entered for as long as the app serves.
 
-    ``app`` is the whole application (tool calls go to its HTTP API); ``store`` and
-    ``keys`` are what its own authentication uses.
+    ``app`` is the whole application (tool calls go to its HTTP API); ``keys`` is what its
+    own authentication uses (the HTTP API's: one cache, one answer).
     """
 
-    def __init__(self, app: ASGIApp, store: Store, keys: KeyCache) -> None:
-        self._store = store
+    def __init__(self, app: ASGIApp, keys: Keys) -> None:
         self._keys = keys
         server = build_server(CallerConnector(app))
         # Makes the server's session manager (the Starlette app around it is not used).
@@ -95,7 +93,7 @@ class McpEndpoint:
         headers = Headers(scope=scope)
         presented = _bearer(headers.get("authorization")) or headers.get("x-api-key")
         try:
-            principal = await authenticate(self._store, presented, self._keys)
+            principal = await self._keys.authenticate(presented)
         except RingfenceError as exc:
             await _refuse(exc, send)
             return

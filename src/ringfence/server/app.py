@@ -49,7 +49,7 @@ def create_app(services: Services) -> FastAPI:
     ``services.aclose`` closes it, after the app has stopped.
     """
     audit, executions, sandboxes = services.audit, services.executions, services.sandboxes
-    approvals, store, keys = services.approvals, services.store, services.keys
+    approvals, keys = services.approvals, services.keys
     max_request_bytes = services.config.max_request_bytes
 
     @asynccontextmanager
@@ -81,7 +81,7 @@ def create_app(services: Services) -> FastAPI:
         BodyLimit, max_bytes=max_request_bytes, streamed=sandbox_routes.STREAMED_PATHS
     )
     app.add_middleware(  # E2B's SDKs' traffic never reaches the native routes
-        E2bLayer, store=store, keys=keys, sandboxes=sandboxes,
+        E2bLayer, keys=keys, sandboxes=sandboxes,
         max_request_bytes=max_request_bytes,
     )  # fmt: skip
     # Outside both: a refusal of either waits for the body the client is still sending.
@@ -94,7 +94,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(audit_routes.router)
     app.include_router(key_routes.router)
     app.include_router(console_router)
-    mcp = McpEndpoint(app, store, keys)  # MCP over streamable HTTP: docs/mcp.md
+    mcp = McpEndpoint(app, keys)  # MCP over streamable HTTP: docs/mcp.md
     app.router.routes.append(mcp.route())
     return app
 

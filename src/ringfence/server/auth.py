@@ -9,7 +9,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from ringfence.server import deps
 from ringfence.server.connections import authenticated
-from ringfence.service.keys import Principal, authenticate
+from ringfence.service.keys import Principal
 
 __all__ = ["Caller"]
 
@@ -23,7 +23,7 @@ async def _caller(
     header: Annotated[str | None, Depends(_header)],
 ) -> Principal:
     presented = bearer.credentials if bearer else header
-    principal = await authenticate(deps.store(request), presented, deps.keys(request))
+    principal = await deps.keys(request).authenticate(presented)
     authenticated()  # its connection may idle as long as keep-alive allows
     return principal
 

@@ -2,7 +2,7 @@
 dependency, over the ``Services`` that ``create_app`` was given (``ringfence.compose``).
 
 Routes call these (``deps.executions(request)``) or declare them as FastAPI dependencies
-(``Depends(deps.store)``); nothing else in ``server`` reads ``app.state``.
+(``Depends(deps.keys)``); nothing else in ``server`` reads ``app.state``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
 from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
-from ringfence.service.keys import KeyCache
+from ringfence.service.keys import Keys
 from ringfence.service.sandboxes import SandboxService
-from ringfence.store import Store
 
 if TYPE_CHECKING:
     from ringfence.compose import Services
@@ -41,7 +40,6 @@ __all__ = [
     "sandboxes",
     "services",
     "settings_if_any",
-    "store",
 ]
 
 
@@ -63,11 +61,7 @@ def services(request: Request) -> Services:
     return found
 
 
-def store(request: Request) -> Store:
-    return services(request).store
-
-
-def keys(request: Request) -> KeyCache:
+def keys(request: Request) -> Keys:
     return services(request).keys
 
 

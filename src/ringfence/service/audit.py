@@ -23,7 +23,7 @@ from ringfence.errors import RingfenceError, StoreError
 from ringfence.models import AuditQuery
 from ringfence.store import Store
 
-__all__ = ["AuditLog"]
+__all__ = ["AuditLog", "AuditRecords"]
 
 log = logging.getLogger(__name__)
 
@@ -176,3 +176,28 @@ class AuditLog:
             record = next(placed) if event is not None else None
             if done is not None and not done.done():
                 done.set_result(record)
+
+
+class AuditRecords:
+    """The audit log as the operator's offline commands use it (``ringfence audit export``
+    and ``tail``, no server running): its records read as they are stored, and a seal made
+    at once. No writer task, no seal interval: nothing else is written."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def query(self, query: AuditQuery) -> list[AuditRecord]:
+        """The records ``query`` matches, oldest first. Raises: StoreError."""
+        return await self._store.list_audit(query)
+
+    async def seal(self, key: SealKey) -> AuditRecord:
+        """Sign the chain's head now with ``key`` and return the seal. The caller checked
+        that ``key`` is the log's (a seal by another would fail every export's check).
+
+        Raises:
+            StoreError: the store failed.
+        """
+        [seal] = await self._store.append_audit(
+            [AuditEvent("", SYSTEM, SEAL_ACTION, "audit")], key.sign
+        )
+        return seal

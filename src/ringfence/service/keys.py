@@ -33,6 +33,7 @@ __all__ = [
     "FIRST_TENANT",
     "KEY_CACHE_SECONDS",
     "KeyCache",
+    "Keys",
     "Principal",
     "authenticate",
     "bootstrap_admin_key",
@@ -328,6 +329,65 @@ class KeyCache:
     def forget(self, key_id: str) -> None:
         self._keys.pop(key_id, None)
         self._reread.pop(key_id, None)
+
+
+class Keys:
+    """The API keys of one store, as the entry points use them: the server's doors check
+    presented keys (``authenticate``, and ``still_valid``/``in_force`` for what a key was
+    handed: console sessions, E2B access tokens), admins and the operator manage them.
+
+    One per replica (``ringfence.compose`` builds it): its ``KeyCache`` is what lets a
+    request skip the store, and what a revocation or rotation made here forgets at once.
+    Each method is the module function of the same purpose over this store and cache, with
+    the contract stated there.
+    """
+
+    def __init__(self, store: Store, cache: KeyCache | None = None) -> None:
+        self._store = store
+        self._cache = cache if cache is not None else KeyCache()
+
+    async def authenticate(self, presented: str | None) -> Principal:
+        """See ``authenticate``. Raises: Unauthenticated."""
+        return await authenticate(self._store, presented, self._cache)
+
+    async def still_valid(self, key_id: str, key_fingerprint: str) -> bool:
+        """See ``still_valid``: the key that opened a session is neither revoked nor rotated."""
+        return await still_valid(self._store, key_id, key_fingerprint, self._cache)
+
+    async def in_force(self, key_id: str, key_generation: str) -> bool:
+        """See ``in_force``: the key still has the secret of ``key_generation``."""
+        return await in_force(self._store, key_id, key_generation, self._cache)
+
+    async def find(self, key_id: str) -> ApiKey | None:
+        """The key with this id as the store has it now (any tenant's), or None.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        return await self._store.get_key(key_id)
+
+    async def mint(self, tenant: str, role: Role, description: str = "", name: str = "") -> str:
+        """See ``mint_key``: the new key, in clear this once. Raises: InvalidRequest."""
+        return await mint_key(self._store, tenant, role, description, name)
+
+    async def list_for(self, tenant: str | None) -> list[ApiKey]:
+        """See ``list_keys``: ``tenant``'s keys (None: every tenant's), oldest first."""
+        return await list_keys(self._store, tenant)
+
+    async def revoke(self, key_id: str, actor: str, tenant: str | None = None) -> ApiKey:
+        """See ``revoke_key``. Raises: NotFound."""
+        return await revoke_key(self._store, key_id, actor, tenant, self._cache)
+
+    async def rotate(
+        self, key_id: str, actor: str, tenant: str | None = None
+    ) -> tuple[ApiKey, str]:
+        """See ``rotate_key``: the rotated key and the new key in clear. Raises: NotFound,
+        Conflict."""
+        return await rotate_key(self._store, key_id, actor, tenant, self._cache)
+
+    async def bootstrap_admin(self, data_dir: Path) -> Path | None:
+        """See ``bootstrap_admin_key``: on a store without keys, the first admin key's file."""
+        return await bootstrap_admin_key(self._store, data_dir)
 
 
 FIRST_TENANT = "default"

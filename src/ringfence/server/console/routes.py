@@ -33,7 +33,7 @@ from ringfence.server.console.sessions import (
     tokens_match,
 )
 from ringfence.service.egress_asks import EgressAsk, EgressAskState
-from ringfence.service.keys import authenticate, fingerprint, still_valid
+from ringfence.service.keys import fingerprint
 
 __all__ = ["router"]
 
@@ -100,8 +100,7 @@ async def _end_session_of_a_dead_key(request: Request) -> None:
     if session is None:
         return
     principal = session.principal
-    store, cache = deps.store(request), deps.keys(request)
-    if await still_valid(store, principal.key_id, session.key_fingerprint, cache):
+    if await deps.keys(request).still_valid(principal.key_id, session.key_fingerprint):
         return
     deps.console_sessions(request).drop(session.token)
     deps.audit(request).record(
@@ -214,7 +213,7 @@ async def login(request: Request) -> Response:
         return _refused(request, "the sign-in form expired or was not sent from this page")
     presented = form.get("key", "")
     try:
-        principal = await authenticate(deps.store(request), presented, deps.keys(request))
+        principal = await deps.keys(request).authenticate(presented)
     except Unauthenticated:
         return _login_page(request, 401, "That key is not a valid Ringfence API key.")
     if principal.role is Role.AGENT:
@@ -371,13 +370,13 @@ async def _shown(request: Request, tenant: str, proposal: Proposal) -> dict[str,
 async def _people(request: Request, tenant: str, proposal: Proposal) -> dict[str, str]:
     """The names of the keys that proposed and decided ``proposal``, by key id (a key
     without a name, or of another tenant, has none: the page shows its id alone)."""
-    store = deps.store(request)
+    keys = deps.keys(request)
     ids = {proposal.proposed_by, *(d.by for d in proposal.approvals)}
     if proposal.rejection is not None:
         ids.add(proposal.rejection.by)
     names: dict[str, str] = {}
     for key_id in ids:
-        key = await store.get_key(key_id)
+        key = await keys.find(key_id)
         if key is not None and key.tenant == tenant and _key_name(key):
             names[key_id] = _key_name(key)
     return names

@@ -1,4 +1,4 @@
-"""What the E2B routes work with: the service layer, the key store and the access tokens."""
+"""What the E2B routes work with: the service layer (sandboxes, keys) and the access tokens."""
 
 from __future__ import annotations
 
@@ -8,17 +8,15 @@ from starlette.requests import Request
 
 from ringfence.server import deps
 from ringfence.server.e2b.tokens import Grants
-from ringfence.service.keys import KeyCache
+from ringfence.service.keys import Keys
 from ringfence.service.sandboxes import SandboxService
-from ringfence.store import Store
 
 __all__ = ["E2bContext", "context_of"]
 
 
 @dataclass(frozen=True)
 class E2bContext:
-    store: Store
-    keys: KeyCache
+    keys: Keys
     sandboxes: SandboxService
     grants: Grants
 

@@ -31,7 +31,7 @@ from ringfence.server.e2b.models import (
     listed,
 )
 from ringfence.server.e2b.tokens import Grant, Purpose
-from ringfence.service.keys import Principal, authenticate
+from ringfence.service.keys import Principal
 from ringfence.templates import TemplateNotFound
 
 __all__ = ["router"]
@@ -53,7 +53,7 @@ _LIST_CEILING = 10_000  # sandboxes of one tenant considered by one list request
 
 async def _caller(request: Request, key: str | None) -> tuple[E2bContext, Principal]:
     context = context_of(request)
-    principal = await authenticate(context.store, key, context.keys)
+    principal = await context.keys.authenticate(key)
     authenticated()  # its connection may idle as long as keep-alive allows
     return context, principal
 

@@ -33,9 +33,8 @@ from ringfence.server.e2b.traffic import (
     unknown_port,
 )
 from ringfence.server.limits import BodyLimit
-from ringfence.service.keys import KeyCache
+from ringfence.service.keys import Keys
 from ringfence.service.sandboxes import SandboxService
-from ringfence.store import Store
 
 __all__ = ["E2bLayer"]
 
@@ -51,14 +50,13 @@ class E2bLayer:
         self,
         app: ASGIApp,
         *,
-        store: Store,
-        keys: KeyCache,
+        keys: Keys,
         sandboxes: SandboxService,
         max_request_bytes: int,
         grants: Grants | None = None,
     ) -> None:
         self.app = app
-        context = E2bContext(store, keys, sandboxes, grants or Grants())
+        context = E2bContext(keys, sandboxes, grants or Grants())
         self.control = BodyLimit(_app(context, "control", control_router), max_request_bytes)
         self.envd = BodyLimit(_app(context, "sandbox", envd_router), max_request_bytes, _STREAMED)
         self.code = BodyLimit(_app(context, "sandbox", code_router), max_request_bytes)

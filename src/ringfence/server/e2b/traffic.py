@@ -27,7 +27,6 @@ from ringfence.server.e2b.errors import error_response
 from ringfence.server.e2b.tokens import Grant, Purpose, expired
 from ringfence.server.e2b.uploads import Failed, boundary_of, upload_parts
 from ringfence.server.passthrough import Service, streamed
-from ringfence.service.keys import in_force
 from ringfence.service.sandbox_answers import answer_headers
 from ringfence.service.sandbox_calls import SandboxCaller, SandboxCalls
 
@@ -75,7 +74,7 @@ async def _in_force(context: E2bContext, grant: Grant) -> Grant:
     Raises:
         Unauthenticated: that key was revoked or rotated.
     """
-    if not await in_force(context.store, grant.key_id, grant.generation, context.keys):
+    if not await context.keys.in_force(grant.key_id, grant.generation):
         raise Unauthenticated(
             "the API key this access token was handed to was revoked or rotated: "
             "connect to the sandbox again with the key in force"

@@ -13,7 +13,6 @@ from ringfence.models import ApiKey, Role
 from ringfence.server import deps
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
-from ringfence.service import keys as key_service
 from ringfence.service.keys import Principal
 
 __all__ = ["router"]
@@ -72,7 +71,7 @@ def _admin(caller: Principal) -> Principal:
 async def list_keys(caller: Caller, request: Request) -> list[KeyOut]:
     """Revoked keys included, for the record."""
     admin = _admin(caller)
-    return [KeyOut.of(k) for k in await key_service.list_keys(deps.store(request), admin.tenant)]
+    return [KeyOut.of(k) for k in await deps.keys(request).list_for(admin.tenant)]
 
 
 @router.post(
@@ -85,9 +84,7 @@ async def revoke_key(caller: Caller, request: Request, key_id: str = _KeyId) -> 
     """From now on the key is refused by every door (API, E2B, MCP, console sessions), by
     every replica within 2 s. Revoking a revoked key changes nothing."""
     admin = _admin(caller)
-    revoked = await key_service.revoke_key(
-        deps.store(request), key_id, admin.key_id, admin.tenant, deps.keys(request)
-    )
+    revoked = await deps.keys(request).revoke(key_id, admin.key_id, admin.tenant)
     return KeyOut.of(revoked)
 
 
@@ -104,7 +101,5 @@ async def rotate_key(caller: Caller, request: Request, key_id: str = _KeyId) -> 
     """The same id, name and role with a new secret, returned this once; the old secret is
     refused from now on, and console sessions signed in with it end."""
     admin = _admin(caller)
-    rotated, api_key = await key_service.rotate_key(
-        deps.store(request), key_id, admin.key_id, admin.tenant, deps.keys(request)
-    )
+    rotated, api_key = await deps.keys(request).rotate(key_id, admin.key_id, admin.tenant)
     return RotatedKeyOut(**KeyOut.of(rotated).model_dump(), api_key=api_key)
