@@ -1,12 +1,10 @@
 """Every executor and sandbox runtime, fresh for each test, built for the conformance checks
 (``ringfence.testing.backend_checks``): ``process``, ``local`` (real sandboxes), ``job``
-(the Kubernetes API stand-in with a stand-in kubelet, ``kubelet``) and the fakes.
-
-The job backend has no runtime here: its Pods serve the daemon on a fixed port of their own
-address, which one machine cannot give each Pod (``tests/k8s/test_pod_daemon`` runs one)."""
+(the Kubernetes API stand-in with a stand-in kubelet, ``kubelet``) and the fakes."""
 
 from __future__ import annotations
 
+import socket
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from ringfence.testing.backend_checks import checked_config
 from ringfence.testing.fakes import FakeExecutor, FakeSandboxRuntime
 
 EXECUTORS = ["fake", "process", "local", "job"]
-RUNTIMES = ["fake", "local"]
+RUNTIMES = ["fake", "local", "job"]
 
 
 @pytest.fixture(params=EXECUTORS)
@@ -65,7 +63,20 @@ async def runtime(request: pytest.FixtureRequest) -> AsyncIterator[SandboxRuntim
 
             host = request.getfixturevalue("local_host")
             built = LocalSandboxRuntime(LocalExecutor(config, host=host), config)
+        elif request.param == "job":
+            from ringfence.backends.kubernetes.interactive import PodSandboxRuntime
+            from tests.backends.kubelet import KubeletCluster
+
+            port = _free_port()  # on every Pod's address: each has its own (127.0.x.y)
+            config = config.model_copy(update={"backend": "job", "kubernetes_daemon_port": port})
+            built = PodSandboxRuntime(config, KubeletCluster())  # type: ignore[arg-type]
         else:
             raise AssertionError(request.param)
         yield built
         await built.aclose()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -9,21 +9,32 @@ condition; past the Job's ``activeDeadlineSeconds`` the process is killed and th
 with ``DeadlineExceeded``; deleting the Pod kills it. The container's image, user, limits and
 working directory are not applied (the command runs as the test, in a temporary directory):
 what this proves is the executor's code, not a Pod's isolation.
+
+A sandbox Pod (``PodSandboxRuntime``) runs too: its init container's copy of the daemon goes
+to a temporary directory standing in for the Pod's volume, then its daemon starts listening
+on the Pod's address, a loopback address of its own (``127.0.0.N``: one machine cannot give
+each Pod a network namespace the host reaches, so the stand-in rewrites the boot's bind
+address), and the Pod is Ready once it accepts connections, as its readiness probe would.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from ringfence.backends.kubernetes.manifests import DAEMON_MOUNT
+from ringfence.testing.fakes.runtime import descendants
 from tests.k8s.fake_api import FakeCluster, _Api
 
 __all__ = ["KubeletCluster"]
@@ -108,6 +119,72 @@ class _Container:
             self._cluster.ended(self._pod, self._job, code, deadline=False)
 
 
+class _SandboxPod:
+    """A sandbox Pod's daemon, running at its own loopback address."""
+
+    def __init__(self, cluster: KubeletCluster, pod: str, spec: Obj, address: str) -> None:
+        self._cluster = cluster
+        self._pod = pod
+        self._address = address
+        self._deleted = False
+        self._root = tempfile.mkdtemp(prefix="rf-kubelet-pod-")
+        (copier,) = spec["initContainers"]
+        (container,) = spec["containers"]
+        self._port = container["ports"][0]["containerPort"]
+        self._copier = self._local(copier["command"])
+        self._command = self._local(container["command"])
+        self._env = {"PATH": os.defpath, "HOME": self._root}
+        self._env |= {item["name"]: item["value"] for item in container.get("env", [])}
+        self._process: subprocess.Popen[bytes] | None = None
+        threading.Thread(target=self._run, name=f"kubelet-{pod}", daemon=True).start()
+
+    def _local(self, command: list[str]) -> list[str]:
+        assert command[0] == "python3", command
+        bind = "socket.create_server(('',"
+        args = [a.replace(DAEMON_MOUNT, self._root) for a in command[1:]]
+        args = [a.replace(bind, f"socket.create_server(({self._address!r},") for a in args]
+        return [sys.executable, *args]
+
+    def delete(self) -> None:
+        self._deleted = True
+        process = self._process
+        if process is not None and process.returncode is None:
+            for pid in descendants(process.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+
+    def _run(self) -> None:
+        copy_env = {**self._env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        subprocess.run(self._copier, env=copy_env, check=True, timeout=60)
+        if self._deleted:
+            return
+        self._process = subprocess.Popen(
+            self._command, env=self._env, cwd=self._root, start_new_session=True
+        )
+        give_up = time.monotonic() + 30
+        while self._process.poll() is None and time.monotonic() < give_up:
+            try:
+                socket.create_connection((self._address, self._port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.01)
+        if self._process.poll() is None and not self._deleted:
+            with contextlib.suppress(KeyError):
+                self._cluster.set_pod(
+                    self._pod, phase="Running", podIP=self._address,
+                    conditions=[{"type": "Ready", "status": "True"}],
+                    containerStatuses=[{"name": "sandbox", "state": {"running": {}}}],
+                )  # fmt: skip
+        code = self._process.wait()
+        shutil.rmtree(self._root, ignore_errors=True)
+        if not self._deleted:
+            terminated = {"name": "sandbox", "state": {"terminated": {"exitCode": code}}}
+            with contextlib.suppress(KeyError):
+                self._cluster.set_pod(self._pod, phase="Failed", containerStatuses=[terminated])
+
+
 class _KubeletApi(_Api):
     def __init__(self, cluster: KubeletCluster) -> None:
         super().__init__(cluster)
@@ -115,7 +192,7 @@ class _KubeletApi(_Api):
 
     def read_namespaced_pod_log(self, name: str, namespace: str, **kw: Any) -> _Log:
         container = self._kubelet.containers.get(name)
-        if container is None:
+        if not isinstance(container, _Container):
             return _Log(iter(()))
         return _Log(container.log(bool(kw.get("follow"))))
 
@@ -137,7 +214,8 @@ class KubeletCluster(FakeCluster):
     def __init__(self) -> None:
         super().__init__()
         self.core = self.batch = _KubeletApi(self)
-        self.containers: dict[str, _Container] = {}
+        self.containers: dict[str, _Container | _SandboxPod] = {}
+        self._addresses = (f"127.0.{n // 250}.{n % 250 + 2}" for n in itertools.count())
 
     def _create(self, kind: str, namespace: str, body: Obj) -> Obj:
         created = super()._create(kind, namespace, body)
@@ -146,6 +224,9 @@ class KubeletCluster(FakeCluster):
             pod, (spec,) = created["metadata"]["name"], body["spec"]["containers"]
             deadline = job["spec"]["activeDeadlineSeconds"]
             self.containers[pod] = _Container(self, pod, job["metadata"]["name"], spec, deadline)
+        elif kind == "Pod" and "initContainers" in body["spec"]:  # an interactive sandbox
+            pod = created["metadata"]["name"]
+            self.containers[pod] = _SandboxPod(self, pod, body["spec"], next(self._addresses))
         return created
 
     def _delete(self, kind: str, name: str, *, foreground: bool = False) -> None:
