@@ -46,8 +46,11 @@ def inspect(
         "HOME": str(tmp),
         "MCP_CATALOG_PATH": str(tmp / "c.json"),
     }
+    # `ringfence mcp` is a Python start: on a busy 2-core machine (parallel workers) it can
+    # take past the Inspector's default 15 s to answer its first message.
+    wait = ["--connect-timeout", "60000"]
     return subprocess.run(
-        [str(NODE), str(INSPECTOR / "index.js"), "--cli", *target],
+        [str(NODE), str(INSPECTOR / "index.js"), "--cli", *wait, *target],
         capture_output=True, text=True, timeout=120, env=environment,
     )  # fmt: skip
 
