@@ -115,19 +115,21 @@ class LocalExecutor(SupervisingExecutor):
             undo.callback(gate.close)
             fds = Fds(seccomp=seccomp, info=info_w, block=gate_r)
             bundle = self._trust_bundle(request)
-            argv_ = bwrap_args(layout, request, limits, fds, trust_bundle=bundle)
-            args = memfd_with("bwrap-args", pack_args(argv_))
-            after_spawn.callback(os.close, args)
-            argv = [
+            # bwrap reads its isolation options from a memfd (--args); the launcher's own
+            # argv only drops privileges, names that fd, and ends with the command.
+            isolation_options = bwrap_args(layout, request, limits, fds, trust_bundle=bundle)
+            options_fd = memfd_with("bwrap-args", pack_args(isolation_options))
+            after_spawn.callback(os.close, options_fd)
+            launcher_argv = [
                 *drop_privileges(self._host.setpriv, uid),
                 self._host.bwrap,
                 "--args",
-                str(args),
+                str(options_fd),
             ]
             child = Child.spawn(
-                [*argv, "--", *request.argv],
+                [*launcher_argv, "--", *request.argv],
                 env=LAUNCH_ENV,
-                pass_fds=(args, seccomp, info_w, gate_r, *pass_fds),
+                pass_fds=(options_fd, seccomp, info_w, gate_r, *pass_fds),
             )
             after_spawn.close()
             undo.pop_all()  # from here on the sandbox owns its uid, cgroup, gate_r and child
