@@ -25,6 +25,7 @@ from ringfence.client._errors import CommandTimeout, ProcessNotFound
 from ringfence.client._link import Link, RpcStream
 from ringfence.client._types import CommandResult, OutputChunk, ProcessInfo
 from ringfence.errors import InvalidRequest, SandboxError
+from ringfence.sandboxd.methods import PROCESS, SANDBOX_USER
 
 __all__ = [
     "AsyncCommandHandle",
@@ -35,16 +36,14 @@ __all__ = [
     "start_message",
 ]
 
-PROCESS = "process.Process"
-DEFAULT_USER = "user"
 OutputCallback = Callable[[str], object]  # may return an awaitable (an async callback)
 
 
 def check_user(user: str | None) -> None:
     """Raises ``InvalidRequest`` for any user but the sandbox's one unprivileged user."""
-    if user not in (None, DEFAULT_USER):
+    if user not in (None, SANDBOX_USER):
         raise InvalidRequest(
-            f"user {user!r}: a Ringfence sandbox has one unprivileged user, {DEFAULT_USER!r}"
+            f"user {user!r}: a Ringfence sandbox has one unprivileged user, {SANDBOX_USER!r}"
         )
 
 

@@ -25,6 +25,7 @@ from ringfence.errors import (
     SandboxNotFound,
     error_for,
 )
+from ringfence.sandboxd.methods import FILESYSTEM, PROCESS
 
 __all__ = [
     "END_STREAM",
@@ -148,6 +149,6 @@ def error_from_answer(
 
 
 NOT_FOUND_BY_SERVICE: dict[str, type[NotFound]] = {
-    "process.Process": ProcessNotFound,
-    "filesystem.Filesystem": FileNotFound,
+    PROCESS: ProcessNotFound,
+    FILESYSTEM: FileNotFound,
 }

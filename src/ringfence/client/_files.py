@@ -23,10 +23,10 @@ from ringfence.client._errors import FileNotFound
 from ringfence.client._link import Link, RpcStream
 from ringfence.client._types import EntryInfo, FilesystemEvent, FileType
 from ringfence.errors import InvalidRequest, SandboxError
+from ringfence.sandboxd.methods import FILESYSTEM
 
 __all__ = ["CHUNK_SIZE", "AsyncFiles", "AsyncWatchHandle", "WriteData", "WriteInfo"]
 
-FILESYSTEM = "filesystem.Filesystem"
 CHUNK_SIZE = 256 * 1024
 
 WriteData = (
