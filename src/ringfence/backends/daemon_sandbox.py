@@ -27,23 +27,23 @@ class DaemonSandbox:
     def __init__(
         self,
         executor: SupervisingExecutor,
-        execution_id: str,
+        run_id: str,
         socket_path: Path,
         task: asyncio.Task[ExecutionResult],
     ) -> None:
         self.socket_path = socket_path
         self._executor = executor
-        self._execution_id = execution_id
+        self._run_id = run_id  # the daemon's execution on ``executor``
         self._task = task
 
     async def set_timeout(self, seconds: float) -> None:
         """Kill the sandbox ``seconds`` from now (instead of at its earlier deadline)."""
-        await self._executor.set_timeout(self._execution_id, seconds)
+        await self._executor.set_timeout(self._run_id, seconds)
 
     async def kill(self) -> ExecutionResult:
         """Kill every process of the sandbox and wait until nothing of it remains."""
         with contextlib.suppress(ExecutionNotFound):  # already forgotten: it has ended
-            await self._executor.cancel(self._execution_id)
+            await self._executor.cancel(self._run_id)
         return await self.ended()
 
     async def ended(self) -> ExecutionResult:

@@ -1,7 +1,9 @@
 """One-shot executions for tenants: recorded in the store, run by the executor.
 
 Ids are the tenant's own: two tenants may both use ``deploy-1``. The executor sees a fresh
-internal id for each run, so one tenant's ids can neither collide with nor reveal another's.
+*run id* for each run (the ``id`` of the *run request* it is handed), so one tenant's
+execution ids can neither collide with nor reveal another's. Results come back from the
+executor under the run id and leave this service under the execution id.
 
 Tenants are not trusted with the host: over this service a request may not grant host paths
 or pick a root filesystem unless the operator allowed it, and its limits must stay within the
@@ -51,7 +53,7 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 class _Submission:
     """An execution this process accepted and has not finished yet."""
 
-    internal_id: str
+    run_id: str  # the id the executor runs it under (never the tenant's execution id)
     reservation: Reservation  # its share of the budgets, given back once its end is stored
     actor: str = SYSTEM  # who submitted it (egress asks name them)
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
@@ -153,10 +155,10 @@ class ExecutionService:
             )
         self.check_policy(request, approved=approved)
         network = policy_for(tenant, request.network, self._config)
-        internal = request.model_copy(update={"id": uuid.uuid4().hex, "network": network})
+        run_request = request.model_copy(update={"id": uuid.uuid4().hex, "network": network})
         if request.network is not None:  # header values (credentials) are never stored
             request = request.model_copy(update={"network": request.network.redacted()})
-        self._executor.check(internal)
+        self._executor.check(run_request)
         key = (tenant, request.id)
         if key in self._live:  # being recorded right now by a concurrent submit
             raise DuplicateExecution(f"an execution with id {request.id!r} already exists")
@@ -166,7 +168,7 @@ class ExecutionService:
         # only in the server's totals, like a warm-pool sandbox.
         holder = None if approved else tenant
         reservation = self._budget.reserve(holder, self._budget.amount(limits))
-        submission = _Submission(internal.id, reservation, actor)
+        submission = _Submission(run_request.id, reservation, actor)
         self._live[key] = submission  # before the first await: a cancel can find it now
         try:
             await self._store.add_execution(tenant, request, _pending(request.id))
@@ -175,7 +177,9 @@ class ExecutionService:
             self._budget.release(reservation)
             raise
         self._record(tenant, actor, "execution.submit", request.id, details=_described(request))
-        submission.task = asyncio.create_task(self._run(tenant, request.id, internal, submission))
+        submission.task = asyncio.create_task(
+            self._run(tenant, request.id, run_request, submission)
+        )
         if wait:
             return await asyncio.shield(submission.done)
         return _pending(request.id)
@@ -191,7 +195,7 @@ class ExecutionService:
         submission = self._live.get((tenant, execution_id))
         if submission is not None:
             try:
-                live = await self._executor.get_status(submission.internal_id)
+                live = await self._executor.get_status(submission.run_id)
                 return live.model_copy(update={"execution_id": execution_id})
             except ExecutionNotFound:
                 pass  # not started yet, or finished between the two looks: the store has it
@@ -220,7 +224,7 @@ class ExecutionService:
         self._record(tenant, actor, "execution.cancel", execution_id)
         submission.cancel.set()  # honoured by _run if the executor has not started it yet
         with contextlib.suppress(ExecutionNotFound):
-            await self._executor.cancel(submission.internal_id)
+            await self._executor.cancel(submission.run_id)
         return await asyncio.shield(submission.done)
 
     def placement(self, tenant: str, request: ExecutionRequest) -> Placement:
@@ -237,7 +241,7 @@ class ExecutionService:
         await asyncio.gather(*(s.done for s in submissions), return_exceptions=True)
 
     async def _run(
-        self, tenant: str, execution_id: str, internal: ExecutionRequest, submission: _Submission
+        self, tenant: str, execution_id: str, run_request: ExecutionRequest, submission: _Submission
     ) -> None:
         starts: list[asyncio.Task[None]] = []
 
@@ -252,7 +256,7 @@ class ExecutionService:
             execution_id=execution_id, status=Status.FAILED, error="internal error"
         )
         try:
-            result = await self._execute(tenant, execution_id, internal, submission, on_start)
+            result = await self._execute(tenant, execution_id, run_request, submission, on_start)
             result = result.model_copy(update={"execution_id": execution_id})
             self._record(
                 tenant,
@@ -284,7 +288,7 @@ class ExecutionService:
         self,
         tenant: str,
         execution_id: str,
-        internal: ExecutionRequest,
+        run_request: ExecutionRequest,
         submission: _Submission,
         on_start: Callable[[ExecutionResult], None],
     ) -> ExecutionResult:
@@ -292,7 +296,7 @@ class ExecutionService:
         try:
             if submission.cancel.is_set():
                 return ExecutionResult(
-                    execution_id=internal.id, status=Status.CANCELLED,
+                    execution_id=run_request.id, status=Status.CANCELLED,
                     error="cancelled before it started",
                 )  # fmt: skip
             # execute() registers the run before its first await, so from here on a
@@ -302,11 +306,11 @@ class ExecutionService:
                 tenant, subject, submission.actor, self._audit, self._egress_asker
             )
             with requesting(requester):
-                return await self._executor.execute(internal, on_start=on_start)
+                return await self._executor.execute(run_request, on_start=on_start)
         except Exception as exc:  # boundary: whatever happens, the execution must end
             log.exception("execution %s/%s failed inside Ringfence", tenant, execution_id)
             message = exc.message if isinstance(exc, RingfenceError) else "internal error"
-            return ExecutionResult(execution_id=internal.id, status=Status.FAILED, error=message)
+            return ExecutionResult(execution_id=run_request.id, status=Status.FAILED, error=message)
 
     async def _store_result(self, tenant: str, execution_id: str, result: ExecutionResult) -> None:
         for attempt in range(3):

@@ -64,11 +64,11 @@ class LocalSandboxRuntime:
             SandboxError: the sandbox could not be set up (the message says why).
             SandboxUidsExhausted: every host uid for sandboxes is taken; nothing started.
         """
-        execution_id = uuid.uuid4().hex
-        socket_path = self._sockets / f"{execution_id}.sock"
+        run_id = uuid.uuid4().hex  # the daemon's execution: no tenant sees it
+        socket_path = self._sockets / f"{run_id}.sock"
         listener = listen(socket_path)
         request = ExecutionRequest(
-            id=execution_id,
+            id=run_id,
             image=spec.image,
             command=[_PYTHON, "-I", "-S", "-B", "-c", _BOOT],
             args=["--listen-fd", str(listener.fileno())],

@@ -81,11 +81,11 @@ class FakeSandboxRuntime:
             SandboxError: the daemon could not be started.
         """
         self.specs.append(spec)
-        execution_id = uuid.uuid4().hex
-        socket_path = self._sockets / f"{execution_id[:16]}.sock"
+        run_id = uuid.uuid4().hex  # the daemon's execution: no tenant sees it
+        socket_path = self._sockets / f"{run_id[:16]}.sock"
         listener = listen(socket_path)
         request = ExecutionRequest(
-            id=execution_id,
+            id=run_id,
             image="host",
             command=[sys.executable, "-I", "-S", "-B", "-c", _BOOT],
             args=["--listen-fd", str(listener.fileno())],
