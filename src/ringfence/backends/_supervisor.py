@@ -171,7 +171,7 @@ class SupervisingExecutor(ABC):
         limits = request.limits.merged_over(self.config.default_limits)
         timeout = request.timeout or self.config.default_timeout
         try:
-            sandbox = await self._launch(request, limits, pass_fds)
+            launched = await self._launch(request, limits, pass_fds)
         except TooManyRequests as exc:  # no room on this host: the caller's to answer
             run.error = f"could not start the sandbox: {exc.message}"
             run.move_to(Status.FAILED)
@@ -180,7 +180,7 @@ class SupervisingExecutor(ABC):
             run.error = f"could not start the sandbox: {exc}"
             run.move_to(Status.FAILED)
             return
-        run.job_name = sandbox.name
+        run.job_name = launched.name
         run.move_deadline(timeout)
         run.move_to(Status.RUNNING)
         if on_start is not None:
@@ -188,36 +188,36 @@ class SupervisingExecutor(ABC):
                 on_start(run.result())
             except Exception:  # boundary: a caller's callback must not break supervision
                 log.exception("start callback failed")
-        reader = asyncio.create_task(sandbox.child.pump(_sink(run.log, on_output)))
+        reader = asyncio.create_task(launched.child.pump(_sink(run.log, on_output)))
         outcome = Status.CANCELLED
         try:
-            outcome = await _wait_for_end(sandbox, run)
+            outcome = await _wait_for_end(launched, run)
             if outcome is not Status.SUCCEEDED:
-                await sandbox.kill()
-            await asyncio.wait_for(sandbox.child.wait(), _REAP_SECONDS)
+                await launched.kill()
+            await asyncio.wait_for(launched.child.wait(), _REAP_SECONDS)
             await _drain(reader)
         finally:
             # Runs even when we are cancelled from outside: nothing of the sandbox may remain.
             reader.cancel()
-            cause = await asyncio.shield(sandbox.release())
-            sandbox.child.close()
-        self._conclude(run, outcome, sandbox, cause)
+            cause = await asyncio.shield(launched.release())
+            launched.child.close()
+        self._conclude(run, outcome, launched, cause)
 
-    def _conclude(self, run: Run, outcome: Status, sandbox: Launched, cause: str | None) -> None:
+    def _conclude(self, run: Run, outcome: Status, launched: Launched, cause: str | None) -> None:
         if outcome is Status.TIMED_OUT:
             assert run.started_at is not None and run.finished_at is None
             ran = (datetime.now(UTC) - run.started_at).total_seconds()
-            run.error = f"timed out after {ran:.3g} s; {sandbox.killed}"
+            run.error = f"timed out after {ran:.3g} s; {launched.killed}"
             run.move_to(Status.TIMED_OUT)
             return
         if outcome is Status.CANCELLED:
-            run.error = f"cancelled; {sandbox.killed}"
+            run.error = f"cancelled; {launched.killed}"
             run.move_to(Status.CANCELLED)
             return
-        code = sandbox.child.returncode
+        code = launched.child.returncode
         assert code is not None
         run.exit_code = code
-        setup_error = sandbox.setup_error(code, run.log.text()[:4096])
+        setup_error = launched.setup_error(code, run.log.text()[:4096])
         if cause is not None:
             run.error = cause
         elif setup_error is not None:
@@ -228,10 +228,10 @@ class SupervisingExecutor(ABC):
         run.move_to(Status.SUCCEEDED if code == 0 and run.error is None else Status.FAILED)
 
 
-async def _wait_for_end(sandbox: Launched, run: Run) -> Status:
+async def _wait_for_end(launched: Launched, run: Run) -> Status:
     """SUCCEEDED here means only "the process exited by itself". The deadline may move."""
     loop = asyncio.get_running_loop()
-    exited = asyncio.create_task(sandbox.child.wait())
+    exited = asyncio.create_task(launched.child.wait())
     cancelled = asyncio.create_task(run.cancel_requested.wait())
     try:
         while True:

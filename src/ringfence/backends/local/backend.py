@@ -96,7 +96,7 @@ class LocalExecutor(SupervisingExecutor):
 
     async def _launch(
         self, request: ExecutionRequest, limits: ResourceLimits, pass_fds: Sequence[int]
-    ) -> _Sandbox:
+    ) -> _BwrapLaunch:
         layout = self._layout(request)  # may refuse: before anything is created
         name = f"rf-{request.id}"
         with contextlib.ExitStack() as undo, contextlib.ExitStack() as after_spawn:
@@ -133,20 +133,20 @@ class LocalExecutor(SupervisingExecutor):
             )
             after_spawn.close()
             undo.pop_all()  # from here on the sandbox owns its uid, cgroup, gate_r and child
-        sandbox = _Sandbox(child, name, cgroup, gate_r, give_back)
+        launched = _BwrapLaunch(child, name, cgroup, gate_r, give_back)
         try:
             info = await _read_json(info_r, _INFO_TIMEOUT_SECONDS)
             # No info, or an init gone before it could be moved: bwrap failed while setting
             # up (its output says why) and nothing of the command ever ran.
             if info is not None and cgroup.add(int(info["child-pid"])):
-                sandbox.egress = await self._attach_egress(request, int(info["child-pid"]))
-                sandbox.open_gate(gate.fd)
+                launched.egress = await self._attach_egress(request, int(info["child-pid"]))
+                launched.open_gate(gate.fd)
         except BaseException:
-            await sandbox.abort()
+            await launched.abort()
             raise
         finally:
             gate.close()
-        return sandbox
+        return launched
 
     def _take_uid(self) -> tuple[int, Callable[[], None]]:
         """A host uid for one sandbox and what gives it back (our own uid, not root).
@@ -206,7 +206,10 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-class _Sandbox:
+class _BwrapLaunch:
+    """One command launched in bwrap, in its own cgroup and host uid (this backend's
+    ``Launched``): what kills it, what tells whether its command started, what cleans up."""
+
     killed = "the whole process tree was killed"
 
     def __init__(
