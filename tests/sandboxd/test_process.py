@@ -75,6 +75,10 @@ def test_root_is_refused(daemon: Daemon) -> None:
     events = list(daemon.stream(START, sh("id"), authorization=root))
     assert events == [{"_end": {"error": events[0]["_end"]["error"]}}]
     assert events[0]["_end"]["error"]["code"] == "permission_denied"
+    assert events[0]["_end"]["error"]["message"] == (
+        "user 'root' is not available: this sandbox runs everything as its one "
+        "unprivileged user 'user'"
+    )
     user = "Basic " + b64(b"user:")
     assert end_of(list(daemon.stream(START, sh("true"), authorization=user)))["exited"]
     response = daemon.unary("process.Process/List", {}, authorization=root)

@@ -89,7 +89,7 @@ class Server:
             except (RpcError, UnicodeDecodeError):
                 raise RpcError("unauthenticated", "the authorization header is malformed") from None
             user = decoded.partition(":")[0] or user
-        refusal = user_refusal(user, self.user)
+        refusal = user_refusal(user, self.user, inside=True)
         if refusal is not None:
             raise RpcError("permission_denied", refusal)
 

@@ -71,12 +71,16 @@ def kind_of(name: str) -> str | None:
     return None if method is None else method[0]
 
 
-def user_refusal(user: str | None, one: str = SANDBOX_USER) -> str | None:
+def user_refusal(user: str | None, one: str = SANDBOX_USER, *, inside: bool = False) -> str | None:
     """Why a call as ``user`` is refused, or None when it names no user or the sandbox's
-    ``one`` user: asking for another (say ``root``) is refused, never run as ``one``."""
+    ``one`` user: asking for another (say ``root``) is refused, never run as ``one``.
+
+    The daemon refuses from ``inside`` ("this sandbox ..."), the host of "a sandbox ...":
+    each door keeps the words it has always answered."""
     if user is None or user == one:
         return None
+    which = "this sandbox" if inside else "a sandbox"
     return (
-        f"user {user!r} is not available: a sandbox runs everything as its one "
+        f"user {user!r} is not available: {which} runs everything as its one "
         f"unprivileged user {one!r}"
     )
