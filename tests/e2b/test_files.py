@@ -180,3 +180,31 @@ def test_a_refused_multipart_upload_is_marked_as_the_sandboxs_word(sbx: Sandbox)
     assert answer.status_code >= 400
     assert answer.headers.get("ringfence-origin") == "sandbox"
     assert answer.headers.get("x-content-type-options") == "nosniff"
+
+
+def _by_token(sbx: Sandbox, **params: str) -> httpx.Response:
+    return httpx.get(
+        f"{sbx.envd_api_url}/files",
+        params=params,
+        headers={
+            "X-Access-Token": sbx._envd_access_token or "",
+            "E2b-Sandbox-Id": sbx.sandbox_id,
+            "E2b-Sandbox-Port": "49983",
+        },
+    )
+
+
+def test_a_download_keeps_the_user_then_the_sandbox_then_the_path(e2b_server: E2bServer) -> None:
+    """A download with no ``path`` is refused for the path last: another user first (403,
+    the host's words), then a sandbox that is gone (not found), only then the path (400)."""
+    doomed = Sandbox.create()
+    try:
+        as_root = _by_token(doomed, username="root")
+        assert as_root.status_code == 403
+        assert "a sandbox runs everything as its one unprivileged user" in as_root.text
+        no_path = _by_token(doomed)
+        assert no_path.status_code == 400 and "path" in no_path.json()["message"]
+    finally:
+        doomed.kill()
+    gone = _by_token(doomed)
+    assert gone.status_code != 400 and "not found" in gone.json()["message"]

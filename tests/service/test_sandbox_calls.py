@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfence.errors import Forbidden, SandboxNotFound
+from ringfence.errors import Forbidden, InvalidRequest, SandboxNotFound
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.sandbox_calls import SandboxCaller, SandboxCalls
 from tests.sandboxd.conftest import Daemon, wait_for
@@ -151,6 +151,7 @@ async def test_another_tenants_sandbox_is_not_found(sandbox: OneSandbox) -> None
 async def test_a_write_is_on_the_record_before_its_first_byte_with_its_path_clipped(
     sandbox: OneSandbox,
 ) -> None:
+    """E2B's door (``file_writer``, its uploads) clips the path it records."""
     writer = await SandboxCalls(sandbox).file_writer(CALLER)
     long_path = "d/" * 1500 + "f"
     sending = writer.write(long_path, {}, _body(b"never sent"))
@@ -159,6 +160,39 @@ async def test_a_write_is_on_the_record_before_its_first_byte_with_its_path_clip
     assert record.action == "sandbox.write_file"
     path = record.details["path"] if record.details else ""
     assert isinstance(path, str) and len(path) == 2049 and path.endswith("…")
+
+
+async def test_a_native_write_records_its_whole_path(sandbox: OneSandbox) -> None:
+    """The native door (``write_file``) keeps the whole path on the record, as it always has."""
+    long_path = "d/" * 1500 + "f"
+
+    class Stop(Exception):
+        """The body ends the write before its first byte (the record is all this needs)."""
+
+    async def body() -> AsyncIterator[bytes]:
+        assert sandbox.records, "the record is made before the body is read"
+        raise Stop
+        yield b""  # an async generator
+
+    with pytest.raises(Stop):
+        await SandboxCalls(sandbox).write_file(CALLER, long_path, {}, body())
+    [record] = sandbox.records
+    assert record.action == "sandbox.write_file"
+    assert record.details == {"path": long_path}
+
+
+async def test_a_read_without_a_path_is_refused_after_the_user_and_the_lookup(
+    sandbox: OneSandbox,
+) -> None:
+    calls = SandboxCalls(sandbox)
+    with pytest.raises(Forbidden) as refused:
+        await calls.read_file(CALLER, None, {}, user="root")
+    assert "a sandbox runs everything as its one unprivileged user 'user'" in str(refused.value)
+    with pytest.raises(SandboxNotFound):
+        await calls.read_file(SandboxCaller("other", "key-2", "sbx-1"), None, {})
+    with pytest.raises(InvalidRequest, match="the path query parameter is required"):
+        await calls.read_file(CALLER, None, {})
+    assert sandbox.looked_up == 2
 
 
 async def test_a_download_is_inert_and_a_refusal_is_the_native_error(

@@ -10,7 +10,7 @@ access token or signed URL) and in the shape of what they answer. Each call:
 3. classifies it by the daemon's own table (``sandboxd.methods``): what changes the
    sandbox goes on the audit record with what is kept of it (the command line, working
    directory and variable names; paths; the signal; never stdin or variable values; text
-   clipped to 2048 characters);
+   clipped to 2048 characters, except the path of a native write, kept whole as it was);
 4. passes it to the daemon and returns its ``Answer``, bodies streamed both ways: only a
    body that is audited is read first (bounded by the server's body limit).
 """
@@ -22,7 +22,7 @@ from collections.abc import AsyncIterable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ringfence.errors import Forbidden
+from ringfence.errors import Forbidden, InvalidRequest
 from ringfence.sandboxd.methods import CLIENT_STREAM, changes, kind_of, user_refusal
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.sandbox_answers import Answer, clip
@@ -93,23 +93,36 @@ class SandboxCalls:
         return Answer(await daemon.send("POST", f"/{name}", headers=headers, content=content))
 
     async def read_file(
-        self, caller: SandboxCaller, path: str, headers: Headers, *, user: str | None = None
-    ) -> Answer:
-        """Download the file at ``path`` (an attachment of opaque bytes)."""
+        self, caller: SandboxCaller, path: str | None, headers: Headers, *,
+        user: str | None = None,
+    ) -> Answer:  # fmt: skip
+        """Download the file at ``path`` (an attachment of opaque bytes).
+
+        Raises:
+            InvalidRequest: no ``path`` (None), checked after the one-user rule and the
+                sandbox's lookup, so those refusals come first.
+        """
         daemon = await self._daemon(caller, user)
+        if not path:
+            raise InvalidRequest("the path query parameter is required")
         upstream = await daemon.send("GET", "/files", params={"path": path}, headers=headers)
         return Answer(upstream, download=upstream.status_code == 200)
 
-    async def file_writer(self, caller: SandboxCaller, *, user: str | None = None) -> FileWriter:
-        """A writer of files into the caller's sandbox (for uploads of several files)."""
-        return FileWriter(await self._daemon(caller, user), self, caller)
+    async def file_writer(
+        self, caller: SandboxCaller, *, user: str | None = None, clip_paths: bool = True
+    ) -> FileWriter:
+        """A writer of files into the caller's sandbox (for uploads of several files). Its
+        audit records keep each path clipped to 2048 characters (E2B's door), or whole
+        (``clip_paths=False``, the native door)."""
+        return FileWriter(await self._daemon(caller, user), self, caller, clip_paths=clip_paths)
 
     async def write_file(
         self, caller: SandboxCaller, path: str, headers: Headers, body: Body, *,
         user: str | None = None,
     ) -> Answer:  # fmt: skip
-        """Upload ``body`` to ``path`` (replaced whole once the body ends)."""
-        writer = await self.file_writer(caller, user=user)
+        """Upload ``body`` to ``path`` (replaced whole once the body ends); the native
+        door's write, so its audit record keeps the whole path."""
+        writer = await self.file_writer(caller, user=user, clip_paths=False)
         return await writer.write(path, headers, body)
 
     async def run_code(self, caller: SandboxCaller, headers: Headers, body: Body) -> Answer:
@@ -166,15 +179,20 @@ class SandboxCalls:
 class FileWriter:
     """Writes files into one sandbox, each on the audit record before its first byte."""
 
-    def __init__(self, daemon: DaemonClient, calls: SandboxCalls, caller: SandboxCaller) -> None:
+    def __init__(
+        self, daemon: DaemonClient, calls: SandboxCalls, caller: SandboxCaller, *,
+        clip_paths: bool = True,
+    ) -> None:  # fmt: skip
         self._daemon = daemon
         self._calls = calls
         self._caller = caller
+        self._clip_paths = clip_paths
 
     def write(self, path: str, headers: Headers, body: Body) -> Coroutine[None, None, Answer]:
         """Record the write of ``path`` now; the returned coroutine sends ``body`` (so an
         upload may run as a task while its body is still arriving)."""
-        self._calls._record(self._caller, "sandbox.write_file", {"path": clip(path)})
+        kept = clip(path) if self._clip_paths else path
+        self._calls._record(self._caller, "sandbox.write_file", {"path": kept})
         return self._send(path, headers, body)
 
     async def _send(self, path: str, headers: Headers, body: Body) -> Answer:

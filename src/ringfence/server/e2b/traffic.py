@@ -132,8 +132,9 @@ async def call(
 @envd_router.get("/files")
 async def read_file(request: Request) -> Response:
     context, grant, _ = await _admit_file(request, "read")
-    user = _user(request)
-    answer = await _calls(context).read_file(_on(grant), _path(request), request.headers, user=user)
+    user, path = _user(request), request.query_params.get("path") or None
+    # no path is refused after the one-user rule and the lookup, as it always was
+    answer = await _calls(context).read_file(_on(grant), path, request.headers, user=user)
     return streamed(answer)
 
 
