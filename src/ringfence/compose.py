@@ -16,6 +16,7 @@ what is given stays its caller's: ``Services.aclose`` closes only what the root 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -57,6 +58,8 @@ BUILD: Final = _Build.BUILD
 """For ``runtime=``: not given, build the executor's own (None is "no runtime")."""
 
 _Closer = Callable[[], Awaitable[None]]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -136,8 +139,8 @@ async def build_services(
             notifier=notifier, on_first_admin_key=on_first_admin_key,
         )  # fmt: skip
     except BaseException:
-        await _close((*built, *owned))
-        raise
+        await _close_quietly((*built, *owned))
+        raise  # the build's own error (its fail-closed refusal), never a cleanup's
 
 
 async def _build(
@@ -265,3 +268,14 @@ async def _close(closers: tuple[_Closer, ...]) -> None:
     async with contextlib.AsyncExitStack() as stack:
         for close in closers:
             stack.push_async_callback(close)
+
+
+async def _close_quietly(closers: tuple[_Closer, ...]) -> None:
+    """Close each of ``closers`` (last opened, first closed) after a failed build: one that
+    raises is logged and the rest still run, so the error that failed the build is the one
+    ``serve`` reports (and maps to its exit code)."""
+    for close in reversed(closers):
+        try:
+            await close()
+        except Exception:
+            log.exception("closing a part of a failed build failed (the build's error follows)")

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from ringfence import compose
 from ringfence.audit.signing import SealKey
 from ringfence.backends.process import ProcessExecutor
 from ringfence.compose import build_services, start_job_egress
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, RingfenceError
 from ringfence.service.credentials import KEY_FILE, CredentialKey
-from ringfence.store import MemoryStore
+from ringfence.store import MemoryStore, factory
 
 
 class _CountingStore(MemoryStore):
@@ -83,6 +84,37 @@ async def test_a_credentials_key_others_may_read_fails_the_build_closed(tmp_path
             seal_key=SealKey.generate(),
         )  # fmt: skip
     assert refused.value.code == "error"
+
+
+class _BrokenClose(Exception):
+    """What a part's ``aclose`` raises here: never the error a failed build reports."""
+
+
+async def test_a_cleanup_that_raises_does_not_hide_why_the_build_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    closed: list[str] = []
+
+    class BrokenExecutor(ProcessExecutor):
+        async def aclose(self) -> None:
+            closed.append("executor")
+            raise _BrokenClose
+
+    class BrokenStore(MemoryStore):
+        async def aclose(self) -> None:
+            closed.append("store")
+            raise _BrokenClose
+
+    async def open_store(config: Config) -> MemoryStore:
+        return BrokenStore()
+
+    monkeypatch.setattr(compose, "create_executor", BrokenExecutor)
+    monkeypatch.setattr(factory, "open_store", open_store)
+    config = _config(tmp_path, webhook_urls=["http://127.0.0.1:9/hook"])  # no secret
+    with pytest.raises(InvalidRequest, match="RINGFENCE_WEBHOOK_SECRET"):
+        await build_services(config, seal_key=SealKey.generate())
+    assert closed == ["store", "executor"], "each part closed, last opened first"
+    assert "failed build" in caplog.text
 
 
 async def test_the_replica_egress_is_only_the_job_backends(tmp_path: Path) -> None:
