@@ -73,7 +73,10 @@ def test_importing_ringfence_loads_no_backend_and_no_cli() -> None:
         "import sys, ringfence; "
         "print(sorted(m for m in sys.modules if m.startswith(('ringfence.backends.local', "
         "'ringfence.backends.process', 'ringfence.cli', 'pyseccomp', 'click', "
-        "'ringfence.server', 'fastapi', 'sqlalchemy', 'ringfence.client', 'httpx'))))"
+        "'ringfence.server', 'fastapi', 'sqlalchemy', 'ringfence.client', 'httpx', "
+        # The supervisor (and its run table and output buffers) only with an executor.
+        "'ringfence.backends._supervisor', 'ringfence.backends.supervisor', "
+        "'ringfence.backends._runs', 'ringfence.backends._output'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

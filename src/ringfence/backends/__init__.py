@@ -6,7 +6,6 @@ import importlib
 
 from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.backends._protocol import Executor, OutputCallback, StartCallback
-from ringfence.backends._supervisor import Launched, SupervisedProcess, SupervisingExecutor
 from ringfence.config import Config
 from ringfence.errors import UnknownBackend
 
@@ -14,13 +13,10 @@ __all__ = [
     "BACKENDS",
     "Executor",
     "LaunchSpec",
-    "Launched",
     "LiveSandbox",
     "OutputCallback",
     "SandboxRuntime",
     "StartCallback",
-    "SupervisedProcess",
-    "SupervisingExecutor",
     "create_executor",
     "create_sandbox_runtime",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 
-from ringfence.backends import Launched, SupervisingExecutor
+from ringfence.backends.supervisor import Launched, SupervisingExecutor
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import ExecutionRequest, ResourceLimits

@@ -36,9 +36,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import ringfence.sandboxd
-from ringfence.backends import Launched, LaunchSpec, SupervisedProcess
+from ringfence.backends import LaunchSpec
 from ringfence.backends.daemon_sandbox import DaemonSandbox, listen, start_daemon_sandbox
 from ringfence.backends.process import ProcessExecutor
+from ringfence.backends.supervisor import Launched, SupervisedProcess
 from ringfence.config import Config
 from ringfence.errors import BackendUnavailable
 from ringfence.models import ExecutionRequest, ResourceLimits
