@@ -69,8 +69,10 @@ _DAEMON_START_SECONDS = 10.0
 
 @dataclass
 class _Live:
+    """One sandbox this process runs (an entry of the live table, by sandbox id)."""
+
     tenant: str
-    sandbox: LiveSandbox
+    live: LiveSandbox  # the runtime's handle; the record (``Sandbox``) is in the store
     daemon: DaemonClient
     ended: asyncio.Future[Sandbox]
     failure: str | None = None  # why it is being killed, when that is a failure
@@ -358,7 +360,7 @@ class SandboxService:
             return
         log.error("a pooled sandbox's %s failed; killing it: %s", what, failure)
         entry.failure = entry.failure or f"{what} could not be set up: {failure}"
-        killing = asyncio.create_task(_kill(entry.sandbox))
+        killing = asyncio.create_task(_kill(entry.live))
         self._watchers.add(killing)
         killing.add_done_callback(self._watchers.discard)
 
@@ -413,7 +415,7 @@ class SandboxService:
                 raise SandboxNotRunning(f"sandbox {sandbox_id} is ending")
             sandbox = await self.get(tenant, sandbox_id)
             try:
-                await entry.sandbox.set_timeout(timeout)
+                await entry.live.set_timeout(timeout)
             except ExecutionNotFound:  # its run ended (and was forgotten) just now
                 raise SandboxNotRunning(f"sandbox {sandbox_id} has ended") from None
             moved = sandbox.model_copy(
@@ -468,7 +470,7 @@ class SandboxService:
         if entry is None or entry.tenant != tenant:
             return _ended_here(await self.get(tenant, sandbox_id))
         self.record(tenant, actor, "sandbox.kill", sandbox_id)
-        await entry.sandbox.kill()
+        await entry.live.kill()
         return await asyncio.shield(entry.ended)
 
     async def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient:
@@ -499,7 +501,7 @@ class SandboxService:
         if self._pool is not None:
             await self._pool.aclose()
         entries = list(self._live.values())
-        await asyncio.gather(*(e.sandbox.kill() for e in entries), return_exceptions=True)
+        await asyncio.gather(*(e.live.kill() for e in entries), return_exceptions=True)
         await asyncio.gather(*self._watchers, return_exceptions=True)
         if self._runtime is not None:
             await self._runtime.aclose()
@@ -515,7 +517,7 @@ class SandboxService:
         """Wait for the end; store it; release the daemon client."""
         ended = sandbox.ended(SandboxState.FAILED, "internal error")
         try:
-            result = await entry.sandbox.ended()
+            result = await entry.live.ended()
             state, error = _ending(result)
             if entry.failure is not None:
                 state, error = SandboxState.FAILED, entry.failure
@@ -587,8 +589,8 @@ def _failure(step: asyncio.Task[None]) -> BaseException | None:
     return step.exception()
 
 
-async def _kill(sandbox: LiveSandbox) -> None:
-    await sandbox.kill()
+async def _kill(live: LiveSandbox) -> None:
+    await live.kill()
 
 
 def _new_id() -> str:
