@@ -11,7 +11,8 @@
     bottom             models   errors   _units                  import nothing of ours
 
 Besides: no module imports another package's underscore names (a private module, or a
-private name of one of its modules); inside one package they are shared freely.
+private name of one of its modules); inside one package they are shared freely. And no
+module outside ``ringfence.testing`` imports it: production never reaches the fakes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ COMPOSITION_ROOT = "ringfence.compose"
 WIRED_TOGETHER = ("ringfence.service", "ringfence.backends", "ringfence.store")
 BOTTOM = ("ringfence.models", "ringfence.errors")
 BOTTOM_MAY_IMPORT = ("ringfence._units", "ringfence.errors")
+TESTING = "ringfence.testing"  # the fakes and checks: only tests (and itself) import it
 
 # Known violations, each to be removed by the change that fixes it. Not for new code: a new
 # entry needs a reason here and a plan to remove it. A stale entry fails the test too.
@@ -47,7 +49,7 @@ class Import:
 
 @dataclass(frozen=True)
 class Violation:
-    rule: str  # "bottom", "store", "private" or "wiring"
+    rule: str  # "bottom", "store", "private", "testing" or "wiring"
     importer: str
     target: str
 
@@ -119,6 +121,8 @@ def violations(found: Iterable[Import], packages: set[str]) -> set[Violation]:
             broken.add(Violation("bottom", i.importer, i.target))
         if i.importer.startswith(ENTRY_POINTS) and _within(i.target, "ringfence.store"):
             broken.add(Violation("store", i.importer, _module_part(i.target, packages)))
+        if _within(i.target, TESTING) and not _within(i.importer, TESTING):
+            broken.add(Violation("testing", i.importer, _module_part(i.target, packages)))
         owner = _owner(i.target, packages)
         if owner is not None and not _within(i.importer, owner):
             broken.add(Violation("private", i.importer, i.target))
@@ -163,7 +167,7 @@ def test_every_allowed_violation_still_exists() -> None:
 PACKAGES = {
     "ringfence", "ringfence.models", "ringfence.server", "ringfence.server.routes",
     "ringfence.server.e2b", "ringfence.store", "ringfence.store.sql", "ringfence.service",
-    "ringfence.backends", "ringfence.cli",
+    "ringfence.backends", "ringfence.cli", "ringfence.testing", "ringfence.testing.fakes",
 }  # fmt: skip
 R = "ringfence"
 
@@ -204,6 +208,16 @@ def test_another_packages_underscore_names_are_caught() -> None:
     assert _check((f"{R}.store.sql", f"{R}.store.sql._keys.SqlKeys")) == set()
     # A private module of the root package is the whole package's.
     assert _check((f"{R}.models.limits", f"{R}._units.parse_size")) == set()
+
+
+def test_production_importing_the_fakes_is_caught() -> None:
+    fake = (f"{R}.compose", f"{R}.testing.fakes.FakeExecutor")
+    assert _check(fake) == {("testing", f"{R}.compose", f"{R}.testing.fakes")}
+    checks = (f"{R}.backends.process", f"{R}.testing.check_backend")
+    assert _check(checks) == {("testing", f"{R}.backends.process", f"{R}.testing")}
+    # The fakes and the checks import each other, and whatever they fake.
+    assert _check((f"{R}.testing.backend_checks", f"{R}.testing.fakes.FakeExecutor")) == set()
+    assert _check((f"{R}.testing.fakes.executor", f"{R}.backends.supervisor.Launched")) == set()
 
 
 def test_only_the_composition_root_wires_service_backends_and_store() -> None:
