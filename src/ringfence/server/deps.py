@@ -38,7 +38,6 @@ __all__ = [
     "executions",
     "keys",
     "sandboxes",
-    "services",
     "settings_if_any",
 ]
 
@@ -56,37 +55,38 @@ def attach_e2b(app: Starlette, context: E2bContext) -> None:
     app.state.e2b = context
 
 
-def services(request: Request) -> Services:
+def _services(request: Request) -> Services:
+    """Private: the accessors hand out one service each, so no route reaches the store."""
     found: Services = request.app.state.services
     return found
 
 
 def keys(request: Request) -> Keys:
-    return services(request).keys
+    return _services(request).keys
 
 
 def executions(request: Request) -> ExecutionService:
-    return services(request).executions
+    return _services(request).executions
 
 
 def sandboxes(request: Request) -> SandboxService:
-    return services(request).sandboxes
+    return _services(request).sandboxes
 
 
 def approvals(request: Request) -> ApprovalService:
-    return services(request).approvals
+    return _services(request).approvals
 
 
 def audit(request: Request) -> AuditLog:
-    return services(request).audit
+    return _services(request).audit
 
 
 def asks(request: Request) -> EgressAsks:
-    return services(request).asks
+    return _services(request).asks
 
 
 def config(request: Request) -> Config:
-    return services(request).config
+    return _services(request).config
 
 
 def settings_if_any(request: Request) -> Config | None:
