@@ -26,6 +26,11 @@ class Executor(Protocol):
     ``ExecutionNotFound``, ``TooManyRequests`` (the host has no room for the sandbox: nothing
     ran); failures of the sandbox itself are reported in the result's ``status`` and
     ``error``, not raised.
+
+    An executor knows one id per execution, the request's ``id``, which its methods call
+    ``execution_id``. Under the service layer that is the *run id* the service chose, never
+    the tenant's execution id (``ExecutionService`` maps one to the other); the CLI and the
+    Python API run requests under their own ids.
     """
 
     name: str
