@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from ringfence.errors import SandboxError, SandboxNotRunning, TooManyRequests
-from ringfence.service import daemon_client
 from ringfence.service.daemon_client import DaemonClient
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
@@ -106,12 +105,9 @@ async def test_a_length_beside_a_chunked_body_is_not_passed_on(tmp_path: Path) -
     server.close()
 
 
-async def test_a_daemon_that_stops_reading_an_upload_is_given_up(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(daemon_client, "_WRITE_SECONDS", 0.5)
+async def test_a_daemon_that_stops_reading_an_upload_is_given_up(tmp_path: Path) -> None:
     server = await _scripted_daemon(tmp_path / "d.sock", b"", read=False)
-    client = DaemonClient("sb1", tmp_path / "d.sock")
+    client = DaemonClient("sb1", tmp_path / "d.sock", write_seconds=0.5)
 
     async def endless() -> AsyncIterator[bytes]:
         while True:
@@ -123,13 +119,10 @@ async def test_a_daemon_that_stops_reading_an_upload_is_given_up(
     server.close()
 
 
-async def test_requests_in_flight_to_one_daemon_are_capped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(daemon_client, "_MAX_REQUESTS", 2)
+async def test_requests_in_flight_to_one_daemon_are_capped(tmp_path: Path) -> None:
     streaming = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n"  # never ends
     server = await _scripted_daemon(tmp_path / "d.sock", streaming)
-    client = DaemonClient("sb1", tmp_path / "d.sock")
+    client = DaemonClient("sb1", tmp_path / "d.sock", max_requests=2)
     held = [await client.send("GET", "/watch") for _ in range(2)]
     with pytest.raises(TooManyRequests):
         await client.send("GET", "/watch")
@@ -141,12 +134,9 @@ async def test_requests_in_flight_to_one_daemon_are_capped(
     server.close()
 
 
-async def test_a_daemon_slow_to_answer_is_not_called_not_running(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_daemon_slow_to_answer_is_not_called_not_running(tmp_path: Path) -> None:
     # It read the request and is busy with it (a remove behind a stuck context): the
     # sandbox still runs, and the error says so.
-    monkeypatch.setattr(daemon_client, "_HEAD_SECONDS", 0.2)
     took, released = asyncio.Event(), asyncio.Event()
     handlers: list[asyncio.Task[object]] = []
 
@@ -160,7 +150,7 @@ async def test_a_daemon_slow_to_answer_is_not_called_not_running(
             writer.close()
 
     server = await asyncio.start_unix_server(busy, str(tmp_path / "d.sock"))
-    client = DaemonClient("sb1", tmp_path / "d.sock")
+    client = DaemonClient("sb1", tmp_path / "d.sock", head_seconds=0.2)
     try:
         with pytest.raises(SandboxError) as caught:
             await client.send("DELETE", "/contexts/c1")

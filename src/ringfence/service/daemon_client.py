@@ -125,9 +125,23 @@ class DaemonResponse:
 class DaemonClient:
     """Requests to one sandbox's daemon. ``aclose`` when the sandbox ends."""
 
-    def __init__(self, sandbox_id: str, socket_path: Path) -> None:
+    def __init__(
+        self,
+        sandbox_id: str,
+        socket_path: Path,
+        *,
+        head_seconds: float = _HEAD_SECONDS,
+        write_seconds: float = _WRITE_SECONDS,
+        max_requests: int = _MAX_REQUESTS,
+    ) -> None:
+        """``head_seconds``: from a request's end to its answer's head; ``write_seconds``: a
+        daemon that stops reading a request for this long is stuck; ``max_requests``: in
+        flight at once."""
         self.sandbox_id = sandbox_id
         self._socket_path = str(socket_path)
+        self._head_seconds = head_seconds
+        self._write_seconds = write_seconds
+        self._max_requests = max_requests
         self._idle: list[_Connection] = []
         self._closed = False
         self._in_flight = 0
@@ -221,9 +235,9 @@ class DaemonClient:
             kept.append(("transfer-encoding", "chunked"))
         elif method not in ("GET", "HEAD"):
             kept.append(("content-length", "0"))
-        if self._in_flight >= _MAX_REQUESTS:
+        if self._in_flight >= self._max_requests:
             raise TooManyRequests(
-                f"sandbox {self.sandbox_id} has {_MAX_REQUESTS} requests in flight; "
+                f"sandbox {self.sandbox_id} has {self._max_requests} requests in flight; "
                 "wait for some to end"
             )
         connection = await self._connection()
@@ -241,9 +255,9 @@ class DaemonClient:
                         await connection.send(h11.Data(data=chunk))
             await connection.send(h11.EndOfMessage())
             sent = True
-            event = await connection.next_event(timeout=_HEAD_SECONDS)
+            event = await connection.next_event(timeout=self._head_seconds)
             if isinstance(event, h11.InformationalResponse):  # one 100 Continue at most
-                event = await connection.next_event(timeout=_HEAD_SECONDS)
+                event = await connection.next_event(timeout=self._head_seconds)
         except h11.LocalProtocolError as exc:
             connection.close()
             raise InvalidRequest(f"the request cannot be passed to the sandbox: {exc}") from exc
@@ -254,7 +268,7 @@ class DaemonClient:
             # It took the whole request and is stuck on it: still running, not "not running".
             raise SandboxError(
                 f"sandbox {self.sandbox_id}: its daemon did not answer within "
-                f"{_HEAD_SECONDS:g} s (the sandbox still runs)"
+                f"{self._head_seconds:g} s (the sandbox still runs)"
             ) from exc
         except (OSError, h11.ProtocolError) as exc:
             connection.close()
@@ -288,7 +302,7 @@ class DaemonClient:
                 )
         except (OSError, TimeoutError) as exc:
             raise _gone(self, str(exc) or "timed out connecting") from exc
-        return _Connection(reader, writer)
+        return _Connection(reader, writer, self._write_seconds)
 
     def _put_back(self, connection: _Connection, reusable: bool) -> None:
         self._ended(connection)
@@ -307,18 +321,21 @@ class DaemonClient:
 
 
 class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, write_seconds: float
+    ) -> None:
         self.reader = reader
         self.writer = writer
+        self._write_seconds = write_seconds
         self.protocol = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
         self.on_close: Callable[[_Connection], None] | None = None  # while a request is on it
 
     async def send(self, event: h11.Event) -> None:
-        """Raises ``TimeoutError`` when the daemon stops reading for ``_WRITE_SECONDS``."""
+        """Raises ``TimeoutError`` when the daemon stops reading for ``write_seconds``."""
         data = self.protocol.send(event)
         if data:
             self.writer.write(data)
-            async with asyncio.timeout(_WRITE_SECONDS):
+            async with asyncio.timeout(self._write_seconds):
                 await self.writer.drain()
 
     async def next_event(self, timeout: float | None) -> h11.Event:
