@@ -21,7 +21,6 @@ from ringfence.client import (
     Result,
     Sandbox,
     SandboxNotRunning,
-    _code,
 )
 from ringfence.client._base import Settings
 from ringfence.client._code import AsyncCode
@@ -243,13 +242,13 @@ def test_the_sync_sandbox_runs_code(live: LiveServer, monkeypatch: pytest.Monkey
 # -- answers a real sandbox would not give -----------------------------------------------------
 
 
-def _answering(body: bytes, status: int = 200, state: str = "running") -> AsyncCode:
+def _answering(body: bytes, status: int = 200, state: str = "running", **options: Any) -> AsyncCode:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "GET" and request.url.path == "/v1/sandboxes/sbx":
             return httpx.Response(200, json={"id": "sbx", "state": state})
         return httpx.Response(status, headers=FROM_SANDBOX, stream=httpx.ByteStream(body))
 
-    return AsyncCode(mock_link(handler))
+    return AsyncCode(mock_link(handler), **options)
 
 
 def _lines(*messages: dict[str, Any]) -> bytes:
@@ -272,11 +271,10 @@ async def test_a_well_formed_answer_is_read_and_unknown_lines_skipped() -> None:
 
 
 @pytest.mark.parametrize("state", ["running", "killed"])
-async def test_an_answer_cut_short_is_an_error(state: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_code, "_SETTLE", (0.0, 0.0))
+async def test_an_answer_cut_short_is_an_error(state: str) -> None:
     body = _lines({"type": "stdout", "text": "a"})
     with pytest.raises(SandboxError if state == "running" else SandboxNotRunning):
-        await _answering(body, state=state).run("1")
+        await _answering(body, state=state, settle=(0.0, 0.0)).run("1")
 
 
 @pytest.mark.parametrize(
@@ -294,14 +292,12 @@ async def test_malformed_lines_are_sandbox_errors(body: bytes) -> None:
     assert raised.value.code == "sandbox_error"
 
 
-async def test_lines_and_answers_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_code, "MAX_LINE", 1000)
+async def test_lines_and_answers_are_capped() -> None:
     with pytest.raises(SandboxError):
-        await _answering(b"x" * 2000).run("1")
-    monkeypatch.setattr(_code, "MAX_ANSWER", 10_000)
+        await _answering(b"x" * 2000, max_line=1000).run("1")
     many = _lines(*[{"type": "stdout", "text": "y" * 100}] * 200) + END
     with pytest.raises(SandboxError):
-        await _answering(many).run("1")
+        await _answering(many, max_line=1000, max_answer=10_000).run("1")
 
 
 async def test_the_sandbox_cannot_pass_for_the_server() -> None:

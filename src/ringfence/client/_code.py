@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -276,8 +276,21 @@ class _Reader:
 class AsyncCode:
     """The code contexts of one sandbox (``AsyncSandbox.run_code`` and friends call it)."""
 
-    def __init__(self, link: Link) -> None:
+    def __init__(
+        self,
+        link: Link,
+        *,
+        max_line: int = MAX_LINE,
+        max_answer: int = MAX_ANSWER,
+        settle: Sequence[float] = _SETTLE,
+    ) -> None:
+        """``max_line`` and ``max_answer`` bound what a sandbox may answer (bytes);
+        ``settle``: the pauses between looks at whether a sandbox that broke off an answer
+        has ended."""
         self._link = link
+        self._max_line = max_line
+        self._max_answer = max_answer
+        self._settle = tuple(settle)
 
     async def run(
         self,
@@ -312,7 +325,7 @@ class AsyncCode:
         try:
             if response.status_code != 200:
                 raise await self._error(response)
-            async for line in _lines(response):
+            async for line in _lines(response, self._max_line, self._max_answer):
                 await reader.take(_parse(line))
                 if reader.ended:
                     return reader.execution
@@ -354,7 +367,7 @@ class AsyncCode:
         try:
             if response.status_code not in (200, 201, 204):
                 raise await self._error(response)
-            raw = await _read_all(response, MAX_LINE)
+            raw = await _read_all(response, self._max_line)
         except httpx.HTTPError as exc:
             raise _base.translate(exc, self._link.settings.url) from exc
         finally:
@@ -368,7 +381,7 @@ class AsyncCode:
 
     async def _error(self, response: httpx.Response) -> RingfenceError:
         """The typed error of a non-success answer, from the server or the sandbox."""
-        body = await _read_all(response, MAX_LINE)
+        body = await _read_all(response, self._max_line)
         from_sandbox = response.headers.get(ORIGIN_HEADER) == "sandbox"
         return error_from_answer(
             response.status_code, body, ContextNotFound, from_sandbox=from_sandbox
@@ -381,7 +394,7 @@ class AsyncCode:
         its state is asked a few times, for about a second and a half at most.
         """
         ended = {state.value for state in SandboxState if state.is_terminal}
-        for delay in _SETTLE:
+        for delay in self._settle:
             await asyncio.sleep(delay)
             try:
                 state = (await self._link.rest("GET")).get("state")
@@ -394,23 +407,23 @@ class AsyncCode:
         )
 
 
-async def _lines(response: httpx.Response) -> AsyncIterator[bytes]:
-    """The answer's lines as they complete, each at most MAX_LINE bytes, all of them at most
-    MAX_ANSWER; a last line without its newline too."""
+async def _lines(response: httpx.Response, max_line: int, max_answer: int) -> AsyncIterator[bytes]:
+    """The answer's lines as they complete, each at most ``max_line`` bytes, all of them at
+    most ``max_answer``; a last line without its newline too."""
     buffer = bytearray()
     size = 0
     async for chunk in response.aiter_bytes():
         size += len(chunk)
-        if size > MAX_ANSWER:
-            raise SandboxError(f"the sandbox answered run_code with more than {MAX_ANSWER} bytes")
+        if size > max_answer:
+            raise SandboxError(f"the sandbox answered run_code with more than {max_answer} bytes")
         buffer += chunk
         while (end := buffer.find(b"\n")) >= 0:
             line = bytes(buffer[:end])
             del buffer[: end + 1]
             if line.strip():
                 yield line
-        if len(buffer) > MAX_LINE:
-            raise SandboxError(f"the sandbox sent a line of more than {MAX_LINE} bytes")
+        if len(buffer) > max_line:
+            raise SandboxError(f"the sandbox sent a line of more than {max_line} bytes")
     if buffer.strip():
         yield bytes(buffer)
 
