@@ -43,16 +43,13 @@ async def test_replicas_stores_meet_the_contract(
 
 
 async def test_a_replica_takes_its_lease_back_after_losing_its_connection(
-    postgres_database: str, monkeypatch: pytest.MonkeyPatch
+    postgres_database: str,
 ) -> None:
     """A database restart or a dropped connection releases a replica's lock; a replica
     starting then would end the live one's work as a dead replica's. It takes it back."""
     import asyncio
 
-    from ringfence.store import _replica
-
-    monkeypatch.setattr(_replica, "KEEP_SECONDS", 0.1)
-    store = await SqlStore.open(postgres_database)
+    store = await SqlStore.open(postgres_database, lease_check_seconds=0.1)
     holder = sa.text(
         "SELECT l.pid FROM pg_locks l JOIN pg_database d ON l.database = d.oid "
         "WHERE d.datname = current_database() AND l.locktype = 'advisory' "

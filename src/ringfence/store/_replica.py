@@ -51,9 +51,17 @@ _pg_database = sa.table("pg_database", sa.column("oid"), sa.column("datname"))
 class Lease:
     """This replica's id, and on PostgreSQL the connection that holds its lock."""
 
-    def __init__(self, replica: int, connection: AsyncConnection | None) -> None:
+    def __init__(
+        self,
+        replica: int,
+        connection: AsyncConnection | None,
+        *,
+        keep_seconds: float = KEEP_SECONDS,
+    ) -> None:
+        """``keep_seconds``: how often the lock's connection is checked (see ``_keep``)."""
         self.replica = replica
         self._connection = connection
+        self._keep_seconds = keep_seconds
         self._keeper: asyncio.Task[None] | None = None
 
     @classmethod
@@ -62,8 +70,9 @@ class Lease:
         return cls(_new_id(), None)
 
     @classmethod
-    async def take(cls, engine: AsyncEngine) -> Lease:
-        """A fresh replica id; on PostgreSQL, locked for as long as the lease is open.
+    async def take(cls, engine: AsyncEngine, *, keep_seconds: float = KEEP_SECONDS) -> Lease:
+        """A fresh replica id; on PostgreSQL, locked for as long as the lease is open, the
+        lock's connection checked every ``keep_seconds``.
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database failed.
@@ -78,7 +87,7 @@ class Lease:
                 taken = sa.select(sa.func.pg_try_advisory_lock(_LOCK_CLASS, replica))
                 if (await connection.execute(taken)).scalar_one():
                     await connection.commit()  # a session lock outlives the transaction
-                    lease = cls(replica, connection)
+                    lease = cls(replica, connection, keep_seconds=keep_seconds)
                     lease._keeper = asyncio.create_task(lease._keep(engine))
                     return lease
         except BaseException:
@@ -88,10 +97,10 @@ class Lease:
         raise RuntimeError("no free replica id")
 
     async def _keep(self, engine: AsyncEngine) -> None:
-        """Check the lock's connection every ``KEEP_SECONDS``; when it has gone (a database
+        """Check the lock's connection every ``keep_seconds``; when it has gone (a database
         restart, a dropped connection), take this replica's id again on a new one."""
         while True:
-            await asyncio.sleep(KEEP_SECONDS)
+            await asyncio.sleep(self._keep_seconds)
             if not await self._alive():
                 await self._retake(engine)
 

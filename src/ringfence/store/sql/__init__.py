@@ -13,7 +13,7 @@ from alembic.util import CommandError
 from sqlalchemy.engine import URL
 
 from ringfence.errors import StoreError
-from ringfence.store._replica import Lease
+from ringfence.store._replica import KEEP_SECONDS, Lease
 from ringfence.store.sql._audit import SqlAudit
 from ringfence.store.sql._engine import create_engine, migrate, parse_url, sqlite_url
 from ringfence.store.sql._executions import SqlExecutions
@@ -33,13 +33,14 @@ class SqlStore(SqlKeys, SqlExecutions, SqlSandboxes, SqlAudit, SqlProposals):
     """
 
     @classmethod
-    async def open(cls, url: str | URL) -> SqlStore:
+    async def open(cls, url: str | URL, *, lease_check_seconds: float = KEEP_SECONDS) -> SqlStore:
         """Connect to the database at ``url``, bring its schema up to date, return the store.
 
         ``url`` is a SQLAlchemy URL, ``sqlite:///PATH`` (see ``sqlite_url``) or
         ``postgresql://USER:PASSWORD@HOST/DATABASE``; without a driver in it, the async one
         is chosen (aiosqlite, psycopg). A SQLite file and its directory are created when
-        missing, readable by this user only.
+        missing, readable by this user only. On PostgreSQL the replica's lock is checked
+        every ``lease_check_seconds`` (and taken back when a restart released it).
 
         Raises:
             StoreError: the URL names no supported database, its driver is not installed,
@@ -50,7 +51,7 @@ class SqlStore(SqlKeys, SqlExecutions, SqlSandboxes, SqlAudit, SqlProposals):
         try:
             await store._migrate()
             with store._translated("taking a replica id"):
-                store._lease = await Lease.take(engine)
+                store._lease = await Lease.take(engine, keep_seconds=lease_check_seconds)
         except BaseException:
             await engine.dispose()
             raise
