@@ -187,10 +187,14 @@ class SandboxTools:
 
         async with session(self._connector, ctx) as rf:
             sandbox = await rf.running(sandbox_id)
-            handle = await sandbox.commands.run(
-                command, background=True, timeout=timeout, cwd=cwd, envs=env,
-                on_stdout=take(stdout), on_stderr=take(stderr),
-            )  # fmt: skip
+            # Started in full even if the call is cancelled meanwhile: the command runs from
+            # the moment the daemon takes the request, and only its handle (its pid) lets
+            # it be killed. A cancel that came during the start is delivered in ``_outcome``.
+            with anyio.CancelScope(shield=True):
+                handle = await sandbox.commands.run(
+                    command, background=True, timeout=timeout, cwd=cwd, envs=env,
+                    on_stdout=take(stdout), on_stderr=take(stderr),
+                )  # fmt: skip
             timed_out, exit_code, error = await _outcome(handle, runaway)
         out, out_cut = stdout.text()
         err, err_cut = stderr.text()

@@ -134,12 +134,22 @@ class LocalExecutor(SupervisingExecutor):
             after_spawn.close()
             undo.pop_all()  # from here on the sandbox owns its uid, cgroup, gate_r and child
         launched = _BwrapLaunch(child, name, cgroup, gate_r, give_back)
+        entering = asyncio.ensure_future(_enter(info_r, cgroup))
         try:
-            info = await _read_json(info_r, _INFO_TIMEOUT_SECONDS)
-            # No info, or an init gone before it could be moved: bwrap failed while setting
-            # up (its output says why) and nothing of the command ever ran.
-            if info is not None and cgroup.add(int(info["child-pid"])):
-                launched.egress = await self._attach_egress(request, int(info["child-pid"]))
+            try:
+                init = await asyncio.shield(entering)
+            except asyncio.CancelledError:
+                # Until bwrap's init is in its cgroup, the abort's kill would miss it, and
+                # the gate closing unopened lets it start the command: outside the cgroup,
+                # with nothing of ours left to kill it. So it gets there first (bounded by
+                # the info timeout); the abort below then kills it.
+                with contextlib.suppress(Exception):
+                    await entering
+                raise
+            # No init: bwrap failed while setting up (its output says why) and nothing of
+            # the command ever ran.
+            if init is not None:
+                launched.egress = await self._attach_egress(request, init)
                 launched.open_gate(gate.fd)
         except BaseException:
             await launched.abort()
@@ -275,6 +285,21 @@ class _BwrapLaunch:
         lines = head.splitlines()
         reason = lines[0].removeprefix("bwrap: ") if lines else f"bwrap exited with {exit_code}"
         return f"sandbox setup failed: {reason}"
+
+
+async def _enter(info: int, cgroup: Cgroup) -> int | None:
+    """Read bwrap's info from ``info`` (closed here) and move its init into ``cgroup``;
+    return the init's pid, or None when bwrap died first (no info, or an init gone before
+    it could be moved).
+
+    Raises:
+        SandboxError: no info within the timeout, or the kernel refused the move.
+    """
+    found = await _read_json(info, _INFO_TIMEOUT_SECONDS)
+    if found is None:
+        return None
+    init = int(found["child-pid"])
+    return init if cgroup.add(init) else None
 
 
 async def _read_json(fd: int, timeout: float) -> dict[str, Any] | None:
