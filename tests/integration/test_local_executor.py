@@ -294,3 +294,37 @@ async def test_nothing_remains_after_many_executions(local_executor: LocalExecut
     assert [r.logs for r in results] == [f"{i}\n" for i in range(16)]
     left = set(_sandbox_cgroups(local_executor))
     assert not left & {f"rf-{r.execution_id}" for r in results}
+
+
+def _processes_with(marker: bytes) -> list[int]:
+    """Host processes whose environment holds ``marker`` (a variable only they were given)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker in Path(f"/proc/{entry}/environ").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+async def test_a_start_cancelled_before_the_sandbox_is_in_its_cgroup_leaves_nothing(
+    local_executor: LocalExecutor,
+) -> None:
+    # The caller's first suspension is while bwrap's init is spawned but not yet moved into
+    # its cgroup: a kill of the cgroup then misses it, and the gate closing lets it run the
+    # command. Nothing of it may outlive the cancel.
+    request = ExecutionRequest(command=["sleep", "30"], env={"RF_CANCEL_MARK": "1"}, timeout=20)
+    task = asyncio.create_task(local_executor.execute(request))
+    await asyncio.sleep(0)  # the execution runs up to its first suspension
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    marker = b"RF_CANCEL_MARK=1\0"
+    for _ in range(100):  # bounded: SIGKILLed processes take a moment to be gone
+        if not _processes_with(marker):
+            break
+        await asyncio.sleep(0.05)
+    assert _processes_with(marker) == []
+    assert f"rf-{request.id}" not in _sandbox_cgroups(local_executor)
