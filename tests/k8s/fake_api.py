@@ -106,20 +106,15 @@ class _Api:
         self._cluster._delete("Pod", name + "-pod")
         self._cluster._delete("Job", name, foreground=True)
 
-    def list_namespaced_pod(self, namespace: str, **_: Any) -> Obj:
-        return self._cluster._list("Pod")
+    def list_namespaced_pod(
+        self, namespace: str, field_selector: str | None = None, **_: Any
+    ) -> Obj:
+        return self._cluster._list("Pod", field_selector)
 
     def list_namespaced_job(
         self, namespace: str, field_selector: str | None = None, **_: Any
     ) -> Obj:
-        listed = self._cluster._list("Job")
-        if field_selector:
-            listed["items"] = [
-                o
-                for o in listed["items"]
-                if field_selector == f"metadata.name={o['metadata']['name']}"
-            ]
-        return listed
+        return self._cluster._list("Job", field_selector)
 
     def read_namespaced_pod_log(self, name: str, namespace: str, **_: Any) -> _LogStream:
         return _LogStream()
@@ -215,9 +210,12 @@ class FakeCluster:
             if gone is not None:
                 self._publish("DELETED", gone)
 
-    def _list(self, kind: str) -> Obj:
+    def _list(self, kind: str, field_selector: str | None = None) -> Obj:
         with self._lock:
-            return {"items": [copy.deepcopy(o) for (k, _), o in self.objects.items() if k == kind]}
+            items = [copy.deepcopy(o) for (k, _), o in self.objects.items() if k == kind]
+        if field_selector:
+            items = [o for o in items if field_selector == f"metadata.name={o['metadata']['name']}"]
+        return {"items": items}
 
     def _publish(self, kind: str, obj: Obj) -> None:
         for events in self._watchers:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, cast
 
 from ringfence.backends.kubernetes._client import Cluster, translated
@@ -26,7 +26,7 @@ async def watch(
     *args: Any,
     timeout_seconds: int,
     **kwargs: Any,
-) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
     """``(event type, object as JSON)`` for each event: first ADDED for every object that
     exists, then changes, until ``timeout_seconds`` pass (then it simply ends).
 

@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 _READY_SECONDS = 120  # image pull and scheduling included
 _GONE_SECONDS = 60
+PodEvents = AsyncGenerator[tuple[str, dict[str, Any]], None]  # a watch of one Pod
+_WATCH_SECONDS = 300  # each watch of a running sandbox; then it is listed and watched again
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:
@@ -57,13 +60,22 @@ def pod_ready(pod: dict[str, Any]) -> bool:
 class PodSandbox:
     """A running sandbox Pod: where the control plane reaches its daemon, and its end."""
 
-    def __init__(self, runtime: PodSandboxRuntime, name: str, relay: Relay, timeout: float):
+    def __init__(
+        self,
+        runtime: PodSandboxRuntime,
+        name: str,
+        relay: Relay,
+        timeout: float,
+        events: PodEvents,
+    ) -> None:
+        """``events``: the watch that saw the Pod ready, read on from there (a new watch
+        would miss a deletion made before it began)."""
         self._runtime = runtime
         self._name = name
         self._relay = relay
         self._cause: Status | None = None  # what ended it, when we did
         self._deadline: asyncio.TimerHandle | None = None
-        self._end: asyncio.Task[ExecutionResult] = asyncio.create_task(self._watch())
+        self._end: asyncio.Task[ExecutionResult] = asyncio.create_task(self._watch(events))
         self._schedule(timeout)
 
     @property
@@ -99,20 +111,31 @@ class PodSandbox:
             self._cause = cause
         await self._runtime.delete(self._name)
 
-    async def _watch(self) -> ExecutionResult:
-        """Wait until the Pod is gone, whoever ended it; then release the relay."""
+    async def _watch(self, events: PodEvents) -> ExecutionResult:
+        """Wait until the Pod is gone, whoever ended it; then release the relay.
+
+        ``events`` is read to its end, then the Pod is watched again from a listing of it
+        (``PodSandboxRuntime.watch_existing``): gone by then is gone, not waited for."""
         error: str | None = None
+        watching: PodEvents | None = events
         try:
-            while True:
-                async for kind, pod in self._runtime.watch_pod(self._name, 300):
-                    view = pod_view(pod)
-                    if kind == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
-                        await self._runtime.release(self._name)
-                    if kind == "DELETED":
-                        return self._result(error)
-                    if view.phase in (PodPhase.ENDED, PodPhase.BROKEN) and self._cause is None:
-                        error = view.error or f"the sandbox daemon exited ({view.exit_code})"
-                        await self._runtime.delete(self._name)
+            while watching is not None:
+                try:
+                    async for kind, pod in watching:
+                        view = pod_view(pod)
+                        deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+                        if kind == "DELETED" or deleting:
+                            await self._runtime.release(self._name)
+                        if kind == "DELETED":
+                            return self._result(error)
+                        if view.phase in (PodPhase.ENDED, PodPhase.BROKEN) and self._cause is None:
+                            error = view.error or f"the sandbox daemon exited ({view.exit_code})"
+                            await self._runtime.delete(self._name)
+                finally:
+                    await _closed(watching)
+                watching = await self._runtime.watch_existing(self._name, _WATCH_SECONDS)
+            await self._runtime.release(self._name)
+            return self._result(error)
         except RingfenceError as exc:  # the API failed: the Pod must not outlive us
             log.warning("lost the watch of sandbox pod %s: %s", self._name, exc.message)
             with contextlib.suppress(RingfenceError):
@@ -176,8 +199,9 @@ class PodSandboxRuntime:
             f"creating sandbox pod {name}",
             self._cluster.core.create_namespaced_pod, self._namespace, manifest,
         )  # fmt: skip
+        events = self.watch_pod(name, _READY_SECONDS)  # read on by the sandbox once ready
         try:
-            address = await self._ready(name)
+            address = await self._ready(name, events)
             if egress is not None and spec.network is not None and has_rules(spec.network):
                 egress.admit(address, spec.network, f"sandbox:{sandbox_id}")
                 self._admitted[name] = address
@@ -185,9 +209,10 @@ class PodSandboxRuntime:
                           self._config.kubernetes_daemon_port)  # fmt: skip
             await relay.start()
         except BaseException:
+            await asyncio.shield(_closed(events))
             await asyncio.shield(self.delete(name))
             raise
-        sandbox = PodSandbox(self, name, relay, spec.timeout)
+        sandbox = PodSandbox(self, name, relay, spec.timeout, events)
         self._sandboxes.add(sandbox)
         sandbox._end.add_done_callback(lambda _: self._sandboxes.discard(sandbox))
         return sandbox
@@ -218,16 +243,36 @@ class PodSandboxRuntime:
                 name, self._namespace, grace_period_seconds=0,
             )  # fmt: skip
 
-    def watch_pod(self, name: str, seconds: int) -> Any:
+    def watch_pod(self, name: str, seconds: int, **since: Any) -> PodEvents:
         return watch(
             self._cluster, f"watching sandbox pod {name}",
             self._cluster.core.list_namespaced_pod, self._namespace,
-            field_selector=f"metadata.name={name}", timeout_seconds=seconds,
+            field_selector=f"metadata.name={name}", timeout_seconds=seconds, **since,
         )  # fmt: skip
 
-    async def _ready(self, name: str) -> str:
-        """The Pod's IP once its daemon is ready."""
-        async for kind, pod in self.watch_pod(name, _READY_SECONDS):
+    async def watch_existing(self, name: str, seconds: int) -> PodEvents | None:
+        """A watch of the Pod from a listing of it, or None if it is gone. A watch sends
+        nothing about a Pod already gone, so it is listed first and watched from that
+        listing's version: no deletion is missed.
+
+        Raises:
+            SandboxError: the API failed.
+        """
+        selector = f"metadata.name={name}"
+        listed = self._cluster.plain(
+            await self._cluster.call(
+                f"looking for sandbox pod {name}", self._cluster.core.list_namespaced_pod,
+                self._namespace, field_selector=selector,
+            )
+        )  # fmt: skip
+        if not listed.get("items"):
+            return None
+        version = (listed.get("metadata") or {}).get("resourceVersion")
+        return self.watch_pod(name, seconds, **({"resource_version": version} if version else {}))
+
+    async def _ready(self, name: str, events: PodEvents) -> str:
+        """The Pod's IP once its daemon is ready (``events`` is left open, to be read on)."""
+        async for kind, pod in events:
             view = pod_view(pod)
             if kind == "DELETED":
                 raise SandboxError(f"sandbox pod {name} was deleted while starting")
@@ -238,3 +283,8 @@ class PodSandboxRuntime:
             if pod_ready(pod):
                 return str(pod["status"]["podIP"])
         raise SandboxError(f"the sandbox pod was not ready within {_READY_SECONDS} s")
+
+
+async def _closed(events: AsyncGenerator[Any, None]) -> None:
+    """Close a watch (``_watch.watch``): its thread stops at its next event."""
+    await events.aclose()
