@@ -81,6 +81,9 @@ STORE_FIXTURES = {
     "ask_console": "sqlite",  # tests/console: egress asks through the console
 }
 EVERY_STORE = "every_store"
+# A test (module, class) of logic marked ``fakes`` is served on the fakes of
+# ``ringfence.testing.fakes`` by tests/server's ``api`` fixture, unless it is ``every_store``.
+FAKES = "fakes"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -88,6 +91,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{EVERY_STORE}: run on every store the test's fixtures serve from (SQLite and "
         "PostgreSQL too), not only the first: the end-to-end set of each capability",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{FAKES}: a test of logic: tests/server's ``api`` serves it on the fakes (no "
+        f"isolation, no limits), unless it is marked {EVERY_STORE} (those keep real sandboxes)",
     )
     config.stash[_HARNESS_KEY] = _cap_own_cgroup()
 

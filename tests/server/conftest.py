@@ -18,6 +18,8 @@ from ringfence.server import create_app
 from ringfence.service.credentials import CredentialKey
 from ringfence.service.keys import mint_key
 from ringfence.store import MemoryStore, Store
+from ringfence.testing.fakes import FakeExecutor, FakeSandboxRuntime
+from tests.conftest import EVERY_STORE, FAKES
 from tests.store.conftest import postgres_database, sqlite_database
 
 __all__ = ["Api", "postgres_database", "sqlite_database"]
@@ -52,17 +54,22 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-async def api(local_host: object, store: Store) -> AsyncIterator[Api]:
-    async with _serving(local_host, store) as api:
+async def api(request: pytest.FixtureRequest, store: Store) -> AsyncIterator[Api]:
+    """The app in process on ``store``, on real sandboxes (``LocalExecutor``,
+    ``LocalSandboxRuntime``), or on the fakes for a test marked ``fakes`` that is not one of
+    the end-to-end set (marked ``every_store``: that set keeps the real parts)."""
+    async with _serving(_local_host_unless_on_fakes(request), store) as api:
         yield api
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-async def live(request: pytest.FixtureRequest, local_host: object) -> AsyncIterator[Api]:
+async def live(request: pytest.FixtureRequest) -> AsyncIterator[Api]:
     """``api`` on SQLite or PostgreSQL, served over real HTTP on loopback: sandbox traffic
-    streams, which the in-process transport (it buffers whole answers) cannot show."""
+    streams, which the in-process transport (it buffers whole answers) cannot show. On the
+    fakes as ``api`` is."""
     from ringfence.store.sql import SqlStore
 
+    local_host = _local_host_unless_on_fakes(request)
     store = await SqlStore.open(request.getfixturevalue(f"{request.param}_database"))
     try:
         async with _serving(local_host, store, over_http=True) as api:
@@ -71,16 +78,38 @@ async def live(request: pytest.FixtureRequest, local_host: object) -> AsyncItera
         await store.aclose()
 
 
+def _local_host_unless_on_fakes(request: pytest.FixtureRequest) -> object | None:
+    """The local backend's host for a test on real sandboxes; None for a test on the fakes:
+    marked ``fakes`` and not ``every_store`` (the end-to-end set keeps the real parts)."""
+    node = request.node
+    if node.get_closest_marker(FAKES) and not node.get_closest_marker(EVERY_STORE):
+        return None
+    host: object = request.getfixturevalue("local_host")
+    return host
+
+
 @contextlib.asynccontextmanager
-async def _serving(local_host: object, store: Store, over_http: bool = False) -> AsyncIterator[Api]:
+async def _serving(
+    local_host: object | None, store: Store, over_http: bool = False
+) -> AsyncIterator[Api]:
+    """Serve on ``store`` with the local backend on ``local_host``, or, ``local_host`` None,
+    on the fakes (``FakeExecutor``, ``FakeSandboxRuntime``: no isolation, no limits)."""
     from ringfence.backends.local.probe import Host
 
-    assert isinstance(local_host, Host)
     config = Config(pool_sizes={})
-    services = await build_services(
-        config, store=store, executor=LocalExecutor(config, host=local_host),
-        seal_key=SealKey.generate(), seal_interval=3600, credentials=CredentialKey.generate(),
-    )  # fmt: skip
+    if local_host is None:
+        services = await build_services(
+            config, store=store, executor=FakeExecutor(config),
+            runtime=FakeSandboxRuntime(config), seal_key=SealKey.generate(),
+            seal_interval=3600, credentials=CredentialKey.generate(),
+        )  # fmt: skip
+    else:
+        assert isinstance(local_host, Host)
+        services = await build_services(
+            config, store=store, executor=LocalExecutor(config, host=local_host),
+            seal_key=SealKey.generate(), seal_interval=3600,
+            credentials=CredentialKey.generate(),
+        )  # fmt: skip
     app = create_app(services)
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.integration
 _TOO_MANY_VARIABLES = {f"V{i}": "x" for i in range(100_000)}
 
 
+@pytest.mark.fakes  # a refusal: logic
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
@@ -41,6 +42,7 @@ async def test_a_sandbox_that_could_not_work_is_refused_naming_the_field(
     assert error["message"].startswith(field), error["message"]
 
 
+@pytest.mark.fakes  # a refusal: logic
 @pytest.mark.parametrize(
     ("request_", "field"),
     [

@@ -16,6 +16,8 @@ from ringfence.service.executions import RESTART_ERROR, ExecutionService
 from ringfence.store import MemoryStore
 from tests.server.conftest import Api
 
+pytestmark = pytest.mark.fakes  # logic: see tests/README.md, "Which backend"
+
 
 def _error(response: httpx.Response) -> dict[str, Any]:
     body: dict[str, Any] = response.json()

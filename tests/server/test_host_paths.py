@@ -22,6 +22,8 @@ from ringfence.models import (
 from ringfence.server.errors import HostPaths
 from tests.server.conftest import Api
 
+pytestmark = pytest.mark.fakes  # logic: see tests/README.md, "Which backend"
+
 in_memory = pytest.mark.parametrize("store", ["memory"], indirect=True)
 
 

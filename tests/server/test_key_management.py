@@ -17,6 +17,8 @@ from tests.console.conftest import sign_in
 from tests.integration._attack_helpers import eventually
 from tests.server.conftest import Api, _serving
 
+pytestmark = pytest.mark.fakes  # logic: see tests/README.md, "Which backend"
+
 _INITIALIZE = {
     "jsonrpc": "2.0", "id": 1, "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {},

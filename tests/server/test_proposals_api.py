@@ -14,6 +14,8 @@ from ringfence.models import AuditQuery, ProposalState, Role
 from ringfence.service.keys import authenticate, mint_key
 from tests.server.conftest import Api
 
+pytestmark = pytest.mark.fakes  # logic: see tests/README.md, "Which backend"
+
 FIX = {"command": ["sh", "-c", "echo fixed"], "timeout": 30}
 
 
