@@ -45,6 +45,7 @@ async def test_run_get_list_cancel(api: Api) -> None:
         assert (await rf.executions.run(request)).execution_id == "sdk-3"
 
 
+@pytest.mark.fakes  # logic
 async def test_errors_come_back_as_their_types(api: Api) -> None:
     async with _client(api, api.acme_key) as rf:
         await rf.executions.run(["true"], id="taken")

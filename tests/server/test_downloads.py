@@ -4,6 +4,8 @@ comes from a sandbox is marked nosniff and CSP-sandboxed, whatever type the daem
 
 from __future__ import annotations
 
+import pytest
+
 from ringfence.service.sandbox_answers import answer_headers
 from tests.server._envd import STREAM, run, start_body
 from tests.server.conftest import Api
@@ -29,6 +31,7 @@ DOWNLOAD = {
 }
 
 
+@pytest.mark.fakes  # logic: the answer's headers
 async def test_an_html_file_downloads_as_an_inert_attachment(live: Api) -> None:
     created = await live.client.post("/v1/sandboxes", headers=live.acme, json={})
     sandbox_id = created.json()["id"]

@@ -90,6 +90,7 @@ async def test_another_tenant_sees_and_touches_nothing(live: Api) -> None:
     assert files.status_code == 404, "globex's upload must not have landed"
 
 
+@pytest.mark.fakes  # logic
 async def test_output_streams_while_the_command_runs(live: Api) -> None:
     """The command prints, then waits for input that is only sent once that print has
     arrived: without streaming, this would never end."""
@@ -114,6 +115,7 @@ async def test_output_streams_while_the_command_runs(live: Api) -> None:
     assert ran.stdout == "ready\ngot go\n" and ran.end["exited"]
 
 
+@pytest.mark.fakes  # logic
 async def test_files_round_trip_and_bad_paths(live: Api) -> None:
     sandbox_id = (await _create(live))["id"]
     files = f"/v1/sandboxes/{sandbox_id}/files"
@@ -135,6 +137,7 @@ async def test_files_round_trip_and_bad_paths(live: Api) -> None:
     assert stat.json()["entry"]["size"] in (len(data), str(len(data)))
 
 
+@pytest.mark.fakes  # logic
 async def test_a_large_upload_is_streamed_past_the_body_limit(live: Api) -> None:
     """The API buffers at most 4 MiB of a body; uploads stream through instead."""
     sandbox_id = (await _create(live))["id"]
@@ -194,6 +197,7 @@ async def test_killing_leaves_nothing(live: Api) -> None:
     _assert_nothing_remains(*sandbox_ids)
 
 
+@pytest.mark.fakes  # logic
 async def test_bad_input_is_a_clear_4xx(live: Api) -> None:
     sandbox_id = (await _create(live))["id"]
     cases = [
@@ -296,6 +300,7 @@ def _assert_nothing_remains(*sandbox_ids: object) -> None:
     assert cgroups == []
 
 
+@pytest.mark.fakes  # logic
 async def test_metrics_count_live_sandboxes(live: Api) -> None:
     await _create(live)
     text = (await live.client.get("/v1/metrics")).text
