@@ -14,6 +14,8 @@ from ringfence.models import AuditQuery
 from ringfence.server.console.pages import SECURITY_HEADERS
 from tests.console.conftest import Console, csrf_of, sign_in
 
+pytestmark = pytest.mark.fakes  # logic: see tests/README.md, "Which backend"
+
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(document.cookie)>'
 
