@@ -120,7 +120,13 @@ class _DaemonExecutor(ProcessExecutor):
             command = request.command
         else:
             env = {"HOME": SANDBOX_HOME, **request.env}
-            view = ["--dev-bind", "/", "/", "--tmpfs", "/home", "--bind", str(home), SANDBOX_HOME]
+            # The host's root read-only, as a real sandbox's is: tests run as root, and a
+            # test of logic must not write into the host (a PUT of /usr/x answered 200 on a
+            # writable view). /tmp and HOME are the sandbox's own, /dev the host's devices.
+            view = [
+                "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/tmp",
+                "--tmpfs", "/home", "--bind", str(home), SANDBOX_HOME,
+            ]  # fmt: skip
             command = [self._bwrap, *view, "--chdir", SANDBOX_HOME, "--", *request.command]
         daemon = request.model_copy(update={"command": command, "env": env})
         try:
