@@ -122,9 +122,10 @@ class _DaemonExecutor(ProcessExecutor):
             env = {"HOME": SANDBOX_HOME, **request.env}
             # The host's root read-only, as a real sandbox's is: tests run as root, and a
             # test of logic must not write into the host (a PUT of /usr/x answered 200 on a
-            # writable view). /tmp and HOME are the sandbox's own, /dev the host's devices.
+            # writable view). HOME is the sandbox's own; /dev and /tmp stay the host's (a
+            # checkout under /tmp, as CI's, holds the interpreter and the daemon it runs).
             view = [
-                "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/tmp",
+                "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--bind", "/tmp", "/tmp",
                 "--tmpfs", "/home", "--bind", str(home), SANDBOX_HOME,
             ]  # fmt: skip
             command = [self._bwrap, *view, "--chdir", SANDBOX_HOME, "--", *request.command]
