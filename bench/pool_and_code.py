@@ -664,8 +664,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import ipykernel  # noqa: F401
         import jupyter_client  # noqa: F401  (the baseline; checked before minutes of work)
     except ImportError as exc:
-        sys.exit(f"pool_and_code: the Jupyter baseline needs the bench extra ({exc.name} is "
-                 "missing): .venv/bin/pip install -e '.[dev,bench]'")
+        sys.exit(
+            f"pool_and_code: the Jupyter baseline needs the bench extra ({exc.name} is "
+            "missing): .venv/bin/pip install -e '.[dev,bench]'"
+        )
     # The server is a child process: it reads its pool from the environment it inherits.
     os.environ["RINGFENCE_POOL_SIZES"] = json.dumps({TEMPLATE: args.pool})
     with running_server() as server:

@@ -26,7 +26,7 @@ with zipfile.ZipFile('/tmp/demo-1.0-py3-none-any.whl', 'w') as whl:
 
 async def test_pip_installs_into_the_home_directory(local_executor: LocalExecutor) -> None:
     script = (
-        f"python3 -c \"{MAKE_WHEEL}\" && "
+        f'python3 -c "{MAKE_WHEEL}" && '
         "python3 -m pip install --no-index --disable-pip-version-check -q "
         "/tmp/demo-1.0-py3-none-any.whl 2>&1 | grep -v 'Defaulting to user' ; "
         "cd / && python3 -c 'import demo; print(demo.X, demo.__file__)'"

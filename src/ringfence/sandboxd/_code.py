@@ -180,8 +180,10 @@ class Context:
                 return
             for fd, mask in events:
                 if names[fd] == "client":
-                    gone = gone or bool(mask & (select.POLLHUP | select.POLLERR)) or (
-                        client.peer_closed()
+                    gone = (
+                        gone
+                        or bool(mask & (select.POLLHUP | select.POLLERR))
+                        or (client.peer_closed())
                     )
                     continue
                 if names[fd] != "control":
