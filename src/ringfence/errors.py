@@ -9,9 +9,12 @@ apart without matching message text.
     ├── NotFound                no such object in your tenant             (not_found)
     │   ├── ExecutionNotFound   no execution with that id
     │   ├── SandboxNotFound     no sandbox with that id
-    │   └── ProposalNotFound    no proposal with that id
+    │   ├── ProposalNotFound    no proposal with that id
+    │   └── CheckpointNotFound  no checkpoint (snapshot) with that id
     ├── DuplicateExecution      an execution with that id already exists  (duplicate_id)
     ├── Conflict                the object's state does not allow it now  (conflict)
+    ├── StateUnsupported        no state capture here (checkpoint, pause) (state_unsupported)
+    ├── SnapshotBudgetExceeded  checkpoints at their budget   (snapshot_budget_exceeded)
     ├── UnknownBackend          SANDBOX_BACKEND names no backend          (unknown_backend)
     ├── BackendUnavailable      the host lacks what the backend needs     (backend_unavailable)
     ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
@@ -36,6 +39,7 @@ from __future__ import annotations
 __all__ = [
     "HTTP_STATUS",
     "BackendUnavailable",
+    "CheckpointNotFound",
     "Conflict",
     "DuplicateExecution",
     "ExecutionNotFound",
@@ -51,6 +55,8 @@ __all__ = [
     "SandboxUidsExhausted",
     "ServerAtCapacity",
     "ServerUnreachable",
+    "SnapshotBudgetExceeded",
+    "StateUnsupported",
     "StoreError",
     "TooManyRequests",
     "Unauthenticated",
@@ -91,6 +97,24 @@ class SandboxNotFound(NotFound):
 
 class ProposalNotFound(NotFound):
     """No proposal with this id exists in the caller's tenant."""
+
+
+class CheckpointNotFound(NotFound):
+    """No checkpoint (or snapshot) with that id in this sandbox or tenant."""
+
+
+class StateUnsupported(RingfenceError):
+    """The backend (or the host it runs on) cannot capture this sandbox's state: no
+    writable layer, no freezer. The message names what is missing."""
+
+    code = "state_unsupported"
+
+
+class SnapshotBudgetExceeded(RingfenceError):
+    """A sandbox's checkpoints hold as many (or as many bytes) as its budget allows:
+    delete one first."""
+
+    code = "snapshot_budget_exceeded"
 
 
 class DuplicateExecution(RingfenceError):
@@ -194,6 +218,8 @@ HTTP_STATUS: dict[str, int] = {
     NotFound.code: 404,
     DuplicateExecution.code: 409,
     Conflict.code: 409,
+    StateUnsupported.code: 409,
+    SnapshotBudgetExceeded.code: 507,
     UnknownBackend.code: 400,
     BackendUnavailable.code: 503,
     SandboxError.code: 500,
@@ -211,5 +237,6 @@ _ALL: tuple[type[RingfenceError], ...] = (
     InvalidRequest, NotFound, DuplicateExecution, Conflict, UnknownBackend, BackendUnavailable,
     SandboxError, SandboxNotRunning, SandboxElsewhere, TooManyRequests, ServerAtCapacity,
     StoreError,
-    Unauthenticated, Forbidden, ServerUnreachable, SandboxUidsExhausted,
+    Unauthenticated, Forbidden, ServerUnreachable, SandboxUidsExhausted, StateUnsupported,
+    SnapshotBudgetExceeded,
 )  # fmt: skip

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import importlib
 
-from ringfence.backends._interactive import LaunchSpec, LiveSandbox, SandboxRuntime
+from ringfence.backends._interactive import (
+    Checkpoint,
+    LaunchSpec,
+    LiveSandbox,
+    SandboxRuntime,
+    StateSupport,
+)
 from ringfence.backends._protocol import Executor, OutputCallback, StartCallback
 from ringfence.config import Config
 from ringfence.errors import UnknownBackend
 
 __all__ = [
     "BACKENDS",
+    "Checkpoint",
     "Executor",
     "LaunchSpec",
     "LiveSandbox",
     "OutputCallback",
     "SandboxRuntime",
     "StartCallback",
+    "StateSupport",
     "create_executor",
     "create_sandbox_runtime",
 ]

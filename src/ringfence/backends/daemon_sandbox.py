@@ -12,6 +12,7 @@ import contextlib
 import socket
 from pathlib import Path
 
+from ringfence.backends._interactive import Stateless
 from ringfence.backends._supervisor import SupervisingExecutor
 from ringfence.errors import ExecutionNotFound, SandboxError
 from ringfence.models import ExecutionRequest, ExecutionResult
@@ -21,7 +22,7 @@ __all__ = ["DaemonSandbox", "listen", "start_daemon_sandbox"]
 _BACKLOG = 256
 
 
-class DaemonSandbox:
+class DaemonSandbox(Stateless):
     """A running interactive sandbox: where its daemon listens, and its lifecycle."""
 
     def __init__(

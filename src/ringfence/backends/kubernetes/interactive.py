@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from ringfence.backends._interactive import LaunchSpec
+from ringfence.backends._interactive import LaunchSpec, Stateless
 from ringfence.backends.kubernetes._client import Cluster
 from ringfence.backends.kubernetes._relay import Relay
 from ringfence.backends.kubernetes._watch import watch
@@ -57,8 +57,10 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return ready and bool((pod.get("status") or {}).get("podIP"))
 
 
-class PodSandbox:
+class PodSandbox(Stateless):
     """A running sandbox Pod: where the control plane reaches its daemon, and its end."""
+
+    reason = "the kubernetes backend does not capture sandbox state yet (docs/kubernetes.md)"
 
     def __init__(
         self,
