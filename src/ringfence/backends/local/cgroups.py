@@ -12,6 +12,15 @@ cannot hand controllers to children, so on v2 Ringfence moves itself into a leaf
 ``<our cgroup>/supervisor`` first (the layout systemd's ``Delegate=yes`` expects).
 v1 has one hierarchy per controller and no ``cgroup.kill``: killing means signalling every pid
 in ``cgroup.procs`` until it stays empty.
+
+Freezing (a checkpoint's consistent instant, a pause that keeps memory) stops every task of
+the cgroup where it is: v2 through ``cgroup.freeze`` (every v2 cgroup has it), v1 through the
+freezer hierarchy, used beside memory, pids and cpu when the host mounts one. A v1 host
+without it still runs sandboxes; ``Cgroup.can_freeze`` is False there and ``freeze`` raises
+``StateUnsupported``. ``freeze`` returns only once the kernel reports every task stopped
+(v1 ``freezer.state`` FROZEN, v2 ``cgroup.events`` "frozen 1"), within a bound. A v1 task
+that is frozen does not die of SIGKILL until thawed, so ``kill_all`` thaws after signalling:
+the pending SIGKILL is all the task runs.
 """
 
 from __future__ import annotations
@@ -22,19 +31,22 @@ import os
 import signal
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ringfence.errors import BackendUnavailable, SandboxError
+from ringfence.errors import BackendUnavailable, SandboxError, StateUnsupported
 from ringfence.models import ResourceLimits
 
 __all__ = ["Cgroup", "CgroupDriver", "detect"]
 
 CONTROLLERS = ("memory", "pids", "cpu")
+FREEZER = "freezer"  # v1 only, optional: without it sandboxes run but cannot be frozen
 GROUP = "ringfence"
 _CPU_PERIOD_US = 100_000
 _KILL_ROUNDS = 2000  # x 1 ms: a sandbox whose pids keep reappearing for 2 s is an error
 _RMDIR_ROUNDS = 1000
+_FREEZE_SECONDS = 2.0  # a cgroup not frozen by then (a task stuck in the kernel) is an error
 
 
 class Cgroup(ABC):
@@ -63,8 +75,60 @@ class Cgroup(ABC):
     @abstractmethod
     def _dirs(self) -> list[Path]: ...
 
+    @property
+    @abstractmethod
+    def can_freeze(self) -> bool:
+        """Whether this host lets the cgroup be frozen (v2 always; v1 with a freezer)."""
+
+    @abstractmethod
+    def _request_freeze(self, frozen: bool) -> None:
+        """Ask the kernel to freeze (or thaw) every task; it may not be done yet."""
+
+    @abstractmethod
+    def is_frozen(self) -> bool:
+        """True once every task of the cgroup is stopped (False while still freezing)."""
+
+    def freeze(self) -> None:
+        """Stop every task of the cgroup, returning once the kernel says all are stopped.
+
+        Raises:
+            StateUnsupported: no freezer on this host (a v1 host without its hierarchy).
+            SandboxError: the kernel refused, or the cgroup did not freeze in time (it is
+                thawed again then: never left half frozen).
+        """
+        if not self.can_freeze:
+            raise StateUnsupported(
+                "sandboxes cannot be frozen here: this cgroup v1 host mounts no freezer "
+                "hierarchy (mount -t cgroup -o freezer cgroup /sys/fs/cgroup/freezer)"
+            )
+        self._request_freeze(True)
+        if not _wait_until(self.is_frozen, _FREEZE_SECONDS, retry=self._freeze_retry):
+            self._request_freeze(False)
+            raise SandboxError(f"{self._dirs()[0]} did not freeze within {_FREEZE_SECONDS} s")
+
+    def thaw(self) -> None:
+        """Let every task run again; a no-op on a cgroup that is not frozen (or cannot be).
+        Raises ``SandboxError`` when the kernel refuses."""
+        if self.can_freeze:
+            self._request_freeze(False)
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Frozen for the block, thawed after it whatever happens (``freeze``'s errors)."""
+        self.freeze()
+        try:
+            yield
+        finally:
+            self.thaw()
+
+    @abstractmethod
+    def _freeze_retry(self) -> None:
+        """Called while waiting for the freeze (v1 asks again; v2 needs nothing)."""
+
     def kill_all(self) -> None:
-        """SIGKILL every process until the cgroup is empty. Raises ``SandboxError``."""
+        """SIGKILL every process until the cgroup is empty (frozen ones too: they are
+        thawed after the signal, so it is the first thing they run). Raises
+        ``SandboxError``."""
         for _ in range(_KILL_ROUNDS):
             pids = self.pids()
             if not pids:
@@ -72,6 +136,9 @@ class Cgroup(ABC):
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            if self.can_freeze:
+                with contextlib.suppress(SandboxError):
+                    self._request_freeze(False)
             time.sleep(0.001)
         raise SandboxError(f"processes survive in {self._dirs()[0]}")
 
@@ -103,6 +170,11 @@ class CgroupDriver(ABC):
 
     version: int
 
+    @property
+    def can_freeze(self) -> bool:
+        """Whether its cgroups can be frozen (``Cgroup.freeze``)."""
+        return True
+
     @abstractmethod
     def create(self, name: str, limits: ResourceLimits) -> Cgroup:
         """Create the cgroup ``name`` with ``limits``. Raises ``SandboxError``."""
@@ -131,12 +203,32 @@ class _V1Cgroup(Cgroup):
     def _dirs(self) -> list[Path]:
         return list(self.dirs.values())
 
+    @property
+    def can_freeze(self) -> bool:
+        return FREEZER in self.dirs
+
+    def _request_freeze(self, frozen: bool) -> None:
+        _write(self.dirs[FREEZER] / "freezer.state", "FROZEN" if frozen else "THAWED")
+
+    def _freeze_retry(self) -> None:
+        # v1 moves FREEZING -> FROZEN only when asked again once every task has stopped.
+        self._request_freeze(True)
+
+    def is_frozen(self) -> bool:
+        if not self.can_freeze:
+            return False
+        return _read(self.dirs[FREEZER] / "freezer.state") == "FROZEN"
+
 
 class V1Driver(CgroupDriver):
     version = 1
 
     def __init__(self, groups: dict[str, Path]) -> None:
-        self.groups = groups  # controller -> <our cgroup>/ringfence/i<pid>
+        self.groups = groups  # controller -> <our cgroup>/ringfence/i<pid> (+ the freezer)
+
+    @property
+    def can_freeze(self) -> bool:
+        return FREEZER in self.groups
 
     def create(self, name: str, limits: ResourceLimits) -> Cgroup:
         cgroup = _V1Cgroup({c: group / name for c, group in self.groups.items()})
@@ -188,6 +280,19 @@ class _V2Cgroup(Cgroup):
 
     def _dirs(self) -> list[Path]:
         return [self.directory]
+
+    @property
+    def can_freeze(self) -> bool:
+        return True  # cgroup.freeze is in every non-root v2 cgroup (Linux 5.2 and later)
+
+    def _request_freeze(self, frozen: bool) -> None:
+        _write(self.directory / "cgroup.freeze", "1" if frozen else "0")
+
+    def _freeze_retry(self) -> None:
+        pass  # one write to cgroup.freeze is enough: the kernel finishes on its own
+
+    def is_frozen(self) -> bool:
+        return _read_counter(self.directory / "cgroup.events", "frozen") == 1
 
     def kill_all(self) -> None:
         kill_file = self.directory / "cgroup.kill"
@@ -336,7 +441,7 @@ def detect() -> CgroupDriver:
             except (OSError, SandboxError) as exc:
                 problems.append(f"cgroup v2 at {directory}: {exc}")
     groups: dict[str, Path] = {}
-    for controller in CONTROLLERS:
+    for controller in (*CONTROLLERS, FREEZER):
         v1 = next((m for m in mounts if m.fstype == "cgroup" and controller in m.options), None)
         if v1 is None:
             continue
@@ -349,7 +454,7 @@ def detect() -> CgroupDriver:
             groups[controller] = instance
         except OSError as exc:
             problems.append(f"cgroup v1 {controller} at {group}: {exc.strerror}")
-    if len(groups) == len(CONTROLLERS):
+    if set(CONTROLLERS) <= set(groups):
         return V1Driver(groups)
     missing = [c for c in CONTROLLERS if c not in groups]
     raise BackendUnavailable(
@@ -373,6 +478,28 @@ def _write(path: Path, value: str) -> None:
             f.write(value)
     except OSError as exc:
         raise SandboxError(f"cannot write {value!r} to {path}: {exc.strerror}") from exc
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise SandboxError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _wait_until(done: Callable[[], bool], seconds: float, retry: Callable[[], None]) -> bool:
+    """Poll ``done`` until it is true or ``seconds`` pass; spin first (a freeze usually
+    takes tens of microseconds), then back off to a millisecond."""
+    deadline = time.monotonic() + seconds
+    pause = 0.0
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        retry()
+        if pause:
+            time.sleep(pause)
+        pause = min(0.001, pause * 2 or 0.00002)
+    return True
 
 
 def _move(directory: Path, pid: int) -> bool:
