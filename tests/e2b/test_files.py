@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -15,6 +15,7 @@ from e2b.sandbox.filesystem.filesystem import WriteEntry
 
 from e2b import (
     FileNotFoundException,
+    FilesystemEvent,
     FilesystemEventType,
     FileType,
     Sandbox,
@@ -86,22 +87,60 @@ def test_the_read_only_root_refuses_writes(sbx: Sandbox) -> None:
         sbx.files.write("/usr/evil", "x")
 
 
+def _events_until(handle: object, done: Callable[[list[FilesystemEvent]], bool]) -> list:
+    """The watcher's events, polled until ``done`` says so (10 s at most)."""
+    deadline = time.monotonic() + 10
+    events: list[FilesystemEvent] = []
+    while time.monotonic() < deadline and not done(events):
+        events += handle.get_new_events()  # type: ignore[attr-defined]
+        time.sleep(0.05)
+    return events
+
+
 def test_watch_dir_reports_changes(sbx: Sandbox) -> None:
     sbx.files.make_dir("watched")
     handle = sbx.files.watch_dir("watched")
     try:
         sbx.files.write("watched/new.txt", "x")
-        deadline = time.monotonic() + 10
-        events = []
-        while time.monotonic() < deadline:
-            events += handle.get_new_events()
-            if any(e.name == "new.txt" for e in events):
-                break
-            time.sleep(0.05)
+        events = _events_until(handle, lambda got: any(e.name == "new.txt" for e in got))
         kinds = {e.type for e in events if e.name == "new.txt"}
         assert kinds & {FilesystemEventType.CREATE, FilesystemEventType.WRITE}
     finally:
         handle.stop()
+
+
+def test_a_write_is_the_files_own_write_event(sbx: Sandbox) -> None:
+    """As envd writes in place: a WRITE of the file itself, no temporary file beside it
+    (``.<name>.upload-<hex>`` and a rename's CREATE, before)."""
+    sbx.files.make_dir("watched-write")
+    sbx.files.write("watched-write/log.txt", "first")
+    handle = sbx.files.watch_dir("watched-write")
+    try:
+        sbx.files.write("watched-write/log.txt", "second, longer")
+        events = _events_until(
+            handle, lambda got: any(e.type is FilesystemEventType.WRITE for e in got)
+        )
+        assert {e.name for e in events} == {"log.txt"}, events
+        assert FilesystemEventType.WRITE in {e.type for e in events}
+        assert FilesystemEventType.CREATE not in {e.type for e in events}, "it existed"
+    finally:
+        handle.stop()
+    assert sbx.files.read("watched-write/log.txt") == "second, longer"
+
+
+def test_removing_what_is_not_there_is_a_no_op(sbx: Sandbox) -> None:
+    """envd's Remove is ``os.RemoveAll``: cleanup code calls it without looking first."""
+    sbx.files.remove("/home/user/never-there")
+    sbx.files.remove("never/there/either")
+    assert not sbx.files.exists("never-there")
+
+
+def test_a_deep_listing_is_in_envds_order(sbx: Sandbox) -> None:
+    """Go's ``filepath.WalkDir``: by name, each directory's contents right after it."""
+    for path in ("ordered/b.txt", "ordered/a/z.txt", "ordered/a/y/x.txt", "ordered/c/w.txt"):
+        sbx.files.write(path, "x")
+    listed = [e.path.removeprefix("/home/user/ordered/") for e in sbx.files.list("ordered", 2)]
+    assert listed == ["a", "a/y", "a/z.txt", "b.txt", "c", "c/w.txt"]
 
 
 def test_signed_urls_download_and_upload_without_any_header(sbx: Sandbox) -> None:

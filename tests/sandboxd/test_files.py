@@ -43,8 +43,9 @@ def test_make_dir_stat_list_move_remove(daemon: Daemon) -> None:
     names = {e["name"] for e in shallow["entries"]}  # type: ignore[attr-defined]
     assert names == {"a", "link", "dangling"}
     _, deep = call(daemon, "ListDir", {"path": "fs", "depth": "3"})
-    paths = {e["path"] for e in deep["entries"]}  # type: ignore[attr-defined]
-    assert str(root / "a" / "b") in paths and str(root / "a" / "file.txt") in paths
+    paths = [e["path"] for e in deep["entries"]]  # type: ignore[attr-defined]
+    # envd's order (filepath.WalkDir): by name, each directory's contents right after it
+    assert paths == [str(root / p) for p in ("a", "a/b", "a/file.txt", "dangling", "link")]
 
     status, moved = call(daemon, "Move", {"source": "fs/a/file.txt", "destination": "fs/c/d.txt"})
     assert status == 200 and moved["entry"]["path"] == str(root / "c" / "d.txt")  # type: ignore[index]
@@ -52,9 +53,9 @@ def test_make_dir_stat_list_move_remove(daemon: Daemon) -> None:
     assert call(daemon, "Remove", {"path": "fs/dangling"})[0] == 200
     assert call(daemon, "Remove", {"path": "fs"})[0] == 200
     assert not root.exists()
+    assert call(daemon, "Remove", {"path": "fs"}) == (200, {}), "nothing there: done (envd's)"
     for method, body in (
         ("Stat", {"path": "fs"}),
-        ("Remove", {"path": "fs"}),
         ("ListDir", {"path": "fs"}),
         ("Move", {"source": "fs", "destination": "x"}),
     ):
@@ -103,15 +104,20 @@ def test_multipart_is_refused(daemon: Daemon) -> None:
     assert response.status_code == 415
 
 
-def test_aborted_upload_keeps_the_previous_content(daemon: Daemon) -> None:
+def test_an_upload_writes_in_place_as_envd_does(daemon: Daemon) -> None:
+    """No temporary file beside the target (a watcher would see its events, not the
+    file's): an aborted upload leaves what had arrived, as envd's does; the daemon serves on."""
     target = daemon.home / "keep.txt"
     target.write_bytes(b"old")
+    target.chmod(0o600)
     sock = socket.socket(socket.AF_UNIX)
     sock.connect(daemon.path)
     sock.sendall(
         b"POST /files?path=keep.txt HTTP/1.1\r\nHost: x\r\n"
         b"Content-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n" + b"n" * 1000
     )
+    wait_for(lambda: target.read_bytes() == b"n" * 1000)
+    assert [p.name for p in daemon.home.iterdir() if p.name.startswith(".keep")] == []
     sock.close()
     bad_gzip = daemon.client.post(
         "/files",
@@ -121,8 +127,38 @@ def test_aborted_upload_keeps_the_previous_content(daemon: Daemon) -> None:
     )
     assert bad_gzip.status_code == 400
     assert daemon.client.get("/health").status_code == 204
+    assert target.stat().st_mode & 0o777 == 0o600, "the file's own mode is kept"
+
+
+def test_an_upload_committed_at_end_keeps_the_previous_content_until_whole(
+    daemon: Daemon,
+) -> None:
+    target = daemon.home / "kept.txt"
+    target.write_bytes(b"old")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(daemon.path)
+    sock.sendall(
+        b"POST /files?path=kept.txt HTTP/1.1\r\nHost: x\r\nRingfence-Commit: at-end\r\n"
+        b"Content-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n" + b"n" * 1000
+    )
+    sock.close()
+    assert daemon.client.get("/health").status_code == 204
+    wait_for(lambda: not [p for p in daemon.home.iterdir() if p.name.startswith(".kept")])
     assert target.read_bytes() == b"old"
-    wait_for(lambda: not [p for p in daemon.home.iterdir() if p.name.startswith(".keep")])
+    whole = daemon.client.post(
+        "/files",
+        params={"path": "kept.txt"},
+        content=b"new",
+        headers={"ringfence-commit": "at-end"},
+    )
+    assert whole.status_code == 200 and target.read_bytes() == b"new"
+
+
+def test_an_upload_onto_a_fifo_is_refused_not_hung(daemon: Daemon) -> None:
+    os.mkfifo(daemon.home / "pipe")
+    answer = daemon.client.post("/files", params={"path": "pipe"}, content=b"x")
+    assert answer.status_code >= 400
+    assert daemon.client.get("/health").status_code == 204
 
 
 def test_100_mb_upload_and_download_stay_streamed(daemon: Daemon) -> None:

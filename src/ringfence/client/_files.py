@@ -191,7 +191,8 @@ class AsyncFiles:
         return True
 
     async def remove(self, path: str) -> None:
-        """Remove a file, or a directory with everything in it. Raises ``FileNotFound``."""
+        """Remove a file, or a directory with everything in it; nothing at ``path`` is
+        nothing to do (as E2B's envd: cleanup code calls it without looking first)."""
         await self._link.unary(FILESYSTEM, "Remove", {"path": path})
 
     async def rename(self, old_path: str, new_path: str) -> EntryInfo:

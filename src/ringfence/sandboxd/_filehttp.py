@@ -2,11 +2,14 @@
 
 ``GET /files?path=P`` answers the bytes (Content-Length from fstat). ``POST`` or ``PUT
 /files?path=P`` with an ``application/octet-stream`` body (Content-Length or chunked,
-optionally ``Content-Encoding: gzip``) writes a temporary file next to the target and renames
-it into place at the end: a failed or aborted upload leaves the previous content untouched.
-Parent directories are created. Multipart bodies are the host's job (it splits them into one
-octet-stream upload per file): they get 415. Errors are JSON ``{"code": <int>, "message"}``,
-as E2B's envd answers them; a full disk is 507.
+optionally ``Content-Encoding: gzip``) writes the file in place, as envd does (opened with
+``O_TRUNC``, written as the body arrives): a watcher of its directory sees the file's own
+CREATE and WRITE events, and a failed or aborted upload leaves what had arrived. With
+``Ringfence-Commit: at-end`` it writes a temporary file beside the target instead and
+renames it into place once the body is whole: a failed or aborted upload then leaves the
+previous content untouched. Parent directories are created. Multipart bodies are the host's
+job (it splits them into one octet-stream upload per file): they get 415. Errors are JSON
+``{"code": <int>, "message"}``, as E2B's envd answers them; a full disk is 507.
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ from ._errors import RpcError, from_os_error
 from ._http import Closed
 from ._paths import resolve
 
-__all__ = ["serve"]
+__all__ = ["COMMIT_HEADER", "serve"]
+
+# ``at-end``: the upload is committed only once its body is whole (the host asks so for a
+# signed URL's multipart upload, which it refuses whole should a second part follow).
+COMMIT_HEADER = "ringfence-commit"
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -120,15 +127,45 @@ def _upload(request: Request, conn: Conn) -> None:
             raise RpcError("invalid_argument", f"{path} is a directory")
     except OSError as exc:
         raise from_os_error(exc, f"create {directory}") from None
-    temp = os.path.join(directory, f".{name}.upload-{os.urandom(6).hex()}")
+    at_end = request.headers.get(COMMIT_HEADER, "").lower() == "at-end"
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        (_write_at_end if at_end else _write_in_place)(request, conn, path, encoding == "gzip")
     except OSError as exc:
         raise from_os_error(exc, f"write {path}") from None
+    except ValueError as exc:  # zlib.error is not an OSError
+        raise RpcError("invalid_argument", f"the gzip body is corrupt: {exc}") from None
+    body = dumps([{"name": name, "type": "file", "path": path}]).encode()
+    conn.respond(200, [("Content-Type", "application/json")], body)
+
+
+def _write_in_place(request: Request, conn: Conn, path: str, gzip: bool) -> None:
+    """envd's way: open with O_TRUNC, write as the body arrives.
+
+    Raises:
+        OSError: from opening or writing (a fifo at the path fails to open, O_NONBLOCK,
+            rather than hang this thread; anything but a regular file is refused).
+        ValueError: a corrupt gzip body.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NONBLOCK
+    fd = os.open(path, flags, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RpcError("invalid_argument", f"{path} is not a regular file")
+        _copy_body(request, conn, fd, gzip=gzip)
+    finally:
+        os.close(fd)
+
+
+def _write_at_end(request: Request, conn: Conn, path: str, gzip: bool) -> None:
+    """A temporary file beside the target, renamed onto it once the body is whole: until
+    then (and for good, should the body not end) the target keeps its content."""
+    directory, name = os.path.split(path)
+    temp = os.path.join(directory, f".{name}.upload-{os.urandom(6).hex()}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     done = False
     try:
         try:
-            _copy_body(request, fd, gzip=encoding == "gzip")
+            _copy_body(request, conn, fd, gzip=gzip)
             try:  # noqa: SIM105 - contextlib costs memory
                 os.chmod(temp, stat.S_IMODE(os.stat(path).st_mode))  # keep an old file's mode
             except FileNotFoundError:
@@ -137,23 +174,30 @@ def _upload(request: Request, conn: Conn) -> None:
             os.close(fd)
         os.rename(temp, path)
         done = True
-    except OSError as exc:
-        conn.close_after = True
-        raise from_os_error(exc, f"write {path}") from None
-    except ValueError as exc:  # zlib.error is not an OSError
-        conn.close_after = True
-        raise RpcError("invalid_argument", f"the gzip body is corrupt: {exc}") from None
     finally:
         if not done:
             try:  # noqa: SIM105 - contextlib costs memory
                 os.unlink(temp)
             except OSError:
                 pass  # never created or already gone
-    body = dumps([{"name": name, "type": "file", "path": path}]).encode()
-    conn.respond(200, [("Content-Type", "application/json")], body)
 
 
-def _copy_body(request: Request, fd: int, *, gzip: bool) -> None:
+def _copy_body(request: Request, conn: Conn, fd: int, *, gzip: bool) -> None:
+    """The body into ``fd``; should that fail part-way, the rest of the body is not read,
+    so the connection closes after the answer.
+
+    Raises:
+        OSError: writing failed (a full disk).
+        ValueError: a corrupt gzip body.
+    """
+    try:
+        _copy(request, fd, gzip=gzip)
+    except (OSError, ValueError):
+        conn.close_after = True
+        raise
+
+
+def _copy(request: Request, fd: int, *, gzip: bool) -> None:
     inflate = None
     if gzip:
         import zlib

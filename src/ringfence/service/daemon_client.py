@@ -30,11 +30,13 @@ __all__ = [
     "DaemonResponse",
 ]
 
-# What a client may tell the daemon: the Connect protocol's own headers, and the body's type.
+# What a client may tell the daemon: the Connect protocol's own headers, the body's type,
+# and when an upload is committed (``ringfence-commit: at-end``, sandboxd/_filehttp.py).
 FORWARDED_REQUEST_HEADERS = frozenset(
     {
         "content-type",
         "content-encoding",
+        "ringfence-commit",
         "connect-protocol-version",
         "connect-timeout-ms",
         "connect-content-encoding",

@@ -137,7 +137,7 @@ async def upload_parts(
                     if target is None:  # a plain form field: not a file
                         continue
                     queue = asyncio.Queue(_QUEUED_CHUNKS)
-                    upload = asyncio.create_task(_send(writer, target, queue))
+                    upload = asyncio.create_task(_send(writer, target, queue, at_end=single))
                     path = None  # ?path= names the first file only
                 elif kind == "data" and queue is not None and upload is not None:
                     await _put(queue, value, upload)
@@ -178,15 +178,23 @@ async def _put(
 
 
 def _send(
-    writer: FileWriter, target: str, queue: asyncio.Queue[bytes | None]
+    writer: FileWriter, target: str, queue: asyncio.Queue[bytes | None], *, at_end: bool
 ) -> Coroutine[None, None, Answer]:
-    """The upload of ``target``, on the audit record from now on; its body is the queue's."""
+    """The upload of ``target``, on the audit record from now on; its body is the queue's.
+
+    The daemon writes in place as the bytes arrive (envd's way, which a watcher sees as the
+    file's own writes); ``at_end`` has it write beside the file and commit once the body is
+    whole, so that an upload cancelled before its end leaves the file as it was.
+    """
 
     async def body() -> AsyncIterator[bytes]:
         while (chunk := await queue.get()) is not None:
             yield chunk
 
-    return writer.write(target, {"content-type": "application/octet-stream"}, body())
+    headers = {"content-type": "application/octet-stream"}
+    if at_end:
+        headers["ringfence-commit"] = "at-end"
+    return writer.write(target, headers, body())
 
 
 async def _entries(answer: Answer) -> list[object]:
