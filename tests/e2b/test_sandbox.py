@@ -107,6 +107,18 @@ def test_list_filters_by_metadata_and_pages(e2b_server: E2bServer) -> None:
             sbx.kill()
 
 
+def test_list_started_after_includes_its_boundary(e2b_server: E2bServer) -> None:
+    """E2B's ``started_after`` is "started at or after": the sandbox started at that very
+    instant is listed."""
+    tag = uuid.uuid4().hex
+    with Sandbox.create(metadata={"tag": tag}) as sbx:
+        started = sbx.get_info().started_at
+        at = SandboxQuery(metadata={"tag": tag}, started_after=started)
+        assert [s.sandbox_id for s in Sandbox.list(query=at).next_items()] == [sbx.sandbox_id]
+        later = SandboxQuery(metadata={"tag": tag}, started_after=started + timedelta(0, 0, 1))
+        assert Sandbox.list(query=later).next_items() == []
+
+
 def test_code_interpreter_template_name_maps_to_a_ringfence_template(e2b_server: E2bServer) -> None:
     with Sandbox.create("code-interpreter-v1") as sbx:
         # Not built here, so the host's system directories: python3 with pandas.

@@ -135,3 +135,33 @@ def test_a_signed_upload_of_one_file_still_works(sbx: Sandbox) -> None:
     assert httpx.post(url, content=b"octet").status_code == 200
     assert sbx.files.read("/home/user/fine.txt") == "octet"
     assert httpx.get(sbx.download_url("/home/user/fine.txt")).text == "octet"
+
+
+def test_an_expired_or_forged_url_is_refused_in_envds_words(sbx: Sandbox) -> None:
+    """envd checks the signature first, then the expiry: 401 ``{"code": 401, "message"}``
+    with its messages; an expiry that is not an integer is its parameter parsing's 400."""
+    expired = httpx.get(sbx.download_url("/home/user/signed.txt", use_signature_expiration=-10))
+    assert (expired.status_code, expired.json()) == (
+        401,
+        {"code": 401, "message": "signature is already expired"},
+    )
+    forged = _replacing(
+        sbx.download_url("/home/user/signed.txt"), signature="v1_AAAA", signature_expiration="1"
+    )
+    answer = httpx.get(forged)
+    assert (answer.status_code, answer.json()) == (
+        401,
+        {"code": 401, "message": "invalid signature"},
+    )
+    malformed = _replacing(
+        sbx.download_url("/home/user/signed.txt", use_signature_expiration=60),
+        signature_expiration="soon",
+    )
+    answer = httpx.get(malformed)
+    assert answer.status_code == 400 and "signature_expiration" in answer.json()["message"]
+
+
+def _replacing(url: str, **values: str) -> str:
+    parts = urlsplit(url)
+    query = {**dict(parse_qsl(parts.query)), **values}
+    return urlunsplit(parts._replace(query=urlencode(query)))

@@ -211,7 +211,7 @@ async def list_sandboxes(request: Request, x_api_key: ApiKey = None) -> JSONResp
         found = [s for s in found if s.template == _template(context, template)]
     started_after = _time(query.get("startedAfter"), "startedAfter")
     if started_after is not None:
-        found = [s for s in found if s.created_at > started_after]
+        found = [s for s in found if s.created_at >= started_after]  # at or after, as E2B
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequest(f"order must be asc or desc, got {order!r}")

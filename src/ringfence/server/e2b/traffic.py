@@ -167,8 +167,11 @@ async def _admit_file(request: Request, operation: str) -> tuple[E2bContext, Gra
     one file (``upload_parts(single=True)``).
 
     Raises:
-        Unauthenticated: no valid token, or a signature that is not valid (or has expired).
-        InvalidRequest: a signed URL with a parameter repeated or not signed.
+        Unauthenticated: no valid token, or a signature that is not valid ("invalid
+            signature") or, once valid, expired ("signature is already expired"), in
+            envd's words and order.
+        InvalidRequest: a signed URL with a parameter repeated or not signed, or an
+            expiration that is not an integer (as envd's parameter parsing refuses it).
     """
     signature = request.query_params.get("signature")
     if signature is None:
@@ -182,17 +185,26 @@ async def _admit_file(request: Request, operation: str) -> tuple[E2bContext, Gra
         if names.count(name) > 1:
             raise InvalidRequest(f"a signed URL carries ?{name}= once")
     expiration = request.query_params.get("signature_expiration") or None
-    if expired(expiration):
-        raise Unauthenticated("the signed URL has expired")
+    if expiration is not None and not _is_integer(expiration):
+        raise InvalidRequest(
+            f"Invalid format for parameter signature_expiration: {expiration!r} is not an integer"
+        )
     signed = context.grants.by_signature(
         _path(request), operation, request.query_params.get("username", ""), signature, expiration
     )
     named = request.headers.get("e2b-sandbox-id")
     if signed is None or (named and named != signed.sandbox_id):
-        raise Unauthenticated(f"the URL's signature is not valid for a {operation}")
+        raise Unauthenticated("invalid signature")  # envd's words
+    if expired(expiration):  # checked once the signature holds, as envd does
+        raise Unauthenticated("signature is already expired")
     signed = await _in_force(context, signed)
     authenticated()  # its upload's body may take as long as it takes
     return context, signed, True
+
+
+def _is_integer(raw: str) -> bool:
+    digits = raw.removeprefix("-")
+    return digits.isascii() and digits.isdigit()
 
 
 def _path(request: Request) -> str:
