@@ -4,6 +4,7 @@ data, logs, PNG charts, and the data-analysis scenario of the design."""
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -31,10 +32,8 @@ def test_logs_and_callbacks(sbx: Sandbox) -> None:
         "import sys; print('to out'); print('to err', file=sys.stderr)",
         on_stdout=lambda message: out.append(message.line),
     )
-    # print() writes the text and the newline apart: chunks may arrive apart too.
-    assert "".join(execution.logs.stdout) == "to out\n"
-    assert "".join(execution.logs.stderr) == "to err\n"
-    assert "".join(out) == "to out\n"
+    assert execution.logs.stdout == ["to out\n"] and execution.logs.stderr == ["to err\n"]
+    assert out == ["to out\n"]
 
 
 def test_errors_are_data_not_exceptions(sbx: Sandbox) -> None:
@@ -124,8 +123,6 @@ def test_run_code_timeout_stops_the_wait_and_keeps_the_context(sbx: Sandbox) -> 
     """The SDK's timeout is its own (it sends none): it stops waiting and closes its
     connection; the cell is interrupted then (not left running for 60 s), and the context
     keeps its state."""
-    import time
-
     from e2b import TimeoutException
 
     sbx.run_code("kept = 'still here'")
@@ -134,3 +131,66 @@ def test_run_code_timeout_stops_the_wait_and_keeps_the_context(sbx: Sandbox) -> 
     started = time.monotonic()
     assert sbx.run_code("kept").text == "still here"
     assert time.monotonic() - started < 30, "the context was free: the cell had been stopped"
+
+
+def test_output_comes_in_whole_lines_from_the_first_cell_on(e2b_server: E2bServer) -> None:
+    """``print(1)`` writes ``1`` and the newline apart; as from E2B's kernel, ``on_stdout``
+    gets ``'1\\n'``, never ``'1'`` then ``'\\n'``: in a sandbox's first cell, in a new
+    context's, and over many lines."""
+    with Sandbox.create(timeout=120) as fresh:
+        first: list[str] = []
+        fresh.run_code("print(1)", on_stdout=lambda m: first.append(m.line))
+        assert first == ["1\n"]
+        for _ in range(3):
+            context = fresh.create_code_context()
+            execution = fresh.run_code("print(1)", context=context)
+            assert execution.logs.stdout == ["1\n"]
+        many = fresh.run_code(
+            "import sys\nfor i in range(300): print(i); print(i, file=sys.stderr)"
+        )
+        for stream in (many.logs.stdout, many.logs.stderr):
+            assert all(chunk.endswith("\n") for chunk in stream), stream
+            assert "".join(stream) == "".join(f"{i}\n" for i in range(300))
+
+
+def test_a_partial_line_still_arrives_while_the_cell_runs(sbx: Sandbox) -> None:
+    """A line without its end (a progress bar) is not held until the cell ends."""
+    seen: list[tuple[float, str]] = []
+    sbx.run_code(
+        "import time\nprint('working', end='', flush=True)\ntime.sleep(1.5)\nprint(' done')",
+        on_stdout=lambda m: seen.append((time.monotonic(), m.line)),
+    )
+    assert [line for _, line in seen] == ["working", " done\n"]
+    assert seen[1][0] - seen[0][0] > 1, "the partial line came before the cell ended"
+
+
+def test_a_cell_with_a_common_indent_runs(sbx: Sandbox) -> None:
+    """IPython strips the first line's indent (and leading blank lines) before running."""
+    execution = sbx.run_code("\n    a = 20\n    if a:\n        a += 1\n    a * 2")
+    assert execution.error is None and execution.text == "42"
+
+
+def test_a_bash_cells_envs_hold_for_that_cell_only(sbx: Sandbox) -> None:
+    assert sbx.run_code("export KEPT=mine", language="bash").error is None
+    run = sbx.run_code('echo "$WHO $KEPT"', language="bash", envs={"WHO": "a", "KEPT": "b"})
+    assert run.logs.stdout == ["a b\n"]
+    after = sbx.run_code('echo "${WHO-unset} $KEPT"', language="bash")
+    assert after.logs.stdout == ["unset mine\n"]
+    python = sbx.run_code("import os; os.environ.get('WHO', 'unset')", envs={"WHO": "p"})
+    assert python.text == "p" and sbx.run_code("os.environ.get('WHO', 'unset')").text == "unset"
+
+
+def test_a_fresh_sandbox_lists_its_default_contexts(e2b_server: E2bServer) -> None:
+    """As E2B's code interpreter: a python and a javascript context from the start, the
+    defaults that ``run_code`` without a context (or with only a language) runs in."""
+    with Sandbox.create(timeout=120) as fresh:
+        listed = fresh.list_code_contexts()
+        assert sorted(c.language for c in listed) == ["javascript", "python"]
+        assert {c.cwd for c in listed} == {"/home/user"}
+        python = next(c for c in listed if c.language == "python")
+        javascript = next(c for c in listed if c.language == "javascript")
+        fresh.run_code("shared = 'default'")
+        assert fresh.run_code("shared", context=python).text == "default"
+        fresh.run_code("const n = 7", language="javascript")
+        assert fresh.run_code("n * 6", context=javascript).text == "42"
+        assert len(fresh.list_code_contexts()) == 2, "running them made no others"

@@ -4,7 +4,9 @@
 stream of JSON lines (``stdout``, ``stderr``, ``result``, ``error``,
 ``number_of_executions``, ``end_of_execution``); ``/contexts`` creates, lists, restarts and
 removes contexts. Each context is its own process (``_kernel`` for Python, a bash for
-bash), started on first use: an idle daemon pays nothing for them. One cell runs at a time
+bash), started on first use: an idle daemon pays nothing for them. As E2B's, a python and
+(with node) a javascript default context are listed from the start. Output goes in whole
+lines (``_Lines``); a cell's ``env_vars`` hold for that cell only. One cell runs at a time
 per context. A cell past its deadline gets SIGINT (the context survives, as in Jupyter); if
 it does not stop within ``_GRACE`` seconds, its context is restarted and says so. Loaded
 on the first code call only.
@@ -13,8 +15,11 @@ on the first code call only.
 from __future__ import annotations
 
 import _thread
+import codecs
 import contextlib
+import math
 import os
+import re
 import secrets
 import select
 import signal
@@ -30,26 +35,35 @@ from ._paths import resolve
 _LANGUAGES = ("python", "bash", "javascript")  # javascript: when the template has node
 _ALIASES = {"js": "javascript", "py": "python", "sh": "bash"}
 _GRACE = 2.0  # seconds an interrupted cell has to stop before its context is restarted
+_PARTIAL = 0.2  # seconds a partial output line waits for its end (IPython's flush interval)
 _READ = 65536
 _MAX_CODE = 1 << 20
 _MAX_CONTEXTS = 32
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BASH_END = "__ringfence_cell_done__"
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _lock = _thread.allocate_lock()
 _contexts: dict[str, Context] = {}
 _defaults: dict[str, str] = {}  # language -> id of its default context
+_DEFAULTS = ("python", "javascript")  # listed from the start, as E2B's
+_made_defaults = False
 
 
 class Context:
-    def __init__(self, context_id: str, language: str, cwd: str) -> None:
+    """One interpreter. ``lazy``: its process starts with its first cell (a default context,
+    listed from the start as E2B's are, costs nothing until used)."""
+
+    def __init__(self, context_id: str, language: str, cwd: str, *, lazy: bool = False) -> None:
         self.id = context_id
         self.language = language
         self.cwd = cwd
         self.busy = _thread.allocate_lock()  # one cell at a time
         self.count = 0
         self.pid = -1
-        self._start()
+        self.started = False
+        if not lazy:
+            self._start()
 
     def describe(self) -> dict[str, str]:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
@@ -98,6 +112,7 @@ class Context:
         self.channel = ours
         self.out, self.err = out_r, err_r
         self.buffer = b""
+        self.started = True
 
     def stop(self) -> None:
         # The group, and the interpreter itself should its code have left the group: the
@@ -109,15 +124,29 @@ class Context:
             with contextlib.suppress(OSError):
                 os.waitpid(self.pid, 0)
         self.pid = -1  # reaped: its number may be another process's now
-        self.channel.close()
-        for fd in (self.out, self.err):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        if self.started:
+            self.started = False
+            self.channel.close()
+            for fd in (self.out, self.err):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def start(self) -> None:
+        """Start the interpreter of a lazy context (a no-op once started).
+
+        Raises:
+            RpcError: it cannot start (``invalid_argument``: its cwd is gone, no node).
+        """
+        if not self.started:
+            self._start()
 
     def restart(self) -> None:
+        """A fresh interpreter; one that never started stays so until its first cell."""
+        was_started = self.started
         self.stop()
         self.count = 0
-        self._start()
+        if was_started:
+            self._start()
 
     def run(
         self, code: str, env: dict[str, str], timeout: float | None, emit: Any, client: Any = None
@@ -131,8 +160,7 @@ class Context:
         if self.language != "bash":
             self.channel.sendall(dumps({"code": code, "env": env}).encode() + b"\n")
         else:
-            exports = "".join(f"export {k}={_shell_quote(v)}\n" for k, v in env.items())
-            self.channel.sendall(f"{exports}{code}\nprintf '{_BASH_END} %d\\n' $? >&3\n".encode())
+            self.channel.sendall(_bash_cell(code, env).encode())
         deadline = None if not timeout else time.monotonic() + timeout
         interrupted_at: float | None = None
         poller = select.poll()
@@ -152,6 +180,7 @@ class Context:
                 except Closed:
                     gone = True
 
+        streams = {self.out: _Lines("stdout", send), self.err: _Lines("stderr", send)}
         while True:
             if gone and interrupted_at is None:
                 if client is not None:
@@ -159,18 +188,24 @@ class Context:
                         poller.unregister(client.sock.fileno())
                 interrupted_at = time.monotonic()
                 _interrupt(self)
-            wait = -1
+            limit = deadline if interrupted_at is None else interrupted_at + _GRACE
+            timers = [t for t in (limit, *(lines.due for lines in streams.values())) if t]
             now = time.monotonic()
-            if interrupted_at is not None:
-                wait = max(0, int((interrupted_at + _GRACE - now) * 1000))
-            elif deadline is not None:
-                wait = max(0, int((deadline - now) * 1000))
+            wait = -1 if not timers else max(0, math.ceil((min(timers) - now) * 1000))
             events = poller.poll(wait)
+            now = time.monotonic()
+            for lines in streams.values():
+                if lines.due is not None and lines.due <= now:
+                    lines.flush()  # a partial line, waiting too long for its end
             if not events:
+                if limit is None or now < limit:
+                    continue  # a partial line's flush woke us
                 if interrupted_at is None:
                     interrupted_at = time.monotonic()
                     _interrupt(self)
                     continue
+                for lines in streams.values():
+                    lines.flush(final=True)
                 self.restart()
                 why = "its client went away" if gone else f"it ran past its {timeout:g} s deadline"
                 send({"type": "error", "name": "TimeoutError",
@@ -187,14 +222,12 @@ class Context:
                     )
                     continue
                 if names[fd] != "control":
-                    data = os.read(fd, _READ)
-                    if data:
-                        send({"type": names[fd], "text": data.decode(errors="replace"),
-                              "timestamp": _now()})  # fmt: skip
+                    streams[fd].feed(os.read(fd, _READ))
                     continue
+                self._drain(streams)  # what the cell printed before this result or error
                 done = self._control(send)
                 if done is not None:
-                    self._drain(send)
+                    self._drain(streams, final=True)
                     self.count = done if self.language != "bash" else self.count + 1
                     if interrupted_at is not None and self.language == "bash":
                         send({"type": "error", "name": "KeyboardInterrupt",
@@ -229,14 +262,57 @@ class Context:
                 emit(message)
         return done
 
-    def _drain(self, emit: Any) -> None:
-        """Output still in the pipes when the cell ended."""
-        for fd, name in ((self.out, "stdout"), (self.err, "stderr")):
-            while select.select([fd], [], [], 0)[0]:
-                data = os.read(fd, _READ)
-                if not data:
-                    break
-                emit({"type": name, "text": data.decode(errors="replace"), "timestamp": _now()})
+    def _drain(self, streams: dict[int, _Lines], *, final: bool = False) -> None:
+        """Pass on what the pipes hold now, partial lines too: the kernel wrote it before
+        what it says on its channel. ``final``: the cell has ended."""
+        for fd, lines in streams.items():
+            with contextlib.suppress(OSError):  # a context that died and was restarted
+                while select.select([fd], [], [], 0)[0]:
+                    data = os.read(fd, _READ)
+                    if not data:
+                        break
+                    lines.feed(data)
+            lines.flush(final=final)
+
+
+class _Lines:
+    """A cell's stdout or stderr, passed on in whole lines, as IPython's kernel does.
+
+    ``print(1)`` writes ``1`` and the newline apart, and a pipe read may cut anywhere: a
+    message ends at a newline. A line still without its end after ``_PARTIAL`` seconds
+    (a progress bar, a prompt) or ``_READ`` bytes goes as it is, and so does the rest once
+    the cell ends; bytes are decoded incrementally, so no character is cut either.
+    """
+
+    def __init__(self, name: str, send: Any) -> None:
+        self.name = name
+        self.send = send
+        self.pending = b""
+        self.due: float | None = None  # when the partial line in ``pending`` goes anyway
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes) -> None:
+        self.pending += data
+        cut = self.pending.rfind(b"\n") + 1
+        if not cut and len(self.pending) >= _READ:
+            cut = len(self.pending)  # one long line: it goes in pieces, memory stays bounded
+        if cut:
+            self._pass(self.pending[:cut])
+            self.pending = self.pending[cut:]
+        if not self.pending:
+            self.due = None
+        elif cut or self.due is None:
+            self.due = time.monotonic() + _PARTIAL
+
+    def flush(self, *, final: bool = False) -> None:
+        """Pass on what is pending, a partial line too; ``final``: the stream's end."""
+        data, self.pending, self.due = self.pending, b"", None
+        self._pass(data, final=final)
+
+    def _pass(self, data: bytes, *, final: bool = False) -> None:
+        text = self.decoder.decode(data, final)
+        if text:
+            self.send({"type": self.name, "text": text, "timestamp": _now()})
 
 
 def create(language: str | None, cwd: str | None) -> Context:
@@ -262,8 +338,11 @@ def find(context_id: str) -> Context:
 
 
 def default(language: str | None) -> Context:
+    """The language's default context (what ``/execute`` with only a language runs in),
+    made on first use; python's and javascript's exist from the start (``_listed``)."""
     language = (language or "python").lower()
     language = _ALIASES.get(language, language)
+    _listed()
     with _lock:
         context_id = _defaults.get(language)
     if context_id is not None:
@@ -277,6 +356,25 @@ def default(language: str | None) -> Context:
     return context
 
 
+def _listed() -> None:
+    """Register the default python and javascript contexts (javascript when the template
+    has node), as E2B's code interpreter starts both: listed from the first call, their
+    processes started by their first cell. Once only: a removed default stays removed
+    until a cell in its language makes a new one."""
+    global _made_defaults
+    with _lock:
+        if _made_defaults:
+            return
+        _made_defaults = True
+        for language in _DEFAULTS:
+            if language == "javascript" and _which("node") is None:
+                continue
+            cwd = resolve(os.environ.get("HOME", "/"))
+            context = Context(secrets.token_hex(8), language, cwd, lazy=True)
+            _contexts[context.id] = context
+            _defaults[language] = context.id
+
+
 def remove(context_id: str) -> None:
     context = find(context_id)
     with _lock:
@@ -286,6 +384,7 @@ def remove(context_id: str) -> None:
 
 
 def listing() -> list[dict[str, str]]:
+    _listed()
     with _lock:
         return [context.describe() for context in _contexts.values()]
 
@@ -341,12 +440,17 @@ def _execute(request: Any, conn: Any) -> None:
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
         raise invalid("timeout: a positive number of seconds is expected")
     context = find(body["context_id"]) if body.get("context_id") else default(body.get("language"))
-    conn.start_chunked(200, "application/json")
+    if context.language == "bash":
+        for name in env:
+            if not _IDENTIFIER.fullmatch(str(name)):
+                raise invalid(f"env_vars: {name!r} is not a name bash can export")
 
     def emit(message: dict[str, Any]) -> None:
         conn.send_chunk(dumps(message).encode() + b"\n")
 
     with context.busy:
+        context.start()  # a default context's first cell: a failure is still a 4xx
+        conn.start_chunked(200, "application/json")
         context.run(code, {str(k): v for k, v in env.items()}, timeout, emit, client=conn)
     emit({"type": "number_of_executions", "execution_count": context.count})
     emit({"type": "end_of_execution"})
@@ -436,6 +540,27 @@ def _python() -> str:
     import sys
 
     return sys.executable or "/usr/bin/python3"
+
+
+def _bash_cell(code: str, env: dict[str, str]) -> str:
+    """The cell as bash reads it on stdin: ``env`` exported for this cell only (each name's
+    earlier value, or its absence, is back once the cell ends, as the Python kernel does),
+    then the end marker with the cell's status on the control channel (fd 3). The names
+    are shell identifiers (``_execute`` checks)."""
+    before, after = [], []
+    for i, (name, value) in enumerate(env.items()):
+        had, was = f"__ringfence_had_{i}", f"__ringfence_was_{i}"
+        before.append(
+            f"{had}=${{{name}+1}} {was}=${{{name}-}}; export {name}={_shell_quote(value)}\n"
+        )
+        after.append(
+            f'if [ -n "${had}" ]; then {name}=${was}; else unset {name}; fi; unset {had} {was}\n'
+        )
+    status = "__ringfence_status"
+    return (
+        "".join(before) + f"{code}\n{status}=$?\n" + "".join(after)
+        + f"printf '{_BASH_END} %d\\n' \"${status}\" >&3; unset {status}\n"
+    )  # fmt: skip
 
 
 def _shell_quote(value: str) -> str:

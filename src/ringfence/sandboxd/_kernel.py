@@ -81,6 +81,7 @@ class Kernel:
         self.send({"type": "done", "execution_count": self.count})
 
     def _execute(self, code: str) -> None:
+        code = dedent_cell(code)
         name = f"{_CELL[:-1]}-{self.count}>"  # <cell-3>: tracebacks show its lines
         linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
         tree = ast.parse(code, name, "exec")
@@ -106,6 +107,22 @@ class Kernel:
             pyplot.close("all")
         except Exception as exc:
             self.send({"type": "error", **describe(exc)})
+
+
+def dedent_cell(code: str) -> str:
+    """The cell as IPython runs it: leading blank lines dropped, and the first line's indent
+    taken off every line that starts with it (code pasted from inside a function, or
+    written as an indented string, runs)."""
+    lines = code.splitlines(keepends=True)
+    while lines and not lines[0].strip():
+        del lines[0]
+    if not lines:
+        return code
+    first = lines[0]
+    indent = first[: len(first) - len(first.lstrip(" \t"))]
+    if not indent:
+        return "".join(lines)
+    return "".join(line.removeprefix(indent) for line in lines)
 
 
 def bundle(value: Any) -> dict[str, Any]:
