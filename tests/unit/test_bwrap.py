@@ -2,6 +2,8 @@ from ringfence.backends.local.bwrap import (
     LAUNCH_ENV,
     WORKSPACE,
     Fds,
+    Overlay,
+    Writable,
     bwrap_args,
     pack_args,
     sandbox_env,
@@ -116,3 +118,43 @@ def test_the_environment_is_the_defaults_overridden_by_the_request() -> None:
         "TERM",
         "PIP_BREAK_SYSTEM_PACKAGES",
     }
+
+
+WRITABLE = Writable(
+    workspace="/vol/workspace",
+    tmp="/vol/tmp",
+    overlays={"/usr": Overlay("/vol/lower/usr", "/vol/layers/usr/upper", "/vol/layers/usr/work")},
+)
+
+
+def _volume_argv() -> list[str]:
+    request = ExecutionRequest(command=["true"])
+    return bwrap_args(LAYOUT, request, LIMITS, Fds(seccomp=5), writable=WRITABLE)
+
+
+def test_with_a_volume_the_overlaid_directories_are_overlays_of_its_layers() -> None:
+    argv = _volume_argv()
+    at = argv.index("--overlay-src")
+    assert argv[at : at + 6] == [
+        "--overlay-src", "/vol/lower/usr",
+        "--overlay", "/vol/layers/usr/upper", "/vol/layers/usr/work", "/usr",
+    ]  # fmt: skip
+    assert "/usr" not in _pairs(argv, "--ro-bind"), "never the template itself, writable"
+    assert argv[argv.index("--symlink") :][:3] == ["--symlink", "usr/bin", "/bin"]
+    assert _pairs(argv, "--remount-ro")[-1] == "/", "the root's own tmpfs stays read-only"
+
+
+def test_with_a_volume_the_workspace_and_tmp_are_its_directories_and_shm_stays_tmpfs() -> None:
+    argv = _volume_argv()
+    assert _pairs(argv, "--bind") == ["/vol/tmp", "/vol/workspace"]
+    assert argv[argv.index("/vol/workspace") + 1] == WORKSPACE
+    assert argv[argv.index("/vol/tmp") + 1] == "/tmp"
+    assert set(_pairs(argv, "--tmpfs")) == {"/", "/dev/shm"}
+    assert _pairs(argv, "--size") == [str(8 << 20)], "/dev/shm keeps its own limit"
+
+
+def test_a_directory_without_layers_stays_a_read_only_bind() -> None:
+    layout = (*LAYOUT, Entry(Kind.RO_BIND, "/opt", "/opt"))
+    argv = bwrap_args(layout, ExecutionRequest(command=["true"]), LIMITS, Fds(5), None, WRITABLE)
+    assert _pairs(argv, "--ro-bind") == ["/opt"]
+    assert _pairs(argv, "--overlay-src") == ["/vol/lower/usr"]

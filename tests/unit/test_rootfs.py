@@ -9,6 +9,7 @@ from ringfence.backends.local.rootfs import (
     Kind,
     RuntimeFiles,
     layout_for,
+    overlaid,
     prepare_runtime_files,
 )
 from ringfence.errors import InvalidRequest
@@ -111,3 +112,19 @@ def test_a_runtime_directory_others_can_write_is_refused(tmp_path: Path) -> None
     os.chown(theirs, 65534, 65534)
     with pytest.raises(PermissionError, match="belongs to uid 65534"):
         prepare_runtime_files(theirs, tmp_path)
+
+
+def test_a_sandbox_with_a_volume_overlays_each_bound_directory_only(
+    tmp_path: Path, files: RuntimeFiles
+) -> None:
+    root = tmp_path / "rootfs"
+    for name in ("usr", "var", "etc"):
+        (root / name).mkdir(parents=True)
+    (root / "etc" / "passwd").write_text("x")
+    os.symlink("usr/bin", root / "bin")
+    layout = layout_for(str(root), files)
+    targets = [target for _, target in overlaid(layout)]
+    assert sorted(targets) == ["/etc", "/usr", "/var"], "no file binds, no symlinks"
+    assert (str(root / "usr"), "/usr") in overlaid(layout)
+    host = [target for _, target in overlaid(layout_for("host", files))]
+    assert "/usr" in host and "/etc" in host and "/var" not in host

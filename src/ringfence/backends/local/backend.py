@@ -9,8 +9,15 @@ Start-up of one sandbox:
 4. with a network policy, attach Ringfence's proxy and resolver to the sandbox's loopback
    (``ringfence.network``): they exist before any code of the request runs;
 5. let the command start.
+An interactive sandbox (``interactive``) also gets a volume (``volume``: a tmpfs on the host
+holding its workspace, /tmp and the upper layers of its writable root), mounted between
+steps 1 and 2 and filled from a snapshot first when it is restored. One-shot executions get
+none: they keep in-sandbox tmpfs and a read-only root (a volume costs mounts per start, and
+nothing of a one-shot is ever captured).
+
 The end: the pid namespace dies with its init; the cgroup is swept and removed; only then,
-with no process of the sandbox left, does its uid go back to the range.
+with no process of the sandbox left, is its volume unmounted, and last its uid goes back to
+the range.
 """
 
 from __future__ import annotations
@@ -33,10 +40,11 @@ from ringfence.backends.local._memfd import memfd_with
 from ringfence.backends.local.bwrap import LAUNCH_ENV, Fds, bwrap_args, pack_args
 from ringfence.backends.local.cgroups import Cgroup
 from ringfence.backends.local.probe import Host, require
-from ringfence.backends.local.rootfs import HOST_IMAGE, Entry, layout_for
+from ringfence.backends.local.rootfs import HOST_IMAGE, Entry, layout_for, overlaid
 from ringfence.backends.local.uids import SandboxUids, drop_privileges
+from ringfence.backends.local.volume import Volume, Volumes
 from ringfence.config import Config
-from ringfence.errors import InvalidRequest, SandboxError
+from ringfence.errors import InvalidRequest, SandboxError, StateUnsupported
 from ringfence.models import ExecutionRequest, NetworkMode, ResourceLimits
 from ringfence.network.gateway import LISTENING, Attachment, EgressGateway
 from ringfence.network.intercept import Interceptor
@@ -44,9 +52,21 @@ from ringfence.network.own import own_endpoints_of
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import current_requester
 
-__all__ = ["LocalExecutor"]
+__all__ = ["LocalExecutor", "Populate", "SandboxParts"]
 
 _INFO_TIMEOUT_SECONDS = 10.0
+
+# Fills a fresh volume before the sandbox starts (a restore); raises to refuse the start.
+Populate = Callable[[Volume], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxParts:
+    """What the state of one running sandbox is captured through (``interactive``)."""
+
+    cgroup: Cgroup
+    init: int  # the sandbox init's host pid: its root is /proc/<init>/root
+    volume: Volume
 
 
 class LocalExecutor(SupervisingExecutor):
@@ -71,6 +91,15 @@ class LocalExecutor(SupervisingExecutor):
             own = own_endpoints_of(config, LISTENING)
             egress = EgressGateway(Resolver(config.network_hosts), self._own_interceptor, own=own)
         self.egress = egress
+        # Root with overlays: interactive sandboxes get volumes (else: the reasons why not).
+        self._volumes = Volumes(config.runtime_dir) if self._host.volumes else None
+        self._reserved: dict[str, Populate | None] = {}  # run id -> wants a volume
+        self._live: dict[str, _BwrapLaunch] = {}  # run id -> a running one with a volume
+
+    @property
+    def state_missing(self) -> tuple[str, ...]:
+        """Why sandboxes get no volume here (empty: they do)."""
+        return self._host.state_missing
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -78,6 +107,54 @@ class LocalExecutor(SupervisingExecutor):
             self._own_interceptor.close()
         if self._uids is not None:
             self._uids.close()
+        if self._volumes is not None:
+            self._volumes.close()
+
+    def reserve_volume(self, run_id: str, populate: Populate | None = None) -> None:
+        """Give execution ``run_id`` (not started yet) a volume, filled by ``populate``
+        before its command starts. ``unreserve`` once ``execute`` has returned or failed.
+
+        Raises:
+            StateUnsupported: this host gives sandboxes no volume (``state_missing``).
+        """
+        if self._volumes is None:
+            raise StateUnsupported(
+                f"sandbox state cannot be captured: {'; '.join(self.state_missing)}"
+            )
+        self._reserved[run_id] = populate
+
+    def unreserve(self, run_id: str) -> None:
+        self._reserved.pop(run_id, None)
+
+    def parts(self, run_id: str) -> SandboxParts | None:
+        """The cgroup, init and volume of running execution ``run_id``; None when it has
+        no volume or is no longer running."""
+        launched = self._live.get(run_id)
+        if launched is None or launched.volume is None or launched.init is None:
+            return None
+        return SandboxParts(launched.cgroup, launched.init, launched.volume)
+
+    def _volume_for(
+        self, request: ExecutionRequest, layout: tuple[Entry, ...], limits: ResourceLimits, uid: int
+    ) -> Volume | None:
+        """The volume of a sandbox that reserved one (mounted and populated), else None.
+
+        Raises:
+            OSError: it cannot be mounted; SandboxError: ``populate`` refused.
+        """
+        if self._volumes is None or request.id not in self._reserved:
+            return None
+        populate = self._reserved.pop(request.id)
+        assert limits.disk is not None
+        size = limits.disk + self.config.checkpoint_bytes
+        volume = self._volumes.create(f"rf-{request.id}", size, overlaid(layout), uid, uid)
+        try:
+            if populate is not None:
+                populate(volume)
+        except BaseException:
+            volume.close()
+            raise
+        return volume
 
     def check(self, request: ExecutionRequest) -> None:
         """Also raises ``SandboxUidsExhausted`` when every sandbox uid is in use."""
@@ -104,6 +181,9 @@ class LocalExecutor(SupervisingExecutor):
             undo.callback(give_back)
             cgroup = self._host.cgroups.create(name, limits)
             undo.callback(cgroup.remove)
+            volume = self._volume_for(request, layout, limits, uid)
+            if volume is not None:
+                undo.callback(volume.close)
             seccomp = memfd_with("seccomp", self._host.seccomp)
             after_spawn.callback(os.close, seccomp)
             info_r, info_w = os.pipe()
@@ -117,7 +197,14 @@ class LocalExecutor(SupervisingExecutor):
             bundle = self._trust_bundle(request)
             # bwrap reads its isolation options from a memfd (--args); the launcher's own
             # argv only drops privileges, names that fd, and ends with the command.
-            isolation_options = bwrap_args(layout, request, limits, fds, trust_bundle=bundle)
+            isolation_options = bwrap_args(
+                layout,
+                request,
+                limits,
+                fds,
+                trust_bundle=bundle,
+                writable=volume.writable() if volume else None,
+            )
             options_fd = memfd_with("bwrap-args", pack_args(isolation_options))
             after_spawn.callback(os.close, options_fd)
             launcher_argv = [
@@ -133,7 +220,10 @@ class LocalExecutor(SupervisingExecutor):
             )
             after_spawn.close()
             undo.pop_all()  # from here on the sandbox owns its uid, cgroup, gate_r and child
-        launched = _BwrapLaunch(child, name, cgroup, gate_r, give_back)
+        launched = _BwrapLaunch(child, name, cgroup, gate_r, give_back, volume)
+        if volume is not None:
+            self._live[request.id] = launched
+            launched.on_release = lambda: self._live.pop(request.id, None)
         entering = asyncio.ensure_future(_enter(info_r, cgroup))
         try:
             try:
@@ -148,6 +238,7 @@ class LocalExecutor(SupervisingExecutor):
                 raise
             # No init: bwrap failed while setting up (its output says why) and nothing of
             # the command ever ran.
+            launched.init = init
             if init is not None:
                 launched.egress = await self._attach_egress(request, init)
                 launched.open_gate(gate.fd)
@@ -223,11 +314,20 @@ class _BwrapLaunch:
     killed = "the whole process tree was killed"
 
     def __init__(
-        self, child: Child, name: str, cgroup: Cgroup, gate: int, give_back_uid: Callable[[], None]
+        self,
+        child: Child,
+        name: str,
+        cgroup: Cgroup,
+        gate: int,
+        give_back_uid: Callable[[], None],
+        volume: Volume | None = None,
     ) -> None:
         self.child = child
         self.name = name
-        self._cgroup = cgroup
+        self.cgroup = cgroup
+        self.volume = volume  # unmounted after the cgroup is gone, before the uid goes back
+        self.init: int | None = None  # the sandbox init's pid, once it is in its cgroup
+        self.on_release: Callable[[], object] | None = None
         self._give_back_uid: Callable[[], None] | None = give_back_uid
         # bwrap reads one byte from the gate (--block-fd) after setting the sandbox up and
         # just before it starts the command. We keep the gate's read end: a byte still
@@ -252,7 +352,7 @@ class _BwrapLaunch:
 
     async def kill(self) -> None:
         # The sandbox init is in the cgroup: once it dies the kernel kills its pid namespace.
-        self._cgroup.kill_all()
+        self.cgroup.kill_all()
         self.child.kill()
 
     async def release(self) -> str | None:
@@ -266,11 +366,20 @@ class _BwrapLaunch:
             self._command_started = self._opened and unread == 0
             os.close(self._gate)
             self._gate = None
-        oom_kills = self._cgroup.oom_kills()
+        if self.on_release is not None:
+            self.on_release()
+            self.on_release = None
+        oom_kills = self.cgroup.oom_kills()
         try:
-            self._cgroup.remove()
+            self.cgroup.remove()
         except SandboxError as exc:  # a process may be left: its uid stays taken
             return f"cleanup failed: {exc.message}"
+        if self.volume is not None:
+            try:
+                self.volume.close()
+            except OSError as exc:  # its files stay owned by the uid: so does the uid
+                return f"cleanup failed: cannot unmount the sandbox's volume: {exc}"
+            self.volume = None
         # The cgroup is gone, so is every process in it; setpriv and bwrap's monitor run as
         # the uid outside it, so the uid goes back only once they are reaped too (else it
         # stays taken for this server's life: fail closed, never shared).

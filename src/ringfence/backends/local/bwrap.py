@@ -7,6 +7,12 @@ a root built from read-only binds and remounted read-only; fresh /proc and a min
 sandbox user uid 1000 with no capabilities and no_new_privs; a new session (no terminal
 injection); the seccomp filter; death with its supervisor.
 
+A sandbox with a volume (``Writable``: interactive sandboxes when Ringfence is root and bwrap
+has overlays) gets its workspace and /tmp bound from the volume instead of in-sandbox tmpfs,
+and each of the root's directories that the volume has layers for becomes an overlay (its
+idmapped template view below, the sandbox's own upper layer above): the root is writable,
+the template is not.
+
 The network namespace stays empty (loopback only) even with a network policy: Ringfence's
 proxy and resolver are attached to its loopback from the host (``ringfence.network``), and
 only the proxy variables are added here.
@@ -15,7 +21,7 @@ only the proxy variables are added here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ringfence.backends.local.rootfs import Entry, Kind
 from ringfence.models import ExecutionRequest, Mount, NetworkMode, NetworkPolicy, ResourceLimits
@@ -30,6 +36,8 @@ __all__ = [
     "SANDBOX_UID",
     "WORKSPACE",
     "Fds",
+    "Overlay",
+    "Writable",
     "bwrap_args",
     "pack_args",
     "sandbox_env",
@@ -50,6 +58,26 @@ class Fds:
     seccomp: int
     info: int | None = None
     block: int | None = None
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """The layers of one overlaid root directory (host paths)."""
+
+    lower: str  # read-only
+    upper: str  # the sandbox's writes
+    work: str  # overlayfs's work directory, beside ``upper``
+
+
+@dataclass(frozen=True)
+class Writable:
+    """The host directories of a sandbox's volume (``volume.Volume``) that hold what it
+    writes: bound at the workspace and /tmp, and the overlays of its root's directories
+    (by target)."""
+
+    workspace: str
+    tmp: str
+    overlays: Mapping[str, Overlay] = field(default_factory=dict)
 
 
 def sandbox_env(
@@ -82,10 +110,12 @@ def bwrap_args(
     limits: ResourceLimits,
     fds: Fds,
     trust_bundle: str | None = None,
+    writable: Writable | None = None,
 ) -> list[str]:
     """Every bubblewrap option that runs ``request`` with ``limits`` (the command follows).
     ``trust_bundle``: a CA bundle shown at /etc/ssl/certs/ca-certificates.crt instead of
     the root's (the host's plus the egress proxy's CA, when it intercepts TLS).
+    ``writable``: the sandbox's volume; None: in-sandbox tmpfs and a read-only root.
 
     They reach bwrap through ``--args FD``, not its command line: the environment is part of
     them, and a command line is visible to every local user. bwrap itself runs with an empty
@@ -102,8 +132,10 @@ def bwrap_args(
         "--hostname", HOSTNAME,
         "--tmpfs", "/",
     ]  # fmt: skip
+    overlays = writable.overlays if writable is not None else {}
     for entry in layout:
-        argv += _entry_args(entry)
+        overlay = overlays.get(entry.target) if entry.kind is Kind.RO_BIND else None
+        argv += _overlay_args(overlay, entry.target) if overlay else _entry_args(entry)
     if trust_bundle is not None:
         argv += ["--ro-bind", trust_bundle, SANDBOX_BUNDLE]
     argv += [
@@ -111,9 +143,14 @@ def bwrap_args(
         "--dev", "/dev",
         "--perms", "1777", "--size", disk, "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev",
-        "--perms", "1777", "--size", disk, "--tmpfs", "/tmp",
-        "--perms", "0755", "--size", disk, "--tmpfs", WORKSPACE,
     ]  # fmt: skip
+    if writable is None:
+        argv += [
+            "--perms", "1777", "--size", disk, "--tmpfs", "/tmp",
+            "--perms", "0755", "--size", disk, "--tmpfs", WORKSPACE,
+        ]  # fmt: skip
+    else:  # the volume's tmpfs bounds them (and the upper layers) together
+        argv += ["--bind", writable.tmp, "/tmp", "--bind", writable.workspace, WORKSPACE]
     for mount in request.mounts:
         argv += _mount_args(mount)
     argv += [
@@ -147,6 +184,10 @@ def _entry_args(entry: Entry) -> list[str]:
     if entry.kind is Kind.SYMLINK:
         return ["--symlink", entry.source, entry.target]
     return ["--ro-bind", entry.source, entry.target]
+
+
+def _overlay_args(overlay: Overlay, target: str) -> list[str]:
+    return ["--overlay-src", overlay.lower, "--overlay", overlay.upper, overlay.work, target]
 
 
 def _mount_args(mount: Mount) -> list[str]:

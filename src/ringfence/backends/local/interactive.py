@@ -78,9 +78,14 @@ class LocalSandboxRuntime:
             mounts=[Mount(source=str(self._daemon), target=f"{DAEMON_PARENT}/sandboxd")],
             network=spec.network,
         )
-        return await start_daemon_sandbox(
-            self._executor, request, listener, socket_path, _START_SECONDS
-        )
+        if not self._executor.state_missing:
+            self._executor.reserve_volume(run_id)
+        try:
+            return await start_daemon_sandbox(
+                self._executor, request, listener, socket_path, _START_SECONDS
+            )
+        finally:
+            self._executor.unreserve(run_id)
 
     async def aclose(self) -> None:
         await self._executor.aclose()

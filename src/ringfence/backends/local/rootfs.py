@@ -30,6 +30,7 @@ __all__ = [
     "RuntimeFiles",
     "layout_for",
     "materialize",
+    "overlaid",
     "prepare_runtime_files",
 ]
 
@@ -247,6 +248,18 @@ def layout_for(image: str, files: RuntimeFiles) -> tuple[Entry, ...]:
         generated = list(GENERATED_ETC)
     entries += [Entry(Kind.RO_BIND, str(files.generated_etc / n), "/etc/" + n) for n in generated]
     return tuple(entries)
+
+
+def overlaid(layout: tuple[Entry, ...]) -> tuple[tuple[str, str], ...]:
+    """The ``(source, target)`` of every directory of ``layout`` that a sandbox with a
+    volume sees as an overlay (writable, its writes in its own upper layer): each bound
+    directory. Bound files (the generated ``/etc`` entries of a directory root filesystem)
+    and symlinks stay as they are."""
+    return tuple(
+        (e.source, e.target)
+        for e in layout
+        if e.kind is Kind.RO_BIND and os.path.isdir(e.source) and not os.path.islink(e.source)
+    )
 
 
 def _host_layout(files: RuntimeFiles) -> tuple[Entry, ...]:

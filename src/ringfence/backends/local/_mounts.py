@@ -1,0 +1,135 @@
+"""The mount system calls the sandbox volumes need (root only), through libc.
+
+``mount``/``umount2`` for the volume's tmpfs; ``open_tree`` + ``mount_setattr`` +
+``move_mount`` for an idmapped, read-only view of a template directory (the lower layer of
+an overlay: files of host uid 0 appear as the sandbox's own root uid, so its root may
+change them, copied up into its own upper layer); a user namespace whose only purpose is to
+carry that id mapping. Linux x86_64 and aarch64.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+import subprocess
+import time
+
+__all__ = ["idmapped_view", "mount_tmpfs", "mounts_under", "unmount", "userns_mapping"]
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+_SYSCALLS = {  # open_tree, move_mount, mount_setattr
+    "x86_64": (428, 429, 442),
+    "aarch64": (428, 429, 442),
+}
+_OPEN_TREE_CLONE = 1
+_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+_AT_FDCWD = -100
+_AT_EMPTY_PATH = 0x1000
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOUNT_ATTR_RDONLY = 0x1
+_MOUNT_ATTR_NOSUID = 0x2
+_MOUNT_ATTR_NODEV = 0x4
+_MOUNT_ATTR_IDMAP = 0x100000
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MNT_DETACH = 0x2
+_USERNS_SECONDS = 5.0
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def mount_tmpfs(target: str, size: int, mode: int, gid: int) -> None:
+    """Mount a tmpfs of ``size`` bytes at ``target`` (nosuid, nodev), its root owned by
+    root and group ``gid`` with ``mode``. Raises ``OSError``."""
+    options = f"size={size},mode={mode:o},uid=0,gid={gid}".encode()
+    flags = _MS_NOSUID | _MS_NODEV
+    _check(_libc.mount(b"tmpfs", target.encode(), b"tmpfs", flags, options), f"mount {target}")
+
+
+def unmount(target: str) -> None:
+    """Detach the mount at ``target`` and every mount under it. Raises ``OSError``."""
+    _check(_libc.umount2(target.encode(), _MNT_DETACH), f"umount {target}")
+
+
+def mounts_under(prefix: str) -> list[str]:
+    """Mount points at or under ``prefix`` in our mount namespace, deepest first."""
+    found = []
+    with open("/proc/self/mountinfo") as table:
+        for line in table:
+            point = line.split()[4].replace("\\040", " ")
+            if point == prefix or point.startswith(prefix.rstrip("/") + "/"):
+                found.append(point)
+    return sorted(found, key=lambda p: p.count("/"), reverse=True)
+
+
+def userns_mapping(host_uid: int) -> int:
+    """A descriptor of a new user namespace that maps id 0 to ``host_uid`` (uid and gid),
+    and nothing else: what an idmapped view is made with. A helper process enters it and is
+    gone before this returns; the descriptor keeps the namespace.
+
+    Raises:
+        OSError: the namespace cannot be made (the message says why).
+    """
+    helper = subprocess.Popen(
+        ["unshare", "--user", "sleep", "60"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={},
+    )  # fmt: skip
+    try:
+        ours = os.readlink("/proc/self/ns/user")
+        deadline = time.monotonic() + _USERNS_SECONDS
+        while os.readlink(f"/proc/{helper.pid}/ns/user") == ours:  # until it has unshared
+            if helper.poll() is not None or time.monotonic() > deadline:
+                err = helper.stderr.read().decode() if helper.stderr else ""
+                raise OSError(f"cannot make a user namespace: {err.strip() or 'timed out'}")
+            time.sleep(0.0002)
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{helper.pid}/{name}", "w") as mapping:
+                mapping.write(f"0 {host_uid} 1\n")
+        return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        helper.kill()
+        helper.wait()
+        if helper.stderr is not None:
+            helper.stderr.close()
+
+
+def idmapped_view(source: str, target: str, userns: int) -> None:
+    """Show ``source`` at ``target`` (an existing directory) read-only, nosuid and nodev,
+    with its ids mapped through ``userns`` (from ``userns_mapping``: host uid 0's files
+    appear as that sandbox's root uid; other ids appear unmapped). Nothing can be written
+    through it. Raises ``OSError``."""
+    open_tree, move_mount, mount_setattr = _syscalls()
+    tree = _check(
+        _libc.syscall(open_tree, _AT_FDCWD, source.encode(), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC),
+        f"open_tree {source}",
+    )
+    try:
+        flags = _MOUNT_ATTR_IDMAP | _MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
+        attr = ctypes.create_string_buffer(struct.pack("QQQQ", flags, 0, 0, userns))
+        _check(
+            _libc.syscall(mount_setattr, tree, b"", _AT_EMPTY_PATH, attr, 32),
+            f"idmap {source}",
+        )
+        _check(
+            _libc.syscall(
+                move_mount, tree, b"", _AT_FDCWD, target.encode(), _MOVE_MOUNT_F_EMPTY_PATH
+            ),
+            f"move_mount {target}",
+        )
+    finally:
+        os.close(tree)
+
+
+def _syscalls() -> tuple[int, int, int]:
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        raise OSError(f"idmapped mounts: unsupported machine {platform.machine()}")
+    return numbers

@@ -1,0 +1,205 @@
+"""Each interactive sandbox's volume: a tmpfs the server (root) mounts on the host, holding
+every layer the sandbox writes, and nothing any other sandbox can reach.
+
+Layout of one volume (``<runtime_dir>/volumes/i<server pid>/<sandbox>/``)::
+
+    /                     tmpfs, root:<sandbox gid> 0710: only that sandbox's uid traverses it
+    workspace/            bound at /home/user        (the sandbox user's host uid, 0755)
+    tmp/                  bound at /tmp              (the sandbox root's host uid, 1777)
+    layers/<name>/upper   an overlay's upper layer   (the sandbox root's host uid)
+    layers/<name>/work    its overlayfs work directory
+    lower/<name>          the template directory, idmapped and read-only (see below)
+    snapshots/            root only (0700): the checkpoints (``snapshots.SnapshotStore``)
+
+One tmpfs bounds workspace, tmp, the upper layers and the checkpoints together: its size is
+the sandbox's disk limit plus the checkpoint budget (``Config.checkpoint_bytes``). Live
+files may use budget bytes no checkpoint holds; a checkpoint that does not fit then fails.
+
+Why the lower layers are idmapped: the template's files belong to host uid 0, which the
+sandbox's user namespace does not map, so inside they would belong to "nobody" and even
+the sandbox's root could change none of them. An idmapped view shows host uid 0's files as
+the sandbox's root uid; it is read-only, nosuid and nodev, so nothing (on the host or in the
+sandbox) writes through it: changes are copied up into the sandbox's own upper layer, owned
+by its own uid, never by 0.
+
+The parents (``volumes/``, ``volumes/i<pid>/``) are root's, 0711: sandbox uids traverse
+them to reach their own volume (bwrap binds its paths as that uid) but cannot list them.
+A volume is unmounted (with every mount under it) and removed once its sandbox's cgroup is
+gone; volumes of server processes that are gone are swept when a server starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ringfence.backends.local import _mounts
+from ringfence.backends.local.bwrap import Overlay, Writable
+
+__all__ = ["Layer", "Volume", "Volumes"]
+
+VOLUMES = "volumes"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One overlaid directory of the sandbox's root: ``lower`` (read-only, shared) shown at
+    ``target`` with the sandbox's writes in ``upper``."""
+
+    name: str  # "usr", "etc": the target without its slash
+    source: str  # the template directory on the host
+    target: str  # where the sandbox sees it
+    lower: Path  # the idmapped view of ``source`` inside the volume
+    upper: Path
+    work: Path
+
+
+@dataclass
+class Volume:
+    """A mounted volume (see the module docstring). ``close`` unmounts and removes it."""
+
+    path: Path
+    layers: tuple[Layer, ...] = ()
+    _mounted: bool = field(default=True, repr=False)
+
+    @property
+    def workspace(self) -> Path:
+        return self.path / "workspace"
+
+    @property
+    def tmp(self) -> Path:
+        return self.path / "tmp"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.path / "snapshots"
+
+    def writable(self) -> Writable:
+        """Its paths as ``bwrap_args`` takes them."""
+        overlays = {
+            layer.target: Overlay(str(layer.lower), str(layer.upper), str(layer.work))
+            for layer in self.layers
+        }
+        return Writable(str(self.workspace), str(self.tmp), overlays)
+
+    def close(self) -> None:
+        """Unmount it (and the views under it) and remove its mount point. Only once no
+        process of the sandbox is left (its cgroup is gone). Safe to call twice.
+
+        Raises:
+            OSError: it could not be unmounted.
+        """
+        if self._mounted:
+            _mounts.unmount(str(self.path))
+            self._mounted = False
+        with contextlib.suppress(FileNotFoundError):
+            self.path.rmdir()
+
+
+class Volumes:
+    """Makes the volumes of one server process (root only), under ``runtime_dir``."""
+
+    def __init__(self, runtime_dir: Path) -> None:
+        """Sweep the volumes of server processes that are gone.
+
+        Raises:
+            OSError: the directories cannot be made.
+        """
+        parent = runtime_dir / VOLUMES
+        parent.mkdir(mode=0o711, exist_ok=True)
+        parent.chmod(0o711)
+        sweep_stale(parent)
+        self._dir = parent / f"i{os.getpid()}"
+        self._dir.mkdir(mode=0o711, exist_ok=True)
+        self._dir.chmod(0o711)
+        self._userns: dict[int, int] = {}  # root uid -> the namespace its views map with
+
+    def create(
+        self,
+        name: str,
+        size: int,
+        overlays: Iterable[tuple[str, str]],
+        root_uid: int,
+        user_uid: int,
+    ) -> Volume:
+        """Mount a volume of ``size`` bytes for sandbox ``name``, with an upper layer for
+        each ``(source, target)`` of ``overlays``. ``root_uid``: the host uid of the
+        sandbox's root (owns the layers and tmp); ``user_uid``: of its user (owns the
+        workspace); today one uid is both.
+
+        Raises:
+            OSError: a mount or a directory failed (nothing is left mounted then).
+        """
+        path = self._dir / name
+        path.mkdir(mode=0o700)
+        try:
+            _mounts.mount_tmpfs(str(path), size, 0o710, gid=root_uid)
+        except OSError:
+            path.rmdir()
+            raise
+        volume = Volume(path)
+        try:
+            volume.layers = self._populate(volume, overlays, root_uid, user_uid)
+        except BaseException:
+            volume.close()
+            raise
+        return volume
+
+    def _populate(
+        self, volume: Volume, overlays: Iterable[tuple[str, str]], root_uid: int, user_uid: int
+    ) -> tuple[Layer, ...]:
+        _owned_dir(volume.workspace, 0o755, user_uid)
+        _owned_dir(volume.tmp, 0o1777, root_uid)
+        volume.snapshots.mkdir(mode=0o700)
+        layers = []
+        for source, target in overlays:
+            name = target.strip("/").replace("/", "-")
+            base = volume.path / "layers" / name
+            lower = volume.path / "lower" / name
+            base.mkdir(parents=True, mode=0o755)
+            lower.mkdir(parents=True, mode=0o755)
+            mode = os.stat(source).st_mode & 0o7777
+            # The upper's root is the merged directory's root: same mode as the template's.
+            _owned_dir(base / "upper", mode, root_uid)
+            _owned_dir(base / "work", 0o700, root_uid)
+            _mounts.idmapped_view(source, str(lower), self._userns_for(root_uid))
+            layers.append(Layer(name, source, target, lower, base / "upper", base / "work"))
+        return tuple(layers)
+
+    def _userns_for(self, root_uid: int) -> int:
+        # One namespace per uid for the server's life: making one costs a process start.
+        if root_uid not in self._userns:
+            self._userns[root_uid] = _mounts.userns_mapping(root_uid)
+        return self._userns[root_uid]
+
+    def close(self) -> None:
+        """Drop the id-mapping namespaces and this server's (empty) volume directory."""
+        for fd in self._userns.values():
+            os.close(fd)
+        self._userns.clear()
+        with contextlib.suppress(OSError):
+            self._dir.rmdir()
+
+
+def _owned_dir(path: Path, mode: int, uid: int) -> None:
+    path.mkdir(mode=0o700)
+    os.chown(path, uid, uid)
+    os.chmod(path, mode)
+
+
+def sweep_stale(parent: Path) -> None:
+    """Unmount and remove the volumes of server processes that are gone (their sandboxes
+    died with them)."""
+    for instance in parent.iterdir():
+        pid = instance.name[1:]
+        if not (instance.name.startswith("i") and pid.isdigit()) or Path("/proc", pid).exists():
+            continue
+        for point in _mounts.mounts_under(str(instance)):
+            with contextlib.suppress(OSError):
+                _mounts.unmount(point)
+        if not _mounts.mounts_under(str(instance)):  # never remove files of a mounted volume
+            shutil.rmtree(instance, ignore_errors=True)
