@@ -1,0 +1,339 @@
+"""Exports: a snapshot persisted off the volume, sealed, and the populating of a fresh volume
+from one.
+
+An export directory holds ``manifest.json`` (every entry: layer, path, kind, mode, owner as
+an index into the sandbox's ids, times, size, sha256, link target, xattrs), ``seal`` (the
+HMAC-SHA256 of the manifest's bytes under the server's key) and ``blobs/<sha256>``: each
+distinct file content once, a plain file of root's, mode 0600. Nothing in it is a link,
+a device or a setuid file; whiteouts and symlinks exist only in the manifest. ``populate``
+checks the seal, then every blob (present, a regular file, hashing to its name, no extra
+one, nothing else in the directory) before it writes a single file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ringfence.backends.local.snapshots import _fs
+from ringfence.backends.local.snapshots._fs import Kind, Owners
+from ringfence.errors import SandboxError
+
+MANIFEST = "manifest.json"
+SEAL = "seal"
+BLOBS = "blobs"
+FORMAT = 1
+_MAX_MANIFEST = 256 << 20
+
+
+def export_snapshot(
+    snap_root: int, layers: Sequence[str], owners: Owners, key: bytes, target: Path
+) -> None:
+    """Write the snapshot open at ``snap_root`` to ``target`` (must not exist).
+    Raises ``SandboxError`` (``target`` is removed again then)."""
+    try:
+        os.mkdir(target, 0o700)
+    except FileExistsError as exc:
+        raise SandboxError(f"{target} exists: an export needs a new directory") from exc
+    out = os.open(target, _fs.DIR_FLAGS)
+    try:
+        os.mkdir(BLOBS, 0o700, dir_fd=out)
+        with _fs.opened_dir(out, BLOBS) as blobs:
+            entries: list[dict[str, Any]] = []
+            for layer in layers:
+                with _fs.opened_dir(snap_root, layer) as fd:
+                    entries.append(_entry(layer, "", os.fstat(fd), owners, None))
+                    _walk(fd, layer, "", owners, blobs, entries)
+        manifest = json.dumps(
+            {"format": FORMAT, "layers": list(layers), "entries": entries},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+        _write_new(out, MANIFEST, manifest)
+        _write_new(out, SEAL, seal(key, manifest).encode())
+    except BaseException:
+        os.close(out)
+        parent = os.open(target.parent, _fs.DIR_FLAGS)
+        try:
+            _fs.remove_tree(parent, target.name)
+        finally:
+            os.close(parent)
+        raise
+    os.close(out)
+
+
+def seal(key: bytes, manifest: bytes) -> str:
+    return hmac.new(key, manifest, hashlib.sha256).hexdigest()
+
+
+def _walk(
+    dir_fd: int,
+    layer: str,
+    where: str,
+    owners: Owners,
+    blobs: int,
+    entries: list[dict[str, Any]],
+) -> None:
+    for name in sorted(_fs.names(dir_fd)):
+        path = f"{where}/{name}" if where else name
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        kind = _fs.kind_of(st, path)
+        if kind is Kind.FILE:
+            with _fs.opened_file(dir_fd, name, st) as fd:
+                digest = _store_blob(fd, blobs)
+            entries.append(_entry(layer, path, st, owners, {"sha256": digest}))
+            entries[-1]["xattrs"] = _encode(_xattrs_at(dir_fd, name))
+        elif kind is Kind.DIR:
+            with _fs.opened_dir(dir_fd, name) as child:
+                entries.append(_entry(layer, path, st, owners, None))
+                entries[-1]["xattrs"] = _encode(_fs.read_xattrs(child))
+                _walk(child, layer, path, owners, blobs, entries)
+        else:
+            extra = {"target": os.readlink(name, dir_fd=dir_fd)} if kind is Kind.SYMLINK else {}
+            entries.append(_entry(layer, path, st, owners, extra))
+            entries[-1]["xattrs"] = _encode(_xattrs_at(dir_fd, name))
+
+
+def _xattrs_at(dir_fd: int, name: str) -> dict[str, bytes]:
+    return _fs.read_xattrs(_fs.proc_path(dir_fd, name))
+
+
+def _entry(
+    layer: str,
+    path: str,
+    st: os.stat_result,
+    owners: Owners,
+    extra: dict[str, str] | None,
+) -> dict[str, Any]:
+    kind = _fs.kind_of(st, path)
+    entry: dict[str, Any] = {
+        "layer": layer,
+        "path": path,
+        "kind": kind.value,
+        "mode": stat.S_IMODE(st.st_mode),
+        "uid": owners.ids.index(st.st_uid),
+        "gid": owners.ids.index(st.st_gid),
+        "atime_ns": st.st_atime_ns,
+        "mtime_ns": st.st_mtime_ns,
+        "size": st.st_size if kind is Kind.FILE else 0,
+        "xattrs": {},
+    }
+    entry.update(extra or {})
+    return entry
+
+
+def _encode(xattrs: dict[str, bytes]) -> dict[str, str]:
+    return {k: base64.b64encode(v).decode() for k, v in sorted(xattrs.items())}
+
+
+def _store_blob(src: int, blobs: int) -> str:
+    digest = hashlib.sha256()
+    temp = f".part-{os.getpid()}-{src}"
+    dst = os.open(temp, _fs.CREATE_FLAGS, 0o600, dir_fd=blobs)
+    try:
+        offset = 0
+        while chunk := os.pread(src, 1 << 20, offset):
+            digest.update(chunk)
+            os.write(dst, chunk)
+            offset += len(chunk)
+    finally:
+        os.close(dst)
+    name = digest.hexdigest()
+    if _fs.lstat_at(blobs, name) is None:
+        os.rename(temp, name, src_dir_fd=blobs, dst_dir_fd=blobs)
+    else:
+        os.unlink(temp, dir_fd=blobs)
+    return name
+
+
+def _write_new(dir_fd: int, name: str, data: bytes) -> None:
+    fd = os.open(name, _fs.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+# -- populate ---------------------------------------------------------------------------------
+
+
+def populate(source: Path, layers: Mapping[str, Path], owners: Sequence[int], key: bytes) -> None:
+    """Fill the empty live ``layers`` of a fresh volume from the export at ``source``,
+    owned by ``owners`` (matched by index with the exporting sandbox's ids). Every file is
+    a copy: independent of the export and of any other volume populated from it.
+
+    Raises:
+        SandboxError: the export is not one this key sealed, or differs from its manifest
+            in any way (the message names what failed), or the layers do not match it, or
+            a layer is not empty. Nothing is written then.
+    """
+    ids = Owners(tuple(owners))
+    src = _open_export(source)
+    try:
+        manifest = _verified_manifest(src, key, source)
+        entries = _checked_entries(manifest, layers)
+        with _fs.opened_dir(src, BLOBS) as blobs:
+            _verify_blobs(blobs, entries)
+            live = {name: os.open(path, _fs.DIR_FLAGS) for name, path in layers.items()}
+            try:
+                for name, fd in live.items():
+                    if _fs.names(fd):
+                        raise SandboxError(f"the layer {name!r} to populate is not empty")
+                _write_entries(entries, live, blobs, ids)
+            finally:
+                for fd in live.values():
+                    os.close(fd)
+    finally:
+        os.close(src)
+
+
+def _open_export(source: Path) -> int:
+    try:
+        fd = os.open(source, _fs.DIR_FLAGS)
+    except OSError as exc:
+        raise SandboxError(f"not an export: {source}: {exc.strerror}") from exc
+    found = set(_fs.names(fd))
+    if found != {MANIFEST, SEAL, BLOBS}:
+        os.close(fd)
+        raise SandboxError(f"the export {source} holds {sorted(found)}, not an export's files")
+    return fd
+
+
+def _read_regular(dir_fd: int, name: str, limit: int) -> bytes:
+    try:
+        fd = os.open(name, _fs.READ_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        raise SandboxError(f"the export's {name} cannot be read: {exc.strerror}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise SandboxError(f"the export's {name} is not a regular file of a sane size")
+        return os.pread(fd, st.st_size + 1, 0)
+    finally:
+        os.close(fd)
+
+
+def _verified_manifest(src: int, key: bytes, source: Path) -> dict[str, Any]:
+    manifest = _read_regular(src, MANIFEST, _MAX_MANIFEST)
+    sealed = _read_regular(src, SEAL, 128).decode(errors="replace").strip()
+    if not hmac.compare_digest(sealed, seal(key, manifest)):
+        raise SandboxError(f"the export {source} is not sealed by this server: its seal fails")
+    parsed: dict[str, Any] = json.loads(manifest)
+    if parsed.get("format") != FORMAT:
+        raise SandboxError(f"the export {source} has an unknown format")
+    return parsed
+
+
+def _checked_entries(manifest: dict[str, Any], layers: Mapping[str, Path]) -> list[dict[str, Any]]:
+    if sorted(manifest["layers"]) != sorted(layers):
+        raise SandboxError(
+            f"the export's layers {manifest['layers']} are not this sandbox's {list(layers)}"
+        )
+    seen: dict[tuple[str, str], str] = {}
+    for entry in manifest["entries"]:
+        layer, path = entry["layer"], entry["path"]
+        parts = path.split("/") if path else []
+        for part in parts:
+            _fs.check_name(part, (layer,))
+        parent = (layer, "/".join(parts[:-1]))
+        if parts and seen.get(parent) != Kind.DIR.value:
+            raise SandboxError(f"the export's entry {layer}/{path} has no directory above it")
+        if (layer, path) in seen or (not parts and entry["kind"] != Kind.DIR.value):
+            raise SandboxError(f"the export's entry {layer}/{path} is malformed")
+        seen[(layer, path)] = entry["kind"]
+    return list(manifest["entries"])
+
+
+def _verify_blobs(blobs: int, entries: list[dict[str, Any]]) -> None:
+    wanted = {e["sha256"]: e["size"] for e in entries if e["kind"] == Kind.FILE.value}
+    found = set(_fs.names(blobs))
+    if found != set(wanted):
+        extra, missing = sorted(found - set(wanted)), sorted(set(wanted) - found)
+        raise SandboxError(
+            f"the export's files differ from its manifest: extra {extra}, missing {missing}"
+        )
+    for digest, size in wanted.items():
+        st = os.stat(digest, dir_fd=blobs, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            raise SandboxError(f"the export's file {digest} is not the manifest's")
+        with _fs.opened_file(blobs, digest, st) as fd:
+            if _sha256(fd) != digest:
+                raise SandboxError(f"the export's file {digest} was changed: its hash fails")
+
+
+def _sha256(fd: int) -> str:
+    digest = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        digest.update(chunk)
+        offset += len(chunk)
+    return digest.hexdigest()
+
+
+def _write_entries(
+    entries: list[dict[str, Any]], live: dict[str, int], blobs: int, owners: Owners
+) -> None:
+    dirs: list[tuple[int, dict[str, Any]]] = []  # their metadata is set last (mtime)
+    opened: dict[tuple[str, str], int] = {}
+    try:
+        for entry in entries:
+            layer, path = entry["layer"], entry["path"]
+            uid, gid = owners.ids[entry["uid"]], owners.ids[entry["gid"]]
+            if not path:
+                dirs.append((live[layer], entry))
+                continue
+            parent_path, _, name = path.rpartition("/")
+            parent = opened[(layer, parent_path)] if parent_path else live[layer]
+            kind = Kind(entry["kind"])
+            xattrs = {k: base64.b64decode(v) for k, v in entry["xattrs"].items()}
+            if kind is Kind.DIR:
+                os.mkdir(name, 0o700, dir_fd=parent)
+                fd = os.open(name, _fs.DIR_FLAGS, dir_fd=parent)
+                opened[(layer, path)] = fd
+                _fs.write_xattrs(fd, xattrs)
+                dirs.append((fd, entry))
+            elif kind is Kind.FILE:
+                with _fs.opened_file(blobs, entry["sha256"], _stat_at(blobs, entry)) as src:
+                    dst = os.open(name, _fs.CREATE_FLAGS, 0o600, dir_fd=parent)
+                    try:
+                        _fs.copy_data(src, dst)
+                        _fs.write_xattrs(dst, xattrs)
+                        _meta_fd(dst, entry, uid, gid)
+                    finally:
+                        os.close(dst)
+            else:
+                if kind is Kind.SYMLINK:
+                    os.symlink(entry["target"], name, dir_fd=parent)
+                elif kind is Kind.WHITEOUT:
+                    _fs.make_whiteout(parent, name)
+                else:
+                    raise SandboxError(f"the export's entry {layer}/{path} is malformed")
+                if xattrs:
+                    _fs.write_xattrs(_fs.proc_path(parent, name), xattrs)
+                os.chown(name, uid, gid, dir_fd=parent, follow_symlinks=False)
+                if kind is Kind.WHITEOUT:
+                    os.chmod(name, entry["mode"], dir_fd=parent, follow_symlinks=False)
+                times = (entry["atime_ns"], entry["mtime_ns"])
+                os.utime(name, ns=times, dir_fd=parent, follow_symlinks=False)
+        for fd, entry in reversed(dirs):
+            _meta_fd(fd, entry, owners.ids[entry["uid"]], owners.ids[entry["gid"]])
+    finally:
+        for fd in opened.values():
+            os.close(fd)
+
+
+def _stat_at(dir_fd: int, entry: dict[str, Any]) -> os.stat_result:
+    return os.stat(entry["sha256"], dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _meta_fd(fd: int, entry: dict[str, Any], uid: int, gid: int) -> None:
+    os.fchown(fd, uid, gid)
+    os.fchmod(fd, entry["mode"])
+    os.utime(fd, ns=(entry["atime_ns"], entry["mtime_ns"]))

@@ -1,0 +1,214 @@
+"""Restoring a snapshot into live layers in place, the sandbox frozen meanwhile.
+
+Plain layers (the workspace and /tmp: bind mounts of volume directories) are changed
+directly: the sandbox sees the same dentries the host changes.
+
+An overlay's upper layer, with the overlay mounted, is not coherent with direct changes:
+overlayfs caches its own dentries, positive and negative, over the upper's, and does not
+revalidate them. Measured (tests/backends/test_snapshots.py pins each case): a file removed
+directly in the upper stays readable through the overlay; a name the sandbox looked up and
+did not find stays "not found" after it is created directly in the upper; rewriting an upper
+file in place (same inode) and changing its mode, owner or times are seen at once. So:
+
+* content and metadata of an entry that stays what it is are rewritten in place;
+* every change of the namespace (an entry added, removed, or replaced by one of another
+  kind) first removes the name through the overlay itself (``view``), which drops the
+  overlay's dentry: host root may unlink there, though it cannot create (its uid is not
+  mapped in the sandbox's user namespace). A name the overlay shows as absent (a whiteout,
+  or nothing) may still have a negative dentry cached, so a fresh, unguessable file is
+  made directly in the upper, renamed over the name through the overlay and unlinked
+  through it. Only then is the checkpoint's entry made directly in the upper (or the
+  whiteout the overlay left dropped, so the lower entry shows again); nothing runs in the
+  sandbox in between to look the name up again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+
+from ringfence.backends.local.snapshots import _fs
+from ringfence.backends.local.snapshots._fs import Kind
+from ringfence.backends.local.snapshots._take import LiveId, unchanged
+from ringfence.errors import SandboxError
+
+_OPAQUE = ("trusted.overlay.opaque", "user.overlay.opaque")
+
+
+class Restorer:
+    """Makes live layers equal to snapshot layers; ``view_fd`` is the overlay's merged
+    directory for an upper layer (None for plain layers and unmounted uppers)."""
+
+    def __init__(self, recorded: dict[str, LiveId], owner: int) -> None:
+        self.recorded = recorded  # the live entries as they were when the snapshot was taken
+        self.owner = owner  # owns the transient files the overlay's dentries are flushed with
+
+    def layer(self, live_fd: int, snap_fd: int, view_fd: int | None, name: str) -> None:
+        self._dir(live_fd, snap_fd, view_fd, name)
+        st = os.fstat(snap_fd)
+        _fs.write_xattrs(live_fd, _fs.read_xattrs(snap_fd))
+        _fs.set_meta_fd(live_fd, st, st.st_uid, st.st_gid)
+
+    def _dir(self, live_fd: int, snap_fd: int, view_fd: int | None, where: str) -> None:
+        wanted = _fs.names(snap_fd)
+        for name in set(_fs.names(live_fd)) - set(wanted):
+            st = _fs.lstat_at(live_fd, name)
+            if st is None or _live_kind(st) is Kind.SKIPPED:
+                continue  # fifos and sockets are not captured: a rollback leaves them be
+            self._remove(live_fd, view_fd, name, st)
+        for name in wanted:
+            path = f"{where}/{name}"
+            snap = os.stat(name, dir_fd=snap_fd, follow_symlinks=False)
+            kind = _fs.kind_of(snap, path)
+            live = _fs.lstat_at(live_fd, name)
+            if live is not None and self._same_kind(live_fd, snap_fd, name, live, snap, kind):
+                if not unchanged(self.recorded, path, live):
+                    self._update(live_fd, snap_fd, name, live, snap, kind)
+                if kind is Kind.DIR:
+                    with self._children(live_fd, snap_fd, view_fd, name) as (lc, sc, vc):
+                        self._dir(lc, sc, vc, path)
+                        _fs.write_xattrs(lc, _fs.read_xattrs(sc))
+                        _fs.set_meta_fd(lc, snap, snap.st_uid, snap.st_gid)
+                continue
+            if live is not None:
+                self._remove(live_fd, view_fd, name, live)
+            elif view_fd is not None:
+                self._flush(live_fd, view_fd, name)
+                self._drop_whiteout(live_fd, name)
+            self._create(live_fd, snap_fd, name, snap, path)
+
+    @contextlib.contextmanager
+    def _children(
+        self, live_fd: int, snap_fd: int, view_fd: int | None, name: str
+    ) -> Iterator[tuple[int, int, int | None]]:
+        with _fs.opened_dir(live_fd, name) as lc, _fs.opened_dir(snap_fd, name) as sc:
+            if view_fd is None:
+                yield lc, sc, None
+                return
+            with _fs.opened_dir(view_fd, name) as vc:
+                yield lc, sc, vc
+
+    def _same_kind(
+        self,
+        live_fd: int,
+        snap_fd: int,
+        name: str,
+        live: os.stat_result,
+        snap: os.stat_result,
+        kind: Kind,
+    ) -> bool:
+        """Whether the live entry can be made the snapshot's in place (same inode)."""
+        if _live_kind(live) is not kind:
+            return False
+        if kind is Kind.FILE:
+            return live.st_nlink == 1  # rewriting a hard-linked file would change its twin
+        if kind is Kind.SYMLINK:
+            return os.readlink(name, dir_fd=live_fd) == os.readlink(name, dir_fd=snap_fd)
+        if kind is Kind.DIR:
+            return _opaque(live_fd, name) == _opaque(snap_fd, name)
+        return True
+
+    def _update(
+        self,
+        live_fd: int,
+        snap_fd: int,
+        name: str,
+        live: os.stat_result,
+        snap: os.stat_result,
+        kind: Kind,
+    ) -> None:
+        if kind is Kind.FILE:
+            with _fs.opened_file(snap_fd, name, snap) as src:
+                dst = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=live_fd)
+                try:
+                    now = os.fstat(dst)
+                    if (now.st_dev, now.st_ino) != (live.st_dev, live.st_ino):
+                        raise SandboxError(f"{name} changed during a rollback")
+                    os.ftruncate(dst, _fs.copy_data(src, dst))
+                    _fs.write_xattrs(dst, _fs.read_xattrs(src))
+                    _fs.set_meta_fd(dst, snap, snap.st_uid, snap.st_gid)
+                finally:
+                    os.close(dst)
+        elif kind is not Kind.DIR:  # a directory's own metadata is set after its children
+            _fs.set_meta_at(live_fd, name, snap, snap.st_uid, snap.st_gid)
+
+    def _remove(self, live_fd: int, view_fd: int | None, name: str, live: os.stat_result) -> None:
+        if view_fd is None:
+            _fs.remove_tree(live_fd, name)
+            return
+        if _live_kind(live) is Kind.WHITEOUT:
+            self._flush(live_fd, view_fd, name)
+        else:
+            _fs.remove_tree(view_fd, name)
+        self._drop_whiteout(live_fd, name)
+
+    def _flush(self, live_fd: int, view_fd: int, name: str) -> None:
+        """Leave no dentry of ``name`` in the overlay (see the module docstring)."""
+        seen = _fs.lstat_at(view_fd, name)
+        if seen is not None and stat.S_ISDIR(seen.st_mode):
+            _fs.remove_tree(view_fd, name)
+            return
+        transient = f".ringfence-restore-{secrets.token_hex(16)}"
+        fd = os.open(transient, _fs.CREATE_FLAGS, 0o600, dir_fd=live_fd)
+        try:
+            os.fchown(fd, self.owner, self.owner)
+        finally:
+            os.close(fd)
+        os.rename(transient, name, src_dir_fd=view_fd, dst_dir_fd=view_fd)
+        os.unlink(name, dir_fd=view_fd)
+
+    def _drop_whiteout(self, live_fd: int, name: str) -> None:
+        left = _fs.lstat_at(live_fd, name)
+        if left is not None and _live_kind(left) is Kind.WHITEOUT:
+            os.unlink(name, dir_fd=live_fd)
+
+    def _create(
+        self, live_fd: int, snap_fd: int, name: str, snap: os.stat_result, path: str
+    ) -> None:
+        create(live_fd, snap_fd, name, snap, path)
+
+
+def create(dst_fd: int, src_fd: int, name: str, st: os.stat_result, path: str) -> None:
+    """Copy the snapshot entry ``name`` (a whole tree for a directory) into ``dst_fd``."""
+    kind = _fs.kind_of(st, path)
+    if kind is Kind.FILE:
+        with _fs.opened_file(src_fd, name, st) as src:
+            dst = os.open(name, _fs.CREATE_FLAGS, 0o600, dir_fd=dst_fd)
+            try:
+                _fs.copy_data(src, dst)
+                _fs.write_xattrs(dst, _fs.read_xattrs(src))
+                _fs.set_meta_fd(dst, st, st.st_uid, st.st_gid)
+            finally:
+                os.close(dst)
+    elif kind is Kind.DIR:
+        os.mkdir(name, 0o700, dir_fd=dst_fd)
+        with _fs.opened_dir(src_fd, name) as sc, _fs.opened_dir(dst_fd, name) as dc:
+            for child in _fs.names(sc):
+                child_st = os.stat(child, dir_fd=sc, follow_symlinks=False)
+                create(dc, sc, child, child_st, f"{path}/{child}")
+            _fs.write_xattrs(dc, _fs.read_xattrs(sc))
+            _fs.set_meta_fd(dc, st, st.st_uid, st.st_gid)
+    elif kind is not Kind.SKIPPED:
+        if kind is Kind.SYMLINK:
+            os.symlink(os.readlink(name, dir_fd=src_fd), name, dir_fd=dst_fd)
+        else:
+            _fs.make_whiteout(dst_fd, name)
+        xattrs = _fs.read_xattrs(_fs.proc_path(src_fd, name))
+        if xattrs:
+            _fs.write_xattrs(_fs.proc_path(dst_fd, name), xattrs)
+        _fs.set_meta_at(dst_fd, name, st, st.st_uid, st.st_gid)
+
+
+def _live_kind(st: os.stat_result) -> Kind:
+    try:
+        return _fs.kind_of(st, "")
+    except SandboxError:
+        return Kind.SKIPPED  # a device node can only be removed, never kept
+
+
+def _opaque(dir_fd: int, name: str) -> dict[str, bytes]:
+    xattrs = _fs.read_xattrs(_fs.proc_path(dir_fd, name))
+    return {k: v for k, v in xattrs.items() if k in _OPAQUE}

@@ -1,0 +1,366 @@
+"""The snapshot engine on real tmpfs volumes (and real overlays: tests/backends/
+test_snapshots_overlay.py): checkpoints are byte-identical and incremental, hostile trees
+(symlinks to host files and to another volume, swaps between checkpoints, fifos, devices,
+foreign owners, deep nesting, long names) are never followed nor copied as root, budgets
+hold, a checkpoint taken while a writer loops in a frozen cgroup is consistent."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ringfence.backends.local.cgroups import _V2Cgroup, parse_mountinfo, parse_proc_cgroup
+from ringfence.backends.local.snapshots import Budget, SnapshotStore
+from ringfence.errors import CheckpointNotFound, SandboxError, SnapshotBudgetExceeded
+from tests.backends.snapshot_helpers import (
+    KEY,
+    OWNERS,
+    U,
+    Volume,
+    chown_tree,
+    make,
+    state_of,
+    tmpfs,
+)
+
+BIG = Budget(count=64, bytes=1 << 30)
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> Iterator[Volume]:
+    with tmpfs(tmp_path / "vol") as root:
+        yield Volume.create(root, ("workspace", "tmp"))
+
+
+def _store(volume: Volume, budget: Budget = BIG) -> SnapshotStore:
+    return SnapshotStore(volume.snapshots, volume.layers, OWNERS, budget, KEY)
+
+
+def _sample_tree(volume: Volume) -> None:
+    ws, tmp = volume.layers["workspace"], volume.layers["tmp"]
+    make(ws / "a.txt", b"alpha\n")
+    make(ws / "empty", b"")
+    make(ws / "run.sh", b"#!/bin/sh\necho hi\n", mode=0o4755)  # setuid, the sandbox's own
+    make(ws / "src" / "pkg" / "mod.py", b"x = 1\n" * 1000)
+    make(ws / "src" / "big.bin", os.urandom(3 << 20))
+    make(ws / ("n" * 255), b"a long name")
+    os.symlink("src/pkg/mod.py", ws / "link")
+    os.symlink("/etc/shadow", ws / "shadow")  # a host file: copied as a link, never read
+    os.setxattr(ws / "a.txt", "user.note", b"kept")
+    deep = ws / "deep"
+    for i in range(100):
+        deep = deep / f"d{i}"
+    make(deep / "bottom", b"bottom")
+    make(tmp / "scratch", b"tmp file", mode=0o600)
+    (ws / "private").mkdir(mode=0o700)
+    chown_tree(volume.root)
+
+
+def test_rollback_restores_every_byte_and_every_attribute(volume: Volume) -> None:
+    _sample_tree(volume)
+    store = _store(volume)
+    before = state_of(volume.layers)
+    checkpoint = store.take()
+    assert checkpoint.id.startswith("ck") and checkpoint.files > 100
+
+    ws = volume.layers["workspace"]
+    (ws / "a.txt").write_bytes(b"changed, longer than before\n")
+    (ws / "empty").write_bytes(b"no longer empty")
+    os.chmod(ws / "run.sh", 0o644)
+    os.removexattr(ws / "a.txt", "user.note")
+    os.unlink(ws / "src" / "big.bin")
+    make(ws / "made-later" / "x", b"new")
+    os.unlink(ws / "link")
+    os.symlink("elsewhere", ws / "link")
+    os.rename(ws / "src" / "pkg", ws / "pkg-moved")
+    (ws / "src" / "pkg").write_bytes(b"a file where a directory was")
+    os.utime(ws / "private", ns=(1, 2))
+    os.unlink(volume.layers["tmp"] / "scratch")
+    chown_tree(volume.root)
+    assert state_of(volume.layers) != before
+
+    store.restore(checkpoint.id)
+    assert state_of(volume.layers) == before
+    # Twice in a row, after more changes: the checkpoint itself was not changed by either.
+    (ws / "a.txt").write_bytes(b"again")
+    store.restore(checkpoint.id)
+    assert state_of(volume.layers) == before
+
+
+def test_unchanged_files_are_shared_with_the_previous_checkpoint(volume: Volume) -> None:
+    ws = volume.layers["workspace"]
+    for i in range(20):
+        make(ws / f"f{i}", os.urandom(4096))
+    chown_tree(volume.root)
+    time.sleep(0.02)  # past the clock tick the files were written in (racy ones are copied)
+    store = _store(volume)
+    first = store.take()
+    assert first.bytes == 20 * 4096
+    (ws / "f3").write_bytes(b"changed")
+    second = store.take()
+    assert second.bytes == len(b"changed"), "only the changed file is copied"
+    with store.opened(first.id) as a, store.opened(second.id) as b:
+        same = os.stat("workspace/f0", dir_fd=a).st_ino == os.stat("workspace/f0", dir_fd=b).st_ino
+        differ = (
+            os.stat("workspace/f3", dir_fd=a).st_ino != os.stat("workspace/f3", dir_fd=b).st_ino
+        )
+    assert same and differ
+    assert store.used_bytes == 20 * 4096 + len(b"changed")
+    store.delete(first.id)
+    assert store.used_bytes == 19 * 4096 + len(b"changed"), "what the later one shares stays"
+    # The live file is never one of the snapshot's inodes: changing it changes no snapshot.
+    assert os.stat(ws / "f0").st_nlink == 1
+
+
+def test_a_change_in_the_clock_tick_of_the_checkpoint_is_not_missed(volume: Volume) -> None:
+    ws = volume.layers["workspace"]
+    store = _store(volume)
+    make(ws / "f", b"1111")
+    chown_tree(volume.root)
+    for _ in range(50):  # same size, same inode, written right after each checkpoint
+        store.take()
+        (ws / "f").write_bytes(b"2222")
+        latest = store.take()
+        with store.opened(latest.id) as fd:
+            assert Path(f"/proc/self/fd/{fd}/workspace/f").read_bytes() == b"2222"
+        (ws / "f").write_bytes(b"1111")
+        for checkpoint in store.list():
+            store.delete(checkpoint.id)
+
+
+def test_symlinks_planted_by_the_sandbox_are_never_followed(volume: Volume, tmp_path: Path) -> None:
+    host_file = tmp_path / "host-secret"
+    host_file.write_bytes(b"host secret")
+    host_dir = tmp_path / "host-dir"
+    host_dir.mkdir()
+    with tmpfs(tmp_path / "other") as other_root:
+        other = Volume.create(other_root, ("workspace",))
+        make(other.layers["workspace"] / "their-file", b"another sandbox's file")
+        ws = volume.layers["workspace"]
+        os.symlink(host_file, ws / "to-host")
+        os.symlink(other.layers["workspace"] / "their-file", ws / "to-other-volume")
+        os.symlink(host_dir, ws / "to-host-dir")
+        make(ws / "d" / "inside", b"inside d")
+        make(ws / "f", b"a regular file")
+        chown_tree(volume.root)
+        store = _store(volume)
+        checkpoint = store.take()
+        with store.opened(checkpoint.id) as fd:
+            snap = Path(f"/proc/self/fd/{fd}/workspace")
+            assert os.readlink(snap / "to-host") == str(host_file)
+            assert os.readlink(snap / "to-other-volume").endswith("their-file")
+        before = state_of(volume.layers)
+
+        # Between checkpoint and rollback: the directory and the file become links to the
+        # host; a rollback writing "d/inside" or "f" through them would change host files.
+        os.rename(ws / "d", ws / "d-old")
+        os.symlink(host_dir, ws / "d")
+        os.unlink(ws / "f")
+        os.symlink(host_file, ws / "f")
+        chown_tree(volume.root)
+        swapped = store.take()  # and a checkpoint of the swapped tree copies links only
+        with store.opened(swapped.id) as fd:
+            assert os.path.islink(f"/proc/self/fd/{fd}/workspace/d")
+        store.restore(checkpoint.id)
+        assert state_of(volume.layers) == before
+        assert host_file.read_bytes() == b"host secret" and list(host_dir.iterdir()) == []
+        assert (other.layers["workspace"] / "their-file").read_bytes() == b"another sandbox's file"
+
+
+def test_fifos_and_sockets_are_skipped_and_left_alone(volume: Volume) -> None:
+    tmp = volume.layers["tmp"]
+    make(tmp / "file", b"kept")
+    os.mkfifo(tmp / "fifo")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp / "sock"))
+    chown_tree(volume.root)
+    try:
+        store = _store(volume)
+        checkpoint = store.take()  # a reader-less fifo would block an open: it is never opened
+        assert sorted(store.skipped(checkpoint.id)) == ["tmp/fifo", "tmp/sock"]
+        with store.opened(checkpoint.id) as fd:
+            assert sorted(os.listdir(f"/proc/self/fd/{fd}/tmp")) == ["file"]
+        store.restore(checkpoint.id)
+        assert stat.S_ISFIFO(os.lstat(tmp / "fifo").st_mode)
+        assert stat.S_ISSOCK(os.lstat(tmp / "sock").st_mode)
+    finally:
+        server.close()
+
+
+def test_a_device_node_is_refused_and_nothing_is_captured(volume: Volume) -> None:
+    ws = volume.layers["workspace"]
+    make(ws / "ok", b"fine")
+    os.mknod(ws / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    chown_tree(volume.root)
+    store = _store(volume)
+    with pytest.raises(SandboxError) as exc:
+        store.take()
+    assert exc.value.code == "sandbox_error" and "null" in str(exc.value)
+    assert store.list() == [] and os.listdir(volume.snapshots) == []
+
+
+@pytest.mark.parametrize("owner", [(0, 0), (U, 0), (4242, 4242)])
+def test_a_file_of_a_foreign_owner_is_refused(volume: Volume, owner: tuple[int, int]) -> None:
+    ws = volume.layers["workspace"]
+    make(ws / "mine", b"mine")
+    chown_tree(volume.root)
+    make(ws / "theirs", b"not the sandbox's", mode=0o4755)
+    os.chown(ws / "theirs", *owner)
+    store = _store(volume)
+    with pytest.raises(SandboxError) as exc:
+        store.take()
+    assert "theirs" in str(exc.value)
+    assert os.listdir(volume.snapshots) == []
+
+
+def test_no_copy_belongs_to_root_and_setuid_stays_the_sandboxs(volume: Volume) -> None:
+    _sample_tree(volume)
+    store = _store(volume)
+    checkpoint = store.take()
+    snapshot = volume.snapshots / checkpoint.id
+    assert os.stat(volume.snapshots).st_uid == 0
+    assert stat.S_IMODE(os.stat(volume.snapshots).st_mode) == 0o700
+    owners_seen = set()
+    for directory, dirs, files in os.walk(snapshot):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(directory, name))
+            owners_seen.add((st.st_uid, st.st_gid))
+    assert owners_seen == {(U, U)}
+    assert os.stat(snapshot / "workspace" / "run.sh").st_mode & stat.S_ISUID
+
+
+def test_owners_may_not_include_host_root(volume: Volume) -> None:
+    with pytest.raises(ValueError):
+        SnapshotStore(volume.snapshots, volume.layers, (0, U), BIG, KEY)
+
+
+def test_the_snapshot_root_must_be_roots_alone(volume: Volume) -> None:
+    os.chmod(volume.snapshots, 0o755)
+    with pytest.raises(SandboxError):
+        _store(volume)
+
+
+def test_budgets_count_and_bytes(volume: Volume) -> None:
+    ws = volume.layers["workspace"]
+    make(ws / "f", b"x" * 1000)
+    chown_tree(volume.root)
+    store = _store(volume, Budget(count=2, bytes=2500))
+    first = store.take()
+    (ws / "f").write_bytes(b"y" * 1000)
+    store.take()
+    with pytest.raises(SnapshotBudgetExceeded) as exc:
+        store.take()
+    assert exc.value.code == "snapshot_budget_exceeded"
+    store.delete(first.id)
+    (ws / "f").write_bytes(b"z" * 1000)
+    (ws / "g").write_bytes(b"w" * 1000)
+    chown_tree(volume.root)
+    with pytest.raises(SnapshotBudgetExceeded):
+        store.take()  # 2000 more bytes on top of 1000: past 2500
+    assert len(store.list()) == 1 and len(os.listdir(volume.snapshots)) == 1
+    with pytest.raises(CheckpointNotFound):
+        store.delete(first.id)
+    with pytest.raises(CheckpointNotFound):
+        store.restore("ck0000")
+
+
+def test_twenty_thousand_files(volume: Volume) -> None:
+    ws = volume.layers["workspace"]
+    for d in range(100):
+        (ws / f"d{d}").mkdir()
+        for f in range(200):
+            (ws / f"d{d}" / f"f{f}").write_bytes(b"%d/%d" % (d, f))
+    chown_tree(volume.root)
+    store = _store(volume)
+    before = state_of(volume.layers)
+    checkpoint = store.take()
+    assert checkpoint.files == 100 + 20_000
+    (ws / "d7" / "f7").write_bytes(b"changed")
+    os.unlink(ws / "d8" / "f8")
+    store.take()
+    store.restore(checkpoint.id)
+    assert state_of(volume.layers) == before
+
+
+# -- a checkpoint while a writer loops -----------------------------------------------------
+
+WRITER = """
+import os, sys
+os.chdir(sys.argv[1])  # then the sandbox's uid: the path above it is root's alone
+uid = int(sys.argv[2])
+os.setgroups([])
+os.setresgid(uid, uid, uid)
+os.setresuid(uid, uid, uid)
+n = 0
+while True:  # invariant between two steps: count == number of files, or one file more
+    n += 1
+    with open(f"f{n}", "w") as f:
+        f.write(str(n))
+    with open("count.tmp", "w") as f:
+        f.write(str(n))
+    try:
+        os.rename("count.tmp", "count")
+    except FileNotFoundError:
+        pass  # a rollback took count.tmp away between the two steps: files do vanish
+"""
+
+
+@pytest.fixture
+def unified_cgroup() -> Iterator[_V2Cgroup]:
+    mount = next(
+        m
+        for m in parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+        if m.fstype == "cgroup2"
+    )
+    own = parse_proc_cgroup(Path("/proc/self/cgroup").read_text()).get("", "/")
+    directory = Path(mount.mountpoint + own) / f"ringfence-snap-test-{os.getpid()}"
+    directory.mkdir()
+    cgroup = _V2Cgroup(directory)
+    yield cgroup
+    cgroup.remove()
+
+
+def test_a_checkpoint_while_a_writer_loops_is_consistent(
+    volume: Volume, unified_cgroup: _V2Cgroup
+) -> None:
+    ws = volume.layers["workspace"]
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(ws), str(U)])
+    try:
+        assert unified_cgroup.add(writer.pid)
+        store = _store(volume)
+        views = []
+        for _ in range(5):
+            deadline = time.monotonic() + 10
+            while not (ws / "count").exists() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            with unified_cgroup.frozen():
+                checkpoint = store.take()
+                views.append((checkpoint.id, state_of(volume.layers)))
+            with store.opened(checkpoint.id) as fd:
+                snap = Path(f"/proc/self/fd/{fd}/workspace")
+                count = int((snap / "count").read_text())
+                made = {p.name for p in snap.iterdir() if p.name.startswith("f")}
+            assert made in (
+                {f"f{i}" for i in range(1, count + 1)},
+                {f"f{i}" for i in range(1, count + 2)},
+            )
+        for checkpoint_id, frozen_view in (views[0], views[-1], views[2]):
+            with unified_cgroup.frozen():
+                store.restore(checkpoint_id)
+                assert state_of(volume.layers) == frozen_view
+            files = len(os.listdir(ws))
+            deadline = time.monotonic() + 10
+            while len(os.listdir(ws)) == files and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert writer.poll() is None and len(os.listdir(ws)) != files, "it runs on"
+    finally:
+        writer.kill()
+        writer.wait()
