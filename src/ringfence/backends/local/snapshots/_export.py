@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ SEAL = "seal"
 BLOBS = "blobs"
 FORMAT = 1
 _MAX_MANIFEST = 256 << 20
+_SHA256 = re.compile("[0-9a-f]{64}")
 
 
 def export_snapshot(
@@ -178,7 +180,10 @@ def populate(source: Path, layers: Mapping[str, Path], owners: Sequence[int], ke
     src = _open_export(source)
     try:
         manifest = _verified_manifest(src, key, source)
-        entries = _checked_entries(manifest, layers)
+        try:
+            entries = _checked_entries(manifest, layers, len(ids.ids))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise SandboxError(f"the export {source} has a malformed manifest") from exc
         with _fs.opened_dir(src, BLOBS) as blobs:
             _verify_blobs(blobs, entries)
             live = {name: os.open(path, _fs.DIR_FLAGS) for name, path in layers.items()}
@@ -225,13 +230,20 @@ def _verified_manifest(src: int, key: bytes, source: Path) -> dict[str, Any]:
     sealed = _read_regular(src, SEAL, 128).decode(errors="replace").strip()
     if not hmac.compare_digest(sealed, seal(key, manifest)):
         raise SandboxError(f"the export {source} is not sealed by this server: its seal fails")
-    parsed: dict[str, Any] = json.loads(manifest)
-    if parsed.get("format") != FORMAT:
+    try:
+        parsed = json.loads(manifest)
+    except ValueError as exc:
+        raise SandboxError(f"the export {source} has a manifest that does not parse") from exc
+    if not isinstance(parsed, dict) or parsed.get("format") != FORMAT:
         raise SandboxError(f"the export {source} has an unknown format")
     return parsed
 
 
-def _checked_entries(manifest: dict[str, Any], layers: Mapping[str, Path]) -> list[dict[str, Any]]:
+def _checked_entries(
+    manifest: dict[str, Any], layers: Mapping[str, Path], owners: int
+) -> list[dict[str, Any]]:
+    """The manifest's entries, each well formed, every parent a directory listed before
+    it (sealed manifests are ours, but a bug must not become a write outside a layer)."""
     if sorted(manifest["layers"]) != sorted(layers):
         raise SandboxError(
             f"the export's layers {manifest['layers']} are not this sandbox's {list(layers)}"
@@ -247,8 +259,35 @@ def _checked_entries(manifest: dict[str, Any], layers: Mapping[str, Path]) -> li
             raise SandboxError(f"the export's entry {layer}/{path} has no directory above it")
         if (layer, path) in seen or (not parts and entry["kind"] != Kind.DIR.value):
             raise SandboxError(f"the export's entry {layer}/{path} is malformed")
+        if not _well_formed(entry, owners):
+            raise SandboxError(f"the export's entry {layer}/{path} is malformed")
         seen[(layer, path)] = entry["kind"]
     return list(manifest["entries"])
+
+
+_KINDS = {k.value for k in Kind if k is not Kind.SKIPPED}
+
+
+def _well_formed(entry: dict[str, Any], owners: int) -> bool:
+    def whole(key: str, below: int) -> bool:
+        value = entry.get(key)
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < below
+
+    kind = entry.get("kind")
+    xattrs = entry.get("xattrs")
+    return (
+        kind in _KINDS
+        and whole("mode", 0o10000)
+        and whole("uid", owners)
+        and whole("gid", owners)
+        and whole("size", 1 << 62)
+        and whole("atime_ns", 1 << 63)
+        and whole("mtime_ns", 1 << 63)
+        and isinstance(xattrs, dict)
+        and all(isinstance(k, str) and k.startswith(_fs.KEPT_XATTRS) for k in xattrs)
+        and (kind != Kind.FILE.value or _SHA256.fullmatch(str(entry.get("sha256"))) is not None)
+        and (kind != Kind.SYMLINK.value or isinstance(entry.get("target"), str))
+    )
 
 
 def _verify_blobs(blobs: int, entries: list[dict[str, Any]]) -> None:
