@@ -52,7 +52,7 @@ def _sh(script: str, disk: int | None = None) -> ExecutionRequest:
 
 
 async def _on_volume(executor: LocalExecutor, request: ExecutionRequest) -> ExecutionResult:
-    executor.reserve_volume(request.id)
+    executor.reserve(request.id)
     try:
         return await executor.execute(request)
     finally:
@@ -72,7 +72,7 @@ async def _running(
         if ready.encode() in seen:
             printed.set()
 
-    executor.reserve_volume(request.id)
+    executor.reserve(request.id)
     task = asyncio.create_task(executor.execute(request, on_output=output))
     try:
         await asyncio.wait_for(_first(printed, task), 20)
@@ -103,7 +103,7 @@ async def test_the_root_is_writable_and_writes_land_in_the_sandboxs_own_layer(
     request = _sh(script)
     async with _running(executor, request):
         parts = executor.parts(request.id)
-        assert parts is not None
+        assert parts is not None and parts.volume is not None
         uppers = {layer.target: layer.upper for layer in parts.volume.layers}
         sandbox_uid = parts.volume.workspace.stat().st_uid
         assert sandbox_uid != 0
@@ -160,7 +160,7 @@ async def test_the_volume_is_unmounted_and_removed_when_the_sandbox_ends(
     request = _sh("echo ready; exec sleep 60")
     async with _running(executor, request):
         parts = executor.parts(request.id)
-        assert parts is not None and parts.volume.path.is_dir()
+        assert parts is not None and parts.volume is not None and parts.volume.path.is_dir()
         assert mounts_under(str(parts.volume.path))
     assert executor.parts(request.id) is None
     assert not mounts_under(str(_ours(executor))) and not parts.volume.path.exists()
@@ -172,7 +172,7 @@ async def test_another_uid_cannot_enter_a_volume_and_no_sandbox_sees_the_host_pa
     request = _sh("echo secret > /home/user/s; echo ready; exec sleep 60")
     async with _running(executor, request):
         parts = executor.parts(request.id)
-        assert parts is not None
+        assert parts is not None and parts.volume is not None
         other_uid = parts.volume.workspace.stat().st_uid + 1
         peek = subprocess.run(
             ["setpriv", f"--reuid={other_uid}", f"--regid={other_uid}", "--clear-groups",

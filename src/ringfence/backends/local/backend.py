@@ -66,7 +66,7 @@ class SandboxParts:
 
     cgroup: Cgroup
     init: int  # the sandbox init's host pid: its root is /proc/<init>/root
-    volume: Volume
+    volume: Volume | None  # None when the host gives sandboxes none (``state_missing``)
 
 
 class LocalExecutor(SupervisingExecutor):
@@ -93,8 +93,8 @@ class LocalExecutor(SupervisingExecutor):
         self.egress = egress
         # Root with overlays: interactive sandboxes get volumes (else: the reasons why not).
         self._volumes = Volumes(config.runtime_dir) if self._host.volumes else None
-        self._reserved: dict[str, Populate | None] = {}  # run id -> wants a volume
-        self._live: dict[str, _BwrapLaunch] = {}  # run id -> a running one with a volume
+        self._reserved: dict[str, Populate | None] = {}  # run id -> interactive, not started
+        self._live: dict[str, _BwrapLaunch] = {}  # run id -> a running interactive sandbox
 
     @property
     def state_missing(self) -> tuple[str, ...]:
@@ -110,16 +110,18 @@ class LocalExecutor(SupervisingExecutor):
         if self._volumes is not None:
             self._volumes.close()
 
-    def reserve_volume(self, run_id: str, populate: Populate | None = None) -> None:
-        """Give execution ``run_id`` (not started yet) a volume, filled by ``populate``
-        before its command starts. ``unreserve`` once ``execute`` has returned or failed.
+    def reserve(self, run_id: str, populate: Populate | None = None) -> None:
+        """Mark execution ``run_id`` (not started yet) as an interactive sandbox: ``parts``
+        will find its cgroup and init, and its volume when the host gives sandboxes one,
+        filled by ``populate`` before its command starts. ``unreserve`` once ``execute``
+        has returned or failed.
 
         Raises:
-            StateUnsupported: this host gives sandboxes no volume (``state_missing``).
+            StateUnsupported: ``populate`` given, but this host gives sandboxes no volume.
         """
-        if self._volumes is None:
+        if populate is not None and self._volumes is None:
             raise StateUnsupported(
-                f"sandbox state cannot be captured: {'; '.join(self.state_missing)}"
+                f"sandbox state cannot be restored: {'; '.join(self.state_missing)}"
             )
         self._reserved[run_id] = populate
 
@@ -127,10 +129,10 @@ class LocalExecutor(SupervisingExecutor):
         self._reserved.pop(run_id, None)
 
     def parts(self, run_id: str) -> SandboxParts | None:
-        """The cgroup, init and volume of running execution ``run_id``; None when it has
-        no volume or is no longer running."""
+        """The cgroup, init and volume of running execution ``run_id`` (reserved with
+        ``reserve``); None once it is no longer running."""
         launched = self._live.get(run_id)
-        if launched is None or launched.volume is None or launched.init is None:
+        if launched is None or launched.init is None:
             return None
         return SandboxParts(launched.cgroup, launched.init, launched.volume)
 
@@ -144,7 +146,7 @@ class LocalExecutor(SupervisingExecutor):
         """
         if self._volumes is None or request.id not in self._reserved:
             return None
-        populate = self._reserved.pop(request.id)
+        populate = self._reserved[request.id]
         assert limits.disk is not None
         size = limits.disk + self.config.checkpoint_bytes
         volume = self._volumes.create(f"rf-{request.id}", size, overlaid(layout), uid, uid)
@@ -221,7 +223,7 @@ class LocalExecutor(SupervisingExecutor):
             after_spawn.close()
             undo.pop_all()  # from here on the sandbox owns its uid, cgroup, gate_r and child
         launched = _BwrapLaunch(child, name, cgroup, gate_r, give_back, volume)
-        if volume is not None:
+        if request.id in self._reserved:
             self._live[request.id] = launched
             launched.on_release = lambda: self._live.pop(request.id, None)
         entering = asyncio.ensure_future(_enter(info_r, cgroup))

@@ -21,15 +21,19 @@ import hashlib
 import logging
 import os
 import py_compile
+import secrets
 import shutil
 import uuid
 from pathlib import Path
 
 import ringfence.sandboxd
 from ringfence.backends._interactive import LaunchSpec
-from ringfence.backends.daemon_sandbox import DaemonSandbox, listen, start_daemon_sandbox
-from ringfence.backends.local.backend import LocalExecutor
+from ringfence.backends.daemon_sandbox import listen, start_daemon_sandbox
+from ringfence.backends.local.backend import LocalExecutor, Populate
 from ringfence.backends.local.rootfs import materialize
+from ringfence.backends.local.sandbox import LocalSandbox, layers_of
+from ringfence.backends.local.snapshots import Budget, populate
+from ringfence.backends.local.volume import Volume
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, Mount
 
@@ -46,9 +50,16 @@ _START_SECONDS = 10.0
 class LocalSandboxRuntime:
     """Starts interactive sandboxes with the local backend."""
 
-    def __init__(self, executor: LocalExecutor, config: Config) -> None:
-        """Raises ``OSError`` when the runtime directory cannot be prepared."""
+    def __init__(
+        self, executor: LocalExecutor, config: Config, seal_key: bytes | None = None
+    ) -> None:
+        """``seal_key``: the server's key that seals exported snapshots (and is checked
+        before one is restored); None: a random one for this process only (its exports
+        restore in no other process). Raises ``OSError`` when the runtime directory cannot
+        be prepared."""
         self._executor = executor
+        self._seal_key = seal_key if seal_key is not None else secrets.token_bytes(32)
+        self._budget = Budget(count=config.max_checkpoints, bytes=config.checkpoint_bytes)
         sockets = config.runtime_dir / "sockets"
         sockets.mkdir(mode=0o700, parents=True, exist_ok=True)
         _sweep_stale_instances(sockets)
@@ -56,12 +67,16 @@ class LocalSandboxRuntime:
         self._sockets.mkdir(mode=0o700, exist_ok=True)
         self._daemon = prepare_daemon(config.runtime_dir)
 
-    async def start(self, spec: LaunchSpec) -> DaemonSandbox:
-        """Start a sandbox running the daemon; return once its init runs (the daemon may
-        still be starting: its first request waits in the socket's backlog).
+    async def start(self, spec: LaunchSpec) -> LocalSandbox:
+        """Start a sandbox running the daemon, on a volume filled from ``spec.restore``
+        when given; return once its init runs (the daemon may still be starting: its first
+        request waits in the socket's backlog).
 
         Raises:
-            SandboxError: the sandbox could not be set up (the message says why).
+            SandboxError: the sandbox could not be set up (the message says why), or
+                ``spec.restore`` is not an export sealed with this runtime's key, or was
+                changed (nothing of it is used then).
+            StateUnsupported: ``spec.restore`` given, but sandboxes get no volume here.
             SandboxUidsExhausted: every host uid for sandboxes is taken; nothing started.
         """
         run_id = uuid.uuid4().hex  # the daemon's execution: no tenant sees it
@@ -78,14 +93,29 @@ class LocalSandboxRuntime:
             mounts=[Mount(source=str(self._daemon), target=f"{DAEMON_PARENT}/sandboxd")],
             network=spec.network,
         )
-        if not self._executor.state_missing:
-            self._executor.reserve_volume(run_id)
         try:
-            return await start_daemon_sandbox(
+            self._executor.reserve(run_id, self._populate(spec.restore))
+            inner = await start_daemon_sandbox(
                 self._executor, request, listener, socket_path, _START_SECONDS
             )
+            parts = self._executor.parts(run_id)
         finally:
             self._executor.unreserve(run_id)
+            listener.close()  # start_daemon_sandbox closed it unless reserve refused
+        missing = self._executor.state_missing
+        return LocalSandbox(inner, parts, self._budget, self._seal_key, missing)
+
+    def _populate(self, export: Path | None) -> Populate | None:
+        """What fills a fresh volume from ``export`` (its seal and every file checked
+        first: ``SandboxError`` refuses the start); None: nothing to restore."""
+        if export is None:
+            return None
+        key = self._seal_key
+
+        def fill(volume: Volume) -> None:
+            populate(export, layers_of(volume), volume.owners, key)
+
+        return fill
 
     async def aclose(self) -> None:
         await self._executor.aclose()

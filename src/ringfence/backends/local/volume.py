@@ -63,6 +63,7 @@ class Volume:
     """A mounted volume (see the module docstring). ``close`` unmounts and removes it."""
 
     path: Path
+    owners: tuple[int, ...]  # the host ids its files may belong to (0: the sandbox's root)
     layers: tuple[Layer, ...] = ()
     _mounted: bool = field(default=True, repr=False)
 
@@ -141,7 +142,7 @@ class Volumes:
         except OSError:
             path.rmdir()
             raise
-        volume = Volume(path)
+        volume = Volume(path, tuple(dict.fromkeys((root_uid, user_uid))))
         try:
             volume.layers = self._populate(volume, overlays, root_uid, user_uid)
         except BaseException:

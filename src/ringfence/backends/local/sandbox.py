@@ -1,0 +1,173 @@
+"""A local interactive sandbox with its state: checkpoints of its volume's layers (the
+workspace, ``/tmp`` and the upper layers of its root), rollback in place, freeze and thaw
+of its cgroup, and exports a new sandbox is restored from (``LaunchSpec.restore``).
+
+``checkpoint`` freezes the sandbox's cgroup, takes an incremental snapshot
+(``snapshots.SnapshotStore``) and thaws it; ``rollback`` restores in place while frozen, so
+its processes survive and see the checkpoint's files when they run again (the root's upper
+layers are changed through the sandbox's own view of its overlays where the overlay would
+not see a change made behind it). Process memory is not captured (``memory: false``).
+Operations on one sandbox run one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import TypeVar
+
+from ringfence.backends._interactive import Checkpoint, StateSupport
+from ringfence.backends.daemon_sandbox import DaemonSandbox
+from ringfence.backends.local.backend import SandboxParts
+from ringfence.backends.local.snapshots import Budget, OverlayView, SnapshotStore
+from ringfence.backends.local.volume import Volume
+from ringfence.errors import SandboxNotRunning, StateUnsupported
+from ringfence.models import ExecutionResult
+
+__all__ = ["LocalSandbox", "layers_of"]
+
+T = TypeVar("T")
+
+
+def layers_of(volume: Volume) -> dict[str, Path]:
+    """The layers of ``volume`` by the names snapshots and exports know them by (the same
+    for every sandbox of one image, so an export restores into any of them)."""
+    layers = {"workspace": volume.workspace, "tmp": volume.tmp}
+    layers.update({f"root-{layer.name}": layer.upper for layer in volume.layers})
+    return layers
+
+
+class LocalSandbox:
+    """A running local sandbox (``LiveSandbox``): the daemon's execution (``inner``) and,
+    when it has a volume (``parts``), the state of its files."""
+
+    def __init__(
+        self,
+        inner: DaemonSandbox,
+        parts: SandboxParts | None,
+        budget: Budget,
+        key: bytes,
+        missing: tuple[str, ...],
+    ) -> None:
+        """``missing``: why this sandbox has no volume (with ``parts`` None)."""
+        self._inner = inner
+        self._parts = parts
+        self._missing = missing
+        self._store: SnapshotStore | None = None
+        if parts is not None and parts.volume is not None:
+            volume = parts.volume
+            self._store = SnapshotStore(
+                volume.snapshots, layers_of(volume), volume.owners, budget, key
+            )
+        self._lock = asyncio.Lock()
+        self._paused = False  # frozen by ``freeze`` (not by a checkpoint in progress)
+
+    @property
+    def socket_path(self) -> Path:
+        return self._inner.socket_path
+
+    @property
+    def running(self) -> bool:
+        return self._inner.running
+
+    async def set_timeout(self, seconds: float) -> None:
+        await self._inner.set_timeout(seconds)
+
+    async def kill(self) -> ExecutionResult:
+        return await self._inner.kill()  # the cgroup's kill reaches frozen processes too
+
+    async def ended(self) -> ExecutionResult:
+        return await self._inner.ended()
+
+    @property
+    def state(self) -> StateSupport:
+        missing = list(self._missing)
+        freeze = self._parts is not None and self._parts.cgroup.can_freeze
+        if self._parts is not None and not freeze:
+            missing.append("this host's cgroups have no freezer")
+        missing.append("process memory is not captured (no CRIU): processes restart on restore")
+        return StateSupport(
+            checkpoints=self._store is not None,
+            freeze=freeze,
+            memory=False,
+            missing=tuple(missing),
+        )
+
+    async def checkpoint(self) -> Checkpoint:
+        store, parts = self._stateful()
+        async with self._lock:
+            self._check_running()
+            return await asyncio.to_thread(self._in_frozen, parts, store.take)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        return self._store.list() if self._store is not None else []
+
+    async def rollback(self, checkpoint_id: str) -> None:
+        store, parts = self._stateful()
+        async with self._lock:
+            self._check_running()
+            views = {
+                f"root-{layer.name}": OverlayView(
+                    Path(f"/proc/{parts.init}/root"), PurePosixPath(layer.target)
+                )
+                for layer in _volume(parts).layers
+            }
+            await asyncio.to_thread(
+                self._in_frozen, parts, lambda: store.restore(checkpoint_id, overlay_view=views)
+            )
+
+    async def delete_checkpoint(self, checkpoint_id: str) -> None:
+        store, _ = self._stateful()
+        async with self._lock:
+            store.delete(checkpoint_id)
+
+    async def freeze(self) -> None:
+        parts = self._cgroup_parts()
+        async with self._lock:
+            self._check_running()
+            parts.cgroup.freeze()
+            self._paused = True
+
+    async def thaw(self) -> None:
+        if self._parts is None or not self._paused:
+            return
+        async with self._lock:
+            self._parts.cgroup.thaw()
+            self._paused = False
+
+    async def export(self, checkpoint_id: str, target: Path) -> None:
+        store, _ = self._stateful()
+        async with self._lock:
+            await asyncio.to_thread(store.export, checkpoint_id, target)
+
+    def _in_frozen(self, parts: SandboxParts, work: Callable[[], T]) -> T:
+        """``work()`` with the sandbox frozen (in a worker thread: a large tree takes a
+        while); a sandbox paused by ``freeze`` stays frozen after it."""
+        if self._paused:
+            return work()
+        with parts.cgroup.frozen():
+            return work()
+
+    def _stateful(self) -> tuple[SnapshotStore, SandboxParts]:
+        if self._store is None or self._parts is None:
+            raise StateUnsupported(
+                f"sandbox state cannot be captured: {'; '.join(self._missing) or 'no volume'}"
+            )
+        return self._store, self._parts
+
+    def _cgroup_parts(self) -> SandboxParts:
+        if self._parts is None:
+            raise StateUnsupported(
+                f"this sandbox cannot be frozen: {'; '.join(self._missing) or 'no cgroup'}"
+            )
+        return self._parts
+
+    def _check_running(self) -> None:
+        if not self.running:
+            raise SandboxNotRunning("the sandbox has ended")
+
+
+def _volume(parts: SandboxParts) -> Volume:
+    assert parts.volume is not None
+    return parts.volume
