@@ -2,7 +2,7 @@
 
 Every sandbox gets all of these, always (there is no flag to leave one out):
 new user, pid, mount, network, ipc, uts and cgroup namespaces; no further user namespaces;
-a root built from read-only binds and remounted read-only; fresh /proc and a minimal /dev
+a root built from read-only binds (or overlays, below) and remounted read-only; fresh /proc and a minimal /dev
 (read-only, with a size-limited /dev/shm); size-limited tmpfs on the workspace and /tmp; the
 sandbox user uid 1000 with no capabilities and no_new_privs; a new session (no terminal
 injection); the seccomp filter; death with its supervisor.
@@ -96,8 +96,9 @@ def sandbox_env(
         "LOGNAME": "user",
         "LANG": "C.UTF-8",
         "TERM": "dumb",
-        # PEP 668 guards a system pip could break; a sandbox's system is its read-only
-        # template, so pip (Debian's refuses by default) installs into ~/.local instead.
+        # PEP 668 guards a system pip could break; a sandbox's system is its template (read
+        # only, or overlaid by its own layer), so Debian's pip, which refuses by default,
+        # may install: into ~/.local as the user, into the system where it may write.
         "PIP_BREAK_SYSTEM_PACKAGES": "1",
         **egress,
         **env,

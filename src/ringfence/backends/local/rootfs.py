@@ -1,4 +1,5 @@
-"""The root filesystem of a local sandbox: which host paths appear where, read-only.
+"""The root filesystem of a local sandbox: which host paths appear where, read-only (a
+sandbox with a volume sees the directories among them as overlays: ``overlaid``, ``volume``).
 
 ``host`` shows the host's system directories (``/usr``, ``/bin``, ``/lib``...) and a copy of a
 short allowlist of ``/etc`` entries, taken when the backend starts (one bind instead of dozens:
