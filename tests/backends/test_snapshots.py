@@ -364,3 +364,15 @@ def test_a_checkpoint_while_a_writer_loops_is_consistent(
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_a_full_volume_is_the_budget_exceeded_and_leaves_nothing(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "small", size="8m") as root:
+        volume = Volume.create(root, ("workspace",))
+        make(volume.layers["workspace"] / "big", os.urandom(5 << 20))
+        chown_tree(volume.root)
+        store = _store(volume)  # the byte budget is larger than what the volume has left
+        with pytest.raises(SnapshotBudgetExceeded):
+            store.take()
+        assert store.list() == [] and os.listdir(volume.snapshots) == []
+        assert store.used_bytes == 0

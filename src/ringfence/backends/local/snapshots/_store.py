@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import secrets
 import stat
@@ -114,8 +116,12 @@ class SnapshotStore:
                 for name, live in self.layers.items():
                     with _open_layer(live) as live_fd:
                         taker.layer(name, live_fd, snap_fd, prev_fd)
-        except BaseException:
+        except BaseException as exc:
             _fs.remove_tree(self._root, checkpoint_id)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise SnapshotBudgetExceeded("the sandbox's volume is full") from exc
+            if isinstance(exc, OSError):
+                raise SandboxError(f"the checkpoint failed: {exc}") from exc
             raise
         taken = taker.taken
         for ino, size in taken.blobs.items():
@@ -155,8 +161,9 @@ class SnapshotStore:
 
         Raises:
             CheckpointNotFound: no such checkpoint.
-            SandboxError: a view is not the overlay of its layer, or the files could not
-                be written (the sandbox should then be restarted on the checkpoint).
+            SandboxError: a view is not the overlay of its layer (nothing was changed), or
+                the files could not all be written: then they are partly restored, and the
+                sandbox must not run on (kill it, or restart it on the checkpoint).
         """
         held = self._get(checkpoint_id)
         views = dict(overlay_view or {})
@@ -164,22 +171,39 @@ class SnapshotStore:
         if unknown:
             raise SandboxError(f"no such layer to restore through an overlay: {sorted(unknown)}")
         restorer = Restorer(held.taken.live, self.owners.ids[0])
-        with _fs.opened_dir(self._root, checkpoint_id) as snap_root:
-            for name, live in self.layers.items():
-                with contextlib.ExitStack() as stack:
-                    live_fd = stack.enter_context(_open_layer(live))
-                    snap_fd = stack.enter_context(_fs.opened_dir(snap_root, name))
+        root = self.owners.ids[0]
+        try:
+            with _fs.opened_dir(self._root, checkpoint_id) as snap_root:
+                for name in self.layers:
                     if name not in views:
-                        restorer.layer(live_fd, snap_fd, None, name)
-                        continue
-                    view_fd = stack.enter_context(_open_view(views[name]))
-                    root = self.owners.ids[0]
-                    # Names are made through the overlay as the sandbox's root (_creds).
-                    run_as(
-                        root,
-                        root,
-                        partial(_through, restorer, live_fd, snap_fd, view_fd, name, root),
-                    )
+                        self._restore_layer(restorer, snap_root, name, None)
+                if views:
+                    # Names are made through overlays as the sandbox's root (_creds): one
+                    # thread with its ids for every overlaid layer.
+                    run_as(root, root, partial(self._restore_overlays, restorer, snap_root, views))
+        except OSError as exc:
+            raise SandboxError(
+                f"the rollback to {checkpoint_id} failed part way ({exc}): the sandbox's files "
+                "are partly restored, it must not run on (restart it on the checkpoint)"
+            ) from exc
+
+    def _restore_overlays(
+        self, restorer: Restorer, snap_root: int, views: Mapping[str, OverlayView]
+    ) -> None:
+        for name, view in views.items():
+            self._restore_layer(restorer, snap_root, name, view)
+
+    def _restore_layer(
+        self, restorer: Restorer, snap_root: int, name: str, view: OverlayView | None
+    ) -> None:
+        with contextlib.ExitStack() as stack:
+            live_fd = stack.enter_context(_open_layer(self.layers[name]))
+            snap_fd = stack.enter_context(_fs.opened_dir(snap_root, name))
+            view_fd = None
+            if view is not None:
+                view_fd = stack.enter_context(_open_view(view))
+                _check_view(live_fd, view_fd, self.owners.ids[0], name)
+            restorer.layer(live_fd, snap_fd, view_fd, name)
 
     def export(self, checkpoint_id: str, target: Path) -> None:
         """Persist ``checkpoint_id`` as a sealed export in ``target`` (a new directory, off
@@ -190,7 +214,10 @@ class SnapshotStore:
             SandboxError: ``target`` exists or cannot be written.
         """
         with self.opened(checkpoint_id) as snap_fd:
-            export_snapshot(snap_fd, list(self.layers), self.owners, self._key, target)
+            try:
+                export_snapshot(snap_fd, list(self.layers), self.owners, self._key, target)
+            except OSError as exc:
+                raise SandboxError(f"cannot export {checkpoint_id} to {target}: {exc}") from exc
 
     @contextlib.contextmanager
     def opened(self, checkpoint_id: str) -> Iterator[int]:
@@ -250,13 +277,6 @@ def _open_view(view: OverlayView) -> Iterator[int]:
         os.close(fd)
 
 
-def _through(
-    restorer: Restorer, live_fd: int, snap_fd: int, view_fd: int, name: str, root: int
-) -> None:
-    _check_view(live_fd, view_fd, root, name)
-    restorer.layer(live_fd, snap_fd, view_fd, name)
-
-
 def _check_view(live_fd: int, view_fd: int, owner: int, name: str) -> None:
     """Fail closed unless ``view_fd`` is the overlay whose upper is ``live_fd``: a probe
     made in the upper must show through it (and is removed through it)."""
@@ -273,11 +293,11 @@ def _check_view(live_fd: int, view_fd: int, owner: int, name: str) -> None:
     os.unlink(probe, dir_fd=view_fd)
 
 
-def _fs_magic(fd: int) -> int:
-    import ctypes
+_libc = ctypes.CDLL(None, use_errno=True)
 
+
+def _fs_magic(fd: int) -> int:
     buf = ctypes.create_string_buffer(256)  # struct statfs: f_type is its first long
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.fstatfs(fd, buf) != 0:
+    if _libc.fstatfs(fd, buf) != 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     return int.from_bytes(buf.raw[:8], "little")
