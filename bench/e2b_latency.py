@@ -31,6 +31,7 @@ from typing import Any
 from exec_latency import RunFailed, Stats, at_least, host_facts
 from sandbox_latency import Line, Phases, Run, Server, measure, ms, running_server, text
 
+from ringfence.backends.local.probe import bwrap_choice
 from ringfence.config import Config
 
 SANDBOX_TIMEOUT = 120  # seconds: a sandbox the script loses track of dies on its own
@@ -175,7 +176,7 @@ async def benchmark(args: argparse.Namespace, server: Server) -> Report:
         ),
     ]
     await measure(lines, args.sandboxes, args.warmup, "time to interactive")
-    host = host_facts(shutil.which(Config(backend="local").bwrap_path))
+    host = host_facts(shutil.which(bwrap_choice(Config(backend="local"))))
     return Report(host, args.pool, args.sandboxes, lines)
 
 

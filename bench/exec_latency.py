@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringfence.backends import Executor, create_executor
+from ringfence.backends.local.probe import bwrap_choice
 from ringfence.config import Config
 from ringfence.errors import RingfenceError
 from ringfence.models import ExecutionRequest, Status
@@ -624,7 +625,7 @@ def throughput_contenders(
 
 async def benchmark(args: argparse.Namespace) -> Report:
     config = Config(backend="local")  # never the unisolated backend, whatever the environment
-    bwrap = shutil.which(config.bwrap_path)
+    bwrap = shutil.which(bwrap_choice(config))  # the one Ringfence runs: the floor's too
     missing: list[Missing] = []
     if bwrap is None:
         missing.append(Missing("raw_bwrap", RAW_BWRAP_NAME, f"{config.bwrap_path} not found"))

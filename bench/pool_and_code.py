@@ -52,6 +52,7 @@ from sandbox_latency import (
     text,
 )
 
+from ringfence.backends.local.probe import bwrap_choice
 from ringfence.config import Config
 
 GOAL_POOL_P50_MS = 10.0
@@ -498,7 +499,7 @@ class Report:
 async def benchmark(args: argparse.Namespace, server: Server) -> Report:
     config = Config(backend="local")
     report = Report(
-        host=host_facts(shutil.which(config.bwrap_path)),
+        host=host_facts(shutil.which(bwrap_choice(config))),
         pool_size=args.pool,
         sandboxes=args.sandboxes,
         runs=args.runs,

@@ -53,6 +53,7 @@ from exec_latency import (
 )
 
 from ringfence.backends.local.interactive import prepare_daemon
+from ringfence.backends.local.probe import bwrap_choice
 from ringfence.config import Config
 
 GOAL_TTI_MS = 50.0  # time to interactive, p50, without a warm pool
@@ -720,7 +721,7 @@ def daemon_socket(server: Server, config: Config) -> Path | None:
 
 async def benchmark(args: argparse.Namespace, server: Server, workdir: Path) -> Report:
     config = Config(backend="local")
-    bwrap = shutil.which(config.bwrap_path)
+    bwrap = shutil.which(bwrap_choice(config))  # the one Ringfence runs: the floor's too
     missing: dict[str, str] = {}
     docker = Docker(args.image)
     why_not_docker = "skipped (--no-docker)" if args.no_docker else None

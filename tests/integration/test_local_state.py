@@ -160,6 +160,11 @@ async def test_freeze_stops_every_process_until_thaw(runtime: LocalSandboxRuntim
         await sandbox.thaw()
         assert await _beat_advances(sandbox)
         assert checkpoint.files > 0
+        await sandbox.freeze()
+        async with asyncio.timeout(10):
+            await sandbox.kill()  # a frozen sandbox dies too, and nothing of it is left
+        assert not sandbox.running and parts.cgroup.pids() == []
+        assert not parts.volume.path.exists()
     finally:
         await sandbox.kill()
 

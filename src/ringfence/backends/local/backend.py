@@ -137,9 +137,16 @@ class LocalExecutor(SupervisingExecutor):
         return SandboxParts(launched.cgroup, launched.init, launched.volume)
 
     def _volume_for(
-        self, request: ExecutionRequest, layout: tuple[Entry, ...], limits: ResourceLimits, uid: int
+        self,
+        request: ExecutionRequest,
+        layout: tuple[Entry, ...],
+        limits: ResourceLimits,
+        root_uid: int,
+        user_uid: int,
     ) -> Volume | None:
-        """The volume of a sandbox that reserved one (mounted and populated), else None.
+        """The volume of a reserved sandbox when this host gives them one (mounted and
+        populated), else None. ``root_uid``/``user_uid``: the host uids the sandbox's root
+        and user map to (its layers are the root's, its workspace the user's).
 
         Raises:
             OSError: it cannot be mounted; SandboxError: ``populate`` refused.
@@ -149,7 +156,9 @@ class LocalExecutor(SupervisingExecutor):
         populate = self._reserved[request.id]
         assert limits.disk is not None
         size = limits.disk + self.config.checkpoint_bytes
-        volume = self._volumes.create(f"rf-{request.id}", size, overlaid(layout), uid, uid)
+        volume = self._volumes.create(
+            f"rf-{request.id}", size, overlaid(layout), root_uid, user_uid
+        )
         try:
             if populate is not None:
                 populate(volume)
@@ -183,7 +192,8 @@ class LocalExecutor(SupervisingExecutor):
             undo.callback(give_back)
             cgroup = self._host.cgroups.create(name, limits)
             undo.callback(cgroup.remove)
-            volume = self._volume_for(request, layout, limits, uid)
+            # One host uid is the sandbox's user and (unmapped) root today.
+            volume = self._volume_for(request, layout, limits, root_uid=uid, user_uid=uid)
             if volume is not None:
                 undo.callback(volume.close)
             seccomp = memfd_with("seccomp", self._host.seccomp)
