@@ -2,10 +2,10 @@
 
 Every sandbox gets all of these, always (there is no flag to leave one out):
 new user, pid, mount, network, ipc, uts and cgroup namespaces; no further user namespaces;
-a root built from read-only binds (or overlays, below) and remounted read-only; fresh /proc and a minimal /dev
-(read-only, with a size-limited /dev/shm); size-limited tmpfs on the workspace and /tmp; the
-sandbox user uid 1000 with no capabilities and no_new_privs; a new session (no terminal
-injection); the seccomp filter; death with its supervisor.
+a root built from read-only binds (or overlays, below) and remounted read-only; fresh /proc
+and a minimal /dev (read-only, with a size-limited /dev/shm); size-limited tmpfs on the
+workspace and /tmp; the sandbox user uid 1000 with no capabilities and no_new_privs; a new
+session (no terminal injection); the seccomp filter; death with its supervisor.
 
 A sandbox with a volume (``Writable``: interactive sandboxes when Ringfence is root and bwrap
 has overlays) gets its workspace and /tmp bound from the volume instead of in-sandbox tmpfs,
