@@ -59,6 +59,7 @@ def _tree(volume: Volume) -> None:
     os.symlink("/etc/shadow", ws / "shadow")
     os.setxattr(ws / "a.txt", "user.note", b"kept")
     make(volume.layers["tmp"] / "t", b"tmp")
+    os.link(ws / "a.txt", ws / "src" / "a-link")  # a hard-link group, kept as one
     usr = volume.layers["usr"]
     make(usr / "lib" / "new.so", b"\x7fELF")
     os.mknod(usr / "gone", stat.S_IFCHR | 0o600, os.makedev(0, 0))  # a whiteout
@@ -95,6 +96,8 @@ def test_an_export_is_plain_copies_and_populates_a_fresh_volume(
     for child in (one, two):
         populate(target, child.layers, CHILD, KEY)
         assert state_of(child.layers) == _mapped(state_of(volume.layers))
+        ws = child.layers["workspace"]
+        assert os.stat(ws / "a.txt").st_ino == os.stat(ws / "src" / "a-link").st_ino
     # Copies: a child's change reaches neither the other child nor the export.
     (one.layers["workspace"] / "a.txt").write_bytes(b"changed in one")
     assert (two.layers["workspace"] / "a.txt").read_bytes() == b"alpha"

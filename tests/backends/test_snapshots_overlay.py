@@ -186,6 +186,10 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["open(M + '/f', 'w').write('file')"],
         ["os.unlink(M + '/f')", "os.mkdir(M + '/f')", "os.listdir(M + '/f')"],
     ),
+    "a hard link broken and its name reused": (
+        ["open(M + '/up', 'w').write('linked')", "os.link(M + '/up', M + '/up2')"],
+        ["os.unlink(M + '/up2')", "open(M + '/up2', 'w').write('other')", "os.stat(M + '/up2')"],
+    ),
     "a directory replaced by a file": (
         ["os.mkdir(M + '/g')", "open(M + '/g/h', 'w').write('h')"],
         ["shutil.rmtree(M + '/g')", "open(M + '/g', 'w').write('g')", "os.stat(M + '/g')"],

@@ -52,7 +52,7 @@ def export_snapshot(
             for layer in layers:
                 with _fs.opened_dir(snap_root, layer) as fd:
                     entries.append(_entry(layer, "", os.fstat(fd), owners, None))
-                    _walk(fd, layer, "", owners, blobs, entries)
+                    _walk(fd, layer, "", owners, blobs, entries, {})
         manifest = json.dumps(
             {"format": FORMAT, "layers": list(layers), "entries": entries},
             sort_keys=True,
@@ -82,21 +82,28 @@ def _walk(
     owners: Owners,
     blobs: int,
     entries: list[dict[str, Any]],
+    groups: dict[int, tuple[str, str]],
 ) -> None:
+    """Append the entries under ``dir_fd``; ``groups``: snapshot inode -> (the first path
+    found with it, its sha256): in one snapshot only a hard-link group shares an inode."""
     for name in sorted(_fs.names(dir_fd)):
         path = f"{where}/{name}" if where else name
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         kind = _fs.kind_of(st, path)
-        if kind is Kind.FILE:
+        if kind is Kind.FILE and st.st_ino in groups:
+            first, digest = groups[st.st_ino]
+            entries.append(_entry(layer, path, st, owners, {"sha256": digest, "link": first}))
+        elif kind is Kind.FILE:
             with _fs.opened_file(dir_fd, name, st) as fd:
                 digest = _store_blob(fd, blobs)
+            groups[st.st_ino] = (path, digest)
             entries.append(_entry(layer, path, st, owners, {"sha256": digest}))
             entries[-1]["xattrs"] = _encode(_xattrs_at(dir_fd, name))
         elif kind is Kind.DIR:
             with _fs.opened_dir(dir_fd, name) as child:
                 entries.append(_entry(layer, path, st, owners, None))
                 entries[-1]["xattrs"] = _encode(_fs.read_xattrs(child))
-                _walk(child, layer, path, owners, blobs, entries)
+                _walk(child, layer, path, owners, blobs, entries, groups)
         else:
             extra = {"target": os.readlink(name, dir_fd=dir_fd)} if kind is Kind.SYMLINK else {}
             entries.append(_entry(layer, path, st, owners, extra))
@@ -261,7 +268,13 @@ def _checked_entries(
             raise SandboxError(f"the export's entry {layer}/{path} is malformed")
         if not _well_formed(entry, owners):
             raise SandboxError(f"the export's entry {layer}/{path} is malformed")
-        seen[(layer, path)] = entry["kind"]
+        link = entry.get("link")
+        if link is not None and (
+            entry["kind"] != Kind.FILE.value or seen.get((layer, link)) != Kind.FILE.value
+        ):
+            raise SandboxError(f"the export's entry {layer}/{path} links to no file before it")
+        # A hard link's target is a group's first file, never another link.
+        seen[(layer, path)] = "link" if link is not None else entry["kind"]
     return list(manifest["entries"])
 
 
@@ -338,6 +351,12 @@ def _write_entries(
                 opened[(layer, path)] = fd
                 _fs.write_xattrs(fd, xattrs)
                 dirs.append((fd, entry))
+            elif kind is Kind.FILE and "link" in entry:
+                first_parent, _, first_name = entry["link"].rpartition("/")
+                source = opened[(layer, first_parent)] if first_parent else live[layer]
+                os.link(
+                    first_name, name, src_dir_fd=source, dst_dir_fd=parent, follow_symlinks=False
+                )
             elif kind is Kind.FILE:
                 with _fs.opened_file(blobs, entry["sha256"], _stat_at(blobs, entry)) as src:
                     dst = os.open(name, _fs.CREATE_FLAGS, 0o600, dir_fd=parent)

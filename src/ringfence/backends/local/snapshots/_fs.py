@@ -90,6 +90,20 @@ def opened_dir(dir_fd: int, name: str) -> Iterator[int]:
 
 
 @contextlib.contextmanager
+def opened_path(root_fd: int, parts: Sequence[str]) -> Iterator[int]:
+    """The directory ``root_fd``/``parts...``, each component opened without following."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts:
+            child = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def opened_file(dir_fd: int, name: str, expect: os.stat_result) -> Iterator[int]:
     """Open a regular file for reading, checking it is the inode ``lstat`` saw."""
     fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)

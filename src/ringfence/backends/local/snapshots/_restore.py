@@ -42,12 +42,17 @@ class Restorer:
     """Makes live layers equal to snapshot layers; ``view_fd`` is the overlay's merged
     directory for an upper layer (None for plain layers and unmounted uppers)."""
 
-    def __init__(self, recorded: dict[str, LiveId], owner: int) -> None:
+    def __init__(self, recorded: dict[str, LiveId], links: dict[str, str], owner: int) -> None:
         self.recorded = recorded  # the live entries as they were when the snapshot was taken
+        self.links = links  # hard links of the snapshot: path -> the first path of its group
         self.owner = owner  # owns the transient files the overlay's dentries are flushed with
 
     def layer(self, live_fd: int, snap_fd: int, view_fd: int | None, name: str) -> None:
         self._dir(live_fd, snap_fd, view_fd, name)
+        for path, first in self.links.items():
+            if path.startswith(name + "/"):
+                parts = path.split("/")[1:]
+                self._relink(live_fd, snap_fd, view_fd, parts, first.split("/")[1:])
         st = os.fstat(snap_fd)
         _fs.write_xattrs(live_fd, _fs.read_xattrs(snap_fd))
         _fs.set_meta_fd(live_fd, st, st.st_uid, st.st_gid)
@@ -64,8 +69,11 @@ class Restorer:
             snap = os.stat(name, dir_fd=snap_fd, follow_symlinks=False)
             kind = _fs.kind_of(snap, path)
             live = _fs.lstat_at(live_fd, name)
-            if live is not None and self._same_kind(live_fd, snap_fd, name, live, snap, kind):
-                if not unchanged(self.recorded, path, live):
+            same = live is not None and unchanged(self.recorded, path, live)
+            if live is not None and (
+                same or self._same_kind(live_fd, snap_fd, name, live, snap, kind)
+            ):
+                if not same:
                     self._update(live_fd, snap_fd, name, live, snap, kind)
                 if kind is Kind.DIR:
                     with self._children(live_fd, snap_fd, view_fd, name) as (lc, sc, vc):
@@ -134,6 +142,27 @@ class Restorer:
                     os.close(dst)
         elif kind is not Kind.DIR:  # a directory's own metadata is set after its children
             _fs.set_meta_at(live_fd, name, snap, snap.st_uid, snap.st_gid)
+
+    def _relink(
+        self, live_fd: int, snap_fd: int, view_fd: int | None, path: list[str], first: list[str]
+    ) -> None:
+        """Make live ``path`` a hard link of live ``first`` again (the walk restored both,
+        as separate files unless they were still linked)."""
+        with contextlib.ExitStack() as stack:
+            here = stack.enter_context(_fs.opened_path(live_fd, path[:-1]))
+            there = stack.enter_context(_fs.opened_path(live_fd, first[:-1]))
+            a = os.stat(path[-1], dir_fd=here, follow_symlinks=False)
+            b = os.stat(first[-1], dir_fd=there, follow_symlinks=False)
+            if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+                return
+            view = None
+            if view_fd is not None:
+                view = stack.enter_context(_fs.opened_path(view_fd, path[:-1]))
+            self._remove(here, view, path[-1], a)
+            os.link(first[-1], path[-1], src_dir_fd=there, dst_dir_fd=here, follow_symlinks=False)
+            with _fs.opened_path(snap_fd, path[:-1]) as snap_dir:
+                was = os.fstat(snap_dir)
+            os.utime(here, ns=(was.st_atime_ns, was.st_mtime_ns))  # the walk had set them
 
     def _remove(self, live_fd: int, view_fd: int | None, name: str, live: os.stat_result) -> None:
         if view_fd is None:

@@ -170,7 +170,7 @@ class SnapshotStore:
         unknown = set(views) - set(self.layers)
         if unknown:
             raise SandboxError(f"no such layer to restore through an overlay: {sorted(unknown)}")
-        restorer = Restorer(held.taken.live, self.owners.ids[0])
+        restorer = Restorer(held.taken.live, held.taken.links, self.owners.ids[0])
         root = self.owners.ids[0]
         try:
             with _fs.opened_dir(self._root, checkpoint_id) as snap_root:

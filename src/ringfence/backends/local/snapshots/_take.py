@@ -39,6 +39,7 @@ class Taken:
     added: int = 0  # bytes copied (not shared with an earlier snapshot)
     files: int = 0  # entries captured
     skipped: list[str] = field(default_factory=list)  # fifos and sockets (not captured)
+    links: dict[str, str] = field(default_factory=dict)  # a hard link's path -> its group's first
 
 
 class Taker:
@@ -52,8 +53,11 @@ class Taker:
         self.room = room  # bytes the budget has left
         self.floor_ns = floor_ns
         self.taken = Taken()
+        self._groups: dict[tuple[int, int], tuple[str, int]] = {}  # live inode -> first, ino
+        self._snap_root = -1
 
     def layer(self, name: str, live_fd: int, snap_parent: int, previous_parent: int | None) -> None:
+        self._snap_root = snap_parent
         st = os.fstat(live_fd)
         self.owners.check(st, name)
         os.mkdir(name, 0o700, dir_fd=snap_parent)
@@ -82,7 +86,13 @@ class Taker:
             self.owners.check(st, path)
             self.taken.files += 1
             if kind is Kind.FILE:
-                snap_ino = self._file(live_fd, snap_fd, prev_fd, name, path, st)
+                group = self._groups.get((st.st_dev, st.st_ino)) if st.st_nlink > 1 else None
+                if group is not None:  # a hard link of a file already captured: link it too
+                    snap_ino = self._link_in_group(snap_fd, name, path, *group)
+                else:
+                    snap_ino = self._file(live_fd, snap_fd, prev_fd, name, path, st)
+                    if st.st_nlink > 1:
+                        self._groups[(st.st_dev, st.st_ino)] = (path, snap_ino)
                 if st.st_ctime_ns < self.floor_ns:
                     self.taken.live[path] = (st.st_ino, st.st_ctime_ns, st.st_size, snap_ino)
             elif kind is Kind.DIR:
@@ -108,6 +118,15 @@ class Taker:
                 if xattrs:
                     _fs.write_xattrs(_fs.proc_path(snap_fd, name), xattrs)
                 _fs.set_meta_at(snap_fd, name, st, st.st_uid, st.st_gid)
+
+    def _link_in_group(self, snap_fd: int, name: str, path: str, first: str, ino: int) -> int:
+        *parents, first_name = first.split("/")
+        with _fs.opened_path(self._snap_root, parents) as first_dir:
+            os.link(
+                first_name, name, src_dir_fd=first_dir, dst_dir_fd=snap_fd, follow_symlinks=False
+            )
+        self.taken.links[path] = first
+        return ino
 
     def _file(
         self,
