@@ -89,13 +89,17 @@ def test_root_is_refused(daemon: Daemon) -> None:
 def test_deadline_kills_the_process_group(daemon: Daemon) -> None:
     marker = daemon.home / "grandchild-survived"
     script = f"(sleep 3; touch {marker}) & sleep 30"
+    # The header's deadline is the stream's: it ends as envd's does when its context
+    # expires, with deadline_exceeded (the E2B SDKs' TimeoutException), not an end event.
     events = list(daemon.stream(START, sh(script), **{"connect-timeout-ms": "300"}))
-    end = end_of(events)
-    assert end["exited"] is False
-    assert end["status"] == "signal: killed"
-    assert "timed out" in end["error"]
+    assert events[-1]["_end"]["error"]["code"] == "deadline_exceeded", events[-1]
+    assert "timeout" in events[-1]["_end"]["error"]["message"]
+    assert not any("end" in e.get("event", {}) for e in events)
+    # timeoutMs (Ringfence's): the process's own, so its end event says what happened.
     events = list(daemon.stream(START, sh("sleep 30", timeoutMs="200")))
-    assert "timed out" in end_of(events)["error"]
+    end = end_of(events)
+    assert end["exited"] is False and end["status"] == "signal: killed"
+    assert "timed out" in end["error"]
 
 
 def test_background_process_connect_and_list(daemon: Daemon) -> None:

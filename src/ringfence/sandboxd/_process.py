@@ -67,6 +67,7 @@ class Proc:
         self.deadline: float | None = None
         self.timeout: float | None = None
         self.timed_out = False
+        self.end_frame: bytes | None = None  # the end event's envelope, once published
 
     def subscribe(self) -> Queue | None:
         """A queue of envelopes from now on, or None if the process has already ended."""
@@ -116,6 +117,8 @@ class Proc:
 
     def _publish(self, event: dict[str, object]) -> None:
         frame = envelope(dumps({"event": event}).encode())
+        if "end" in event:
+            self.end_frame = frame  # before any reader can have it: readers test for it
         with self.lock:
             queues = list(self.subscribers)
         for queue in queues:

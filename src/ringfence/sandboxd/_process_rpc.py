@@ -7,10 +7,12 @@ seconds while idle. A program or working directory that does not exist is refuse
 message); an exec permission error is ``permission_denied``.
 
 Deadline: ``StartRequest.timeoutMs`` (a Ringfence extension), else the ``connect-timeout-ms``
-header. At the deadline the process group is killed with SIGKILL and the stream ends with
-``end{exitCode: -1, exited: false, status: "signal: killed", error: "the command timed out
-..."}``. E2B's SDK sends ``connect-timeout-ms`` = its ``timeout`` (60 s by default), also for
-background commands: pass ``timeout=0`` for a command that must outlive a minute.
+header. At the deadline the process group is killed with SIGKILL. With ``timeoutMs`` the
+stream then ends with ``end{exitCode: -1, exited: false, status: "signal: killed", error:
+"the command timed out ..."}``; with the header's deadline it ends as envd's does, with the
+Connect error ``deadline_exceeded`` (the E2B SDKs' ``TimeoutException``). E2B's SDK sends
+``connect-timeout-ms`` = its ``timeout`` (60 s by default), also for background commands:
+pass ``timeout=0`` for a command that must outlive a minute.
 
 A client leaving the ``Start`` stream does not kill the process; ``Connect`` re-attaches
 (output from that moment on, no replay). PTYs are not supported yet (``unimplemented``).
@@ -90,7 +92,7 @@ def start(call: Call) -> None:
         config=config,
         timeout=timeout,
     )
-    _follow(call, proc, queue, None)
+    _follow(call, proc, queue, None, deadline_ends_stream=not timeout_ms)
 
 
 def connect(call: Call) -> None:
@@ -102,8 +104,20 @@ def connect(call: Call) -> None:
     _follow(call, proc, queue, deadline)
 
 
-def _follow(call: Call, proc: _process.Proc, queue: Queue, deadline: float | None) -> None:
-    """Send the process's events to the caller until its end (or the caller leaves)."""
+def _follow(
+    call: Call,
+    proc: _process.Proc,
+    queue: Queue,
+    deadline: float | None,
+    *,
+    deadline_ends_stream: bool = False,
+) -> None:
+    """Send the process's events to the caller until its end (or the caller leaves).
+
+    ``deadline_ends_stream``: the process's deadline is this stream's own (the
+    ``connect-timeout-ms`` it came with), so a process killed for it ends the stream as
+    envd's handler does when its context expires: ``deadline_exceeded``, not an end event.
+    """
     try:
         call.send({"event": {"start": {"pid": proc.pid}}})
         while True:
@@ -115,6 +129,12 @@ def _follow(call: Call, proc: _process.Proc, queue: Queue, deadline: float | Non
             item = queue.get(wait)
             if item is Queue.CLOSED:
                 return
+            if deadline_ends_stream and item is proc.end_frame and proc.timed_out:
+                raise RpcError(
+                    "deadline_exceeded",
+                    f"context deadline exceeded: the command ran past its {proc.timeout:g} s "
+                    "timeout and was killed",
+                )
             call.send_raw(_KEEPALIVE if item is None else item)  # type: ignore[arg-type]
     finally:
         proc.unsubscribe(queue)

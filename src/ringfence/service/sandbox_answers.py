@@ -138,10 +138,21 @@ class Answer:
     async def stream(self) -> AsyncIterator[bytes]:
         """The body as it comes; cut short (no error) if the sandbox ends mid-answer."""
         try:
-            async for chunk in self._upstream.aiter_raw():
+            async for chunk in self.chunks():
                 yield chunk
         except SandboxNotRunning:
             return
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it comes.
+
+        Raises:
+            SandboxNotRunning: the sandbox ended before the body did (a door that must tell
+                its client so, as E2B's does, reads this rather than ``stream``).
+        """
+        try:
+            async for chunk in self._upstream.aiter_raw():
+                yield chunk
         finally:
             await self._upstream.aclose()
 

@@ -72,8 +72,16 @@ class SandboxCalls:
         self._sandboxes = sandboxes
 
     async def reach(self, caller: SandboxCaller) -> None:
-        """Check that the caller's sandbox is there and running."""
-        await self._daemon(caller)
+        """Check that the caller's sandbox is there and running: its daemon answers (as
+        envd's ``/health`` is envd's own answer). A sandbox being killed, its record not yet
+        ended, is not running either: a client whose stream its death cut asks this.
+
+        Raises:
+            SandboxNotRunning: it has ended, or its daemon cannot be reached.
+        """
+        daemon = await self._daemon(caller)
+        answer = await daemon.send("GET", "/health")
+        await answer.aclose()
 
     async def rpc(
         self, caller: SandboxCaller, name: str, headers: Headers, body: Body, *,

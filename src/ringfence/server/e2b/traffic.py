@@ -24,6 +24,7 @@ from ringfence.errors import InvalidRequest, Unauthenticated
 from ringfence.server.connections import authenticated
 from ringfence.server.e2b.context import E2bContext, context_of
 from ringfence.server.e2b.errors import error_response
+from ringfence.server.e2b.streams import streamed_to_the_end
 from ringfence.server.e2b.tokens import Grant, Purpose, expired
 from ringfence.server.e2b.uploads import Failed, boundary_of, upload_parts
 from ringfence.server.passthrough import Service, streamed
@@ -126,7 +127,8 @@ async def call(
     context, grant = await _admit(request, Purpose.ENVD)
     name, user = f"{service.value}/{method}", _user(request)
     calls = _calls(context)
-    return streamed(await calls.rpc(_on(grant), name, request.headers, request.stream(), user=user))
+    answer = await calls.rpc(_on(grant), name, request.headers, request.stream(), user=user)
+    return streamed_to_the_end(answer, grant.sandbox_id)
 
 
 @envd_router.get("/files")
@@ -217,7 +219,8 @@ def _path(request: Request) -> str:
 @code_router.post("/execute")
 async def execute(request: Request) -> StreamingResponse:
     context, grant = await _admit(request, Purpose.ENVD, Purpose.TRAFFIC)
-    return streamed(await _calls(context).run_code(_on(grant), request.headers, request.stream()))
+    answer = await _calls(context).run_code(_on(grant), request.headers, request.stream())
+    return streamed_to_the_end(answer, grant.sandbox_id)
 
 
 @code_router.get("/contexts")
