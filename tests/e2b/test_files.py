@@ -82,9 +82,20 @@ def test_missing_files_raise_file_not_found(sbx: Sandbox) -> None:
         sbx.files.list("/home/user/missing-dir")
 
 
-def test_the_read_only_root_refuses_writes(sbx: Sandbox) -> None:
+def test_a_write_to_the_root_stays_in_the_sandbox(sbx: Sandbox) -> None:
+    """The root is writable (an overlay per sandbox, as E2B's is the sandbox's own disk):
+    what is written there is the sandbox's, never the host's or the template's."""
+    sbx.files.write("/usr/planted-by-e2b-test", "x")
+    assert sbx.files.read("/usr/planted-by-e2b-test") == "x"
+    assert not os.path.exists("/usr/planted-by-e2b-test")
+    with Sandbox.create() as other:
+        assert not other.files.exists("/usr/planted-by-e2b-test")
+
+
+def test_a_write_the_sandbox_cannot_make_is_refused(sbx: Sandbox) -> None:
+    sbx.files.write("blocker", "a file, not a directory")
     with pytest.raises(SandboxException):
-        sbx.files.write("/usr/evil", "x")
+        sbx.files.write("blocker/inside.txt", "x")
 
 
 def _events_until(handle: object, done: Callable[[list[FilesystemEvent]], bool]) -> list:
@@ -215,7 +226,8 @@ def test_an_html_file_downloads_as_an_inert_attachment(sbx: Sandbox) -> None:
 
 
 def test_a_refused_multipart_upload_is_marked_as_the_sandboxs_word(sbx: Sandbox) -> None:
-    answer = httpx.post(sbx.upload_url("/etc/refused.txt"), files={"file": ("f", b"x")})
+    sbx.files.write("not-a-dir", "a file")
+    answer = httpx.post(sbx.upload_url("/home/user/not-a-dir/x"), files={"file": ("f", b"x")})
     assert answer.status_code >= 400
     assert answer.headers.get("ringfence-origin") == "sandbox"
     assert answer.headers.get("x-content-type-options") == "nosniff"
