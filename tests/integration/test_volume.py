@@ -232,3 +232,36 @@ def _dead_pid() -> int:
     child = subprocess.Popen(["true"])
     child.wait()
     return child.pid
+
+
+async def test_a_server_with_a_strict_umask_still_gives_sandboxes_their_volume(
+    host: Host,
+) -> None:
+    """systemd units often run with UMask=0077: the directories the sandbox's uid must
+    traverse are made traversable whatever the umask."""
+    previous = os.umask(0o077)
+    try:
+        executor = LocalExecutor(Config(checkpoint_bytes=1 << 20), host=host)
+        try:
+            result = await _on_volume(executor, _sh("echo hi > /usr/x && cat /usr/x"))
+        finally:
+            await executor.aclose()
+    finally:
+        os.umask(previous)
+    assert (result.status, result.logs) == (Status.SUCCEEDED, "hi\n"), result
+
+
+def test_closing_one_volumes_keeps_anothers_of_the_same_process_working(
+    open_tmp: Path,
+) -> None:
+    runtime = open_tmp / "run"
+    runtime.mkdir()
+    first, second = Volumes(runtime), Volumes(runtime)
+    first.close()  # removes this process's (empty) directory
+    try:
+        volume = second.create("rf-after", 1 << 20, (), root_uid=65000, user_uid=65000)
+        assert volume.workspace.stat().st_uid == 65000
+        volume.close()
+    finally:
+        second.close()
+    assert not mounts_under(str(runtime))

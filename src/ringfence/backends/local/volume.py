@@ -111,12 +111,10 @@ class Volumes:
             OSError: the directories cannot be made.
         """
         parent = runtime_dir / VOLUMES
-        parent.mkdir(mode=0o711, exist_ok=True)
-        parent.chmod(0o711)
+        _traversable_dir(parent)
         sweep_stale(parent)
         self._dir = parent / f"i{os.getpid()}"
-        self._dir.mkdir(mode=0o711, exist_ok=True)
-        self._dir.chmod(0o711)
+        _traversable_dir(self._dir)
         self._userns: dict[int, int] = {}  # root uid -> the namespace its views map with
 
     def create(
@@ -135,6 +133,8 @@ class Volumes:
         Raises:
             OSError: a mount or a directory failed (nothing is left mounted then).
         """
+        # Made again if another ``Volumes`` of this process removed it (closing, empty).
+        _traversable_dir(self._dir)
         path = self._dir / name
         path.mkdir(mode=0o700)
         try:
@@ -155,14 +155,14 @@ class Volumes:
     ) -> tuple[Layer, ...]:
         _owned_dir(volume.workspace, 0o755, user_uid)
         _owned_dir(volume.tmp, 0o1777, root_uid)
-        volume.snapshots.mkdir(mode=0o700)
+        volume.snapshots.mkdir(mode=0o700)  # root only (SnapshotStore checks it)
         layers = []
         for source, target in overlays:
             name = target.strip("/").replace("/", "-")
             base = volume.path / "layers" / name
             lower = volume.path / "lower" / name
-            base.mkdir(parents=True, mode=0o755)
-            lower.mkdir(parents=True, mode=0o755)
+            for directory in (base.parent, base, lower.parent, lower):
+                _traversable_dir(directory)
             mode = os.stat(source).st_mode & 0o7777
             # The upper's root is the merged directory's root: same mode as the template's.
             _owned_dir(base / "upper", mode, root_uid)
@@ -178,12 +178,20 @@ class Volumes:
         return self._userns[root_uid]
 
     def close(self) -> None:
-        """Drop the id-mapping namespaces and this server's (empty) volume directory."""
+        """Drop the id-mapping namespaces, and this process's volume directory if it is
+        empty (another ``Volumes`` of this process may still have volumes in it)."""
         for fd in self._userns.values():
             os.close(fd)
         self._userns.clear()
         with contextlib.suppress(OSError):
             self._dir.rmdir()
+
+
+def _traversable_dir(path: Path) -> None:
+    """``path`` a directory of ours that every uid may traverse but not list (0711),
+    whatever the umask."""
+    path.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path, 0o711)
 
 
 def _owned_dir(path: Path, mode: int, uid: int) -> None:
