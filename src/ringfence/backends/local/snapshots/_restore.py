@@ -66,15 +66,13 @@ class Restorer:
             self._remove(live_fd, view_fd, name, st)
         for name in wanted:
             path = f"{where}/{name}"
+            live = _fs.lstat_at(live_fd, name)
+            if live is not None and unchanged(self.recorded, path, live):
+                continue  # a file as it was when the snapshot was taken (only files are kept)
             snap = os.stat(name, dir_fd=snap_fd, follow_symlinks=False)
             kind = _fs.kind_of(snap, path)
-            live = _fs.lstat_at(live_fd, name)
-            same = live is not None and unchanged(self.recorded, path, live)
-            if live is not None and (
-                same or self._same_kind(live_fd, snap_fd, name, live, snap, kind)
-            ):
-                if not same:
-                    self._update(live_fd, snap_fd, name, live, snap, kind)
+            if live is not None and self._same_kind(live_fd, snap_fd, name, live, snap, kind):
+                self._update(live_fd, snap_fd, name, live, snap, kind)
                 if kind is Kind.DIR:
                     with self._children(live_fd, snap_fd, view_fd, name) as (lc, sc, vc):
                         self._dir(lc, sc, vc, path)
