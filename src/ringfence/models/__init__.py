@@ -6,7 +6,7 @@ documentation. They sit at the bottom of the layers: this package imports nothin
 Ringfence's but ``ringfence._units``, and every other layer may import it.
 
 One module per aggregate: ``executions`` (a request, its lifecycle, its result and record),
-``sandboxes`` (an interactive sandbox), ``limits``, ``mounts`` and ``network`` (what a
+``sandboxes`` (an interactive sandbox), ``snapshots`` (its checkpoints and snapshots), ``limits``, ``mounts`` and ``network`` (what a
 sandbox may use and reach), ``proposals`` (a remediation and the decisions on it), ``keys``
 (API keys and roles) and ``audit`` (which audit records a reader asks for). ``problems``
 words a validation error for a client. Import from here: ``from ringfence.models import X``.
@@ -50,9 +50,20 @@ from ringfence.models.proposals import (
     new_proposal_id,
     request_digest,
 )
-from ringfence.models.sandboxes import Sandbox, SandboxSpec, SandboxState
+from ringfence.models.sandboxes import OnTimeout, Sandbox, SandboxSpec, SandboxState
+from ringfence.models.snapshots import (
+    CHECKPOINT_ID,
+    MAX_FORK_CHILDREN,
+    SNAPSHOT_ID,
+    CheckpointInfo,
+    Forked,
+    Paused,
+    Snapshot,
+)
 
 __all__ = [
+    "CHECKPOINT_ID",
+    "MAX_FORK_CHILDREN",
     "MAX_TIMEOUT_SECONDS",
     "MIN_CPUS",
     "MIN_PIDS",
@@ -61,6 +72,7 @@ __all__ = [
     "REDACTED",
     "ApiKey",
     "AuditQuery",
+    "CheckpointInfo",
     "Decision",
     "EgressAction",
     "EgressRule",
@@ -68,9 +80,12 @@ __all__ = [
     "ExecutionRecord",
     "ExecutionRequest",
     "ExecutionResult",
+    "Forked",
     "Mount",
     "NetworkMode",
     "NetworkPolicy",
+    "OnTimeout",
+    "Paused",
     "Proposal",
     "ProposalSpec",
     "ProposalState",
@@ -81,7 +96,9 @@ __all__ = [
     "Sandbox",
     "SandboxLimits",
     "SandboxSpec",
+    "SNAPSHOT_ID",
     "SandboxState",
+    "Snapshot",
     "Status",
     "advance",
     "is_proposal_id",

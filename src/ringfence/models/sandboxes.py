@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticSerializationError
@@ -13,7 +13,7 @@ from ringfence.models._fields import ENV_BOUNDS, MAX_TIMEOUT_SECONDS, Env, check
 from ringfence.models.limits import ResourceLimits, SandboxLimits
 from ringfence.models.network import NetworkPolicy
 
-__all__ = ["Sandbox", "SandboxSpec", "SandboxState"]
+__all__ = ["OnTimeout", "Sandbox", "SandboxSpec", "SandboxState"]
 
 
 def _sandbox_limits(value: object) -> object:
@@ -27,16 +27,19 @@ class SandboxState(StrEnum):
     """The lifecycle of an interactive sandbox. The strings are API: they never change."""
 
     RUNNING = "running"  # its daemon serves commands and files
+    PAUSED = "paused"  # stopped (memory held) or saved to disk; any request resumes it
     KILLED = "killed"  # kill() was called; nothing of it remains
     EXPIRED = "expired"  # its timeout passed; nothing of it remains
     FAILED = "failed"  # it died by itself, or with a server restart (see error)
 
     @property
     def is_terminal(self) -> bool:
-        return self is not SandboxState.RUNNING
+        return self not in (SandboxState.RUNNING, SandboxState.PAUSED)
 
 
 _TEMPLATE = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+_SNAPSHOT_ID = r"^sn[0-9a-f]{20}$"  # models.snapshots.SNAPSHOT_ID
+OnTimeout = Literal["kill", "pause"]
 _MAX_METADATA = 64
 
 
@@ -83,6 +86,29 @@ class SandboxSpec(BaseModel):
         description="Egress policy; default the tenant's default, else none (loopback only). "
         "Changed later only through the API.",
     )
+    snapshot: str | None = Field(
+        None,
+        pattern=_SNAPSHOT_ID,
+        description="Start from this snapshot of yours (its files; processes start fresh) "
+        "instead of the template's files alone; the template is the snapshot's.",
+    )
+    auto_pause: float | None = Field(
+        None,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Seconds without a request after which the sandbox is paused to disk "
+        "(memory freed, files kept) instead of left running; default never.",
+    )
+    on_timeout: OnTimeout = Field(
+        "kill",
+        description="What its timeout does: 'kill' (nothing of it remains) or 'pause' (to "
+        "disk, as auto_pause does; E2B's lifecycle on_timeout).",
+    )
+    auto_resume: bool = Field(
+        True,
+        description="Whether a request to it while paused resumes it (else the request is "
+        "refused until resume is called).",
+    )
 
     @field_validator("env")
     @classmethod
@@ -120,6 +146,21 @@ class Sandbox(BaseModel):
     error: str | None = Field(
         None, description="Why it failed, in plain words (for the failed state)."
     )
+    paused_at: datetime | None = Field(None, description="When it was paused (while paused).")
+    memory: bool | None = Field(
+        None,
+        description="While paused: true, its processes are stopped with their memory held "
+        "(they go on where they were); false, only its files are kept (its processes start "
+        "again on resume).",
+    )
+    timeout_left: float | None = Field(
+        None,
+        description="While paused: seconds of its timeout left (the clock stops while paused).",
+    )
+    auto_pause: float | None = Field(None, description="Idle seconds before it is paused.")
+    on_timeout: OnTimeout = "kill"
+    auto_resume: bool = True
+    snapshot: str | None = Field(None, description="The snapshot it started from, if any.")
 
     def ended(self, state: SandboxState, error: str | None = None) -> Sandbox:
         """This sandbox, ended now in ``state`` (a terminal one)."""

@@ -70,12 +70,14 @@ class Reservation:
     tenant: str | None  # None: a warm-pool sandbox, counted on the host only
     amount: Amount
     on_host: bool  # counted in the server's totals (False: a claim of a pooled sandbox)
+    counted: bool = True  # counted as a running sandbox (False: a paused one's held memory)
     released: bool = False
 
 
 @dataclass
 class _Held:
-    count: int = 0
+    count: int = 0  # running sandboxes and executions
+    reservations: int = 0  # those and paused sandboxes' held memory
     memory: int = 0
     cpus: float = 0.0
 
@@ -140,10 +142,13 @@ class Budget:
         held = self._host if tenant is None else self._tenants.get(tenant, _Held())
         return held.count, held.memory, held.cpus
 
-    def reserve(self, tenant: str | None, amount: Amount, *, on_host: bool = True) -> Reservation:
+    def reserve(
+        self, tenant: str | None, amount: Amount, *, on_host: bool = True, counted: bool = True
+    ) -> Reservation:
         """Hold ``amount`` for a sandbox or execution of ``tenant`` (None: the warm pool's,
         counted on the host only; ``on_host`` False: the tenant's claim of a pooled sandbox,
-        whose host share the pool already holds).
+        whose host share the pool already holds; ``counted`` False: not a running one, so
+        outside the count of sandboxes and executions: a paused sandbox's held memory).
 
         Raises:
             InvalidRequest: ``amount`` alone is more than a whole budget (it could never run).
@@ -152,12 +157,13 @@ class Budget:
         """
         self._check_fits_at_all(amount, tenant is not None, on_host)
         if tenant is not None:
-            self._check_tenant(tenant, amount)
+            self._check_tenant(tenant, amount, counted)
         if on_host:
             self._check_host(amount)
-        reservation = Reservation(tenant, amount, on_host)
+        reservation = Reservation(tenant, amount, on_host, counted)
         for held in self._counters(reservation):
-            held.count += 1
+            held.count += counted
+            held.reservations += 1
             held.memory += amount.memory
             held.cpus += amount.cpus
         return reservation
@@ -169,10 +175,11 @@ class Budget:
         reservation.released = True
         amount = reservation.amount
         for held in self._counters(reservation):
-            held.count -= 1
+            held.count -= reservation.counted
+            held.reservations -= 1
             held.memory -= amount.memory
             held.cpus = max(0.0, held.cpus - amount.cpus)  # no float dust below zero
-        if reservation.tenant is not None and self._tenants[reservation.tenant].count == 0:
+        if reservation.tenant is not None and self._tenants[reservation.tenant].reservations == 0:
             del self._tenants[reservation.tenant]  # no table of every tenant ever seen
 
     def _counters(self, reservation: Reservation) -> list[_Held]:
@@ -198,9 +205,9 @@ class Budget:
                 f"({min(cpus):g}; RINGFENCE_MAX_CPUS_PER_TENANT, RINGFENCE_MAX_TOTAL_CPUS)"
             )
 
-    def _check_tenant(self, tenant: str, amount: Amount) -> None:
+    def _check_tenant(self, tenant: str, amount: Amount, counted: bool = True) -> None:
         held = self._tenants.get(tenant, _Held())
-        if self.tenant_count is not None and held.count >= self.tenant_count:
+        if counted and self.tenant_count is not None and held.count >= self.tenant_count:
             raise TooManyRequests(
                 f"tenant {tenant!r} runs {held.count} sandboxes and executions, the most it "
                 f"may at once (RINGFENCE_MAX_SANDBOXES_PER_TENANT={self.tenant_count}): wait "

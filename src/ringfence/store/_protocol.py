@@ -1,7 +1,8 @@
 """The store: what the control plane remembers across restarts.
 
 It keeps API keys (each bound to a tenant and a role), executions (the request as
-submitted and the latest result) and interactive sandboxes (as the API shows them).
+submitted and the latest result), interactive sandboxes (as the API shows them) and the
+snapshots tenants keep of them (their records: the files are on the server's disk).
 Everything is scoped by tenant: no method returns another tenant's objects.
 Implementations: ``MemoryStore`` (tests, and a server that may forget) and ``SqlStore``
 (SQLite by default, PostgreSQL for several replicas).
@@ -30,6 +31,7 @@ from ringfence.models import (
     ProposalState,
     Sandbox,
     SandboxState,
+    Snapshot,
     Status,
 )
 
@@ -136,10 +138,30 @@ class Store(Protocol):
         None) whose metadata has every pair of ``metadata``."""
         ...
 
-    async def end_running_sandboxes(self, error: str) -> list[tuple[str, Sandbox]]:
+    async def end_running_sandboxes(
+        self, error: str, frozen_error: str | None = None
+    ) -> list[tuple[str, Sandbox]]:
         """At start-up: mark ``failed`` with ``error`` every running sandbox whose replica
-        is gone (they died with it); return them as ``(tenant, sandbox)``, updated. A live
-        replica's sandboxes are left alone."""
+        is gone (they died with it), and with ``frozen_error`` (when given) every paused one
+        of such a replica that held its memory (``memory`` true: a frozen one's processes
+        died with it too); return them as ``(tenant, sandbox)``, updated. A live replica's
+        sandboxes, and paused ones kept on disk (``memory`` false), are left alone."""
+        ...
+
+    async def add_snapshot(self, tenant: str, snapshot: Snapshot) -> None:
+        """Record a new snapshot. Raises ``StoreError`` if its id exists (in any tenant)."""
+        ...
+
+    async def get_snapshot(self, tenant: str, snapshot_id: str) -> Snapshot | None:
+        """The snapshot, or None (also when it belongs to another tenant)."""
+        ...
+
+    async def list_snapshots(self, tenant: str, *, limit: int = 100) -> list[Snapshot]:
+        """The tenant's snapshots, newest first."""
+        ...
+
+    async def delete_snapshot(self, tenant: str, snapshot_id: str) -> bool:
+        """Forget the snapshot; False when the tenant has none with this id."""
         ...
 
     async def append_audit(

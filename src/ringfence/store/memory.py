@@ -18,6 +18,7 @@ from ringfence.models import (
     ProposalState,
     Sandbox,
     SandboxState,
+    Snapshot,
     Status,
 )
 
@@ -31,6 +32,7 @@ class MemoryStore:
         self._sandboxes: dict[str, tuple[str, Sandbox]] = {}  # id -> (tenant, sandbox), in order
         self._audit: list[AuditRecord] = []
         self._proposals: dict[str, tuple[str, Proposal]] = {}  # id -> (tenant, ...), in order
+        self._snapshots: dict[str, tuple[str, Snapshot]] = {}  # id -> (tenant, ...), in order
 
     async def add_key(self, key: ApiKey) -> None:
         if key.key_id in self._keys:
@@ -140,14 +142,36 @@ class MemoryStore:
         ]
         return found[: max(limit, 0)]
 
-    async def end_running_sandboxes(self, error: str) -> list[tuple[str, Sandbox]]:
+    async def end_running_sandboxes(
+        self, error: str, frozen_error: str | None = None
+    ) -> list[tuple[str, Sandbox]]:
         ended = []
         for tenant, sandbox in list(self._sandboxes.values()):
-            if sandbox.state is SandboxState.RUNNING:
-                failed = sandbox.ended(SandboxState.FAILED, error)
+            why = _lost(sandbox, error, frozen_error)
+            if why is not None:
+                failed = sandbox.ended(SandboxState.FAILED, why)
                 self._sandboxes[sandbox.id] = (tenant, failed)
                 ended.append((tenant, failed))
         return ended
+
+    async def add_snapshot(self, tenant: str, snapshot: Snapshot) -> None:
+        if snapshot.id in self._snapshots:
+            raise StoreError(f"a snapshot with id {snapshot.id!r} exists")
+        self._snapshots[snapshot.id] = (tenant, snapshot)
+
+    async def get_snapshot(self, tenant: str, snapshot_id: str) -> Snapshot | None:
+        owner, snapshot = self._snapshots.get(snapshot_id, (None, None))
+        return snapshot if owner == tenant else None
+
+    async def list_snapshots(self, tenant: str, *, limit: int = 100) -> list[Snapshot]:
+        found = [s for owner, s in reversed(self._snapshots.values()) if owner == tenant]
+        return found[: max(limit, 0)]
+
+    async def delete_snapshot(self, tenant: str, snapshot_id: str) -> bool:
+        if await self.get_snapshot(tenant, snapshot_id) is None:
+            return False
+        del self._snapshots[snapshot_id]
+        return True
 
     async def append_audit(
         self, events: list[AuditEvent], sign: Sign | None = None
@@ -217,3 +241,13 @@ def _audit_matches(query: AuditQuery, record: AuditRecord) -> bool:
         and (query.since is None or record.at >= timestamp(query.since))
         and (query.until is None or record.at < timestamp(query.until))
     )
+
+
+def _lost(sandbox: Sandbox, error: str, frozen_error: str | None) -> str | None:
+    """Why ``sandbox`` died with its replica (None: it did not): running, or paused
+    holding its memory (frozen), when ``frozen_error`` is given."""
+    if sandbox.state is SandboxState.RUNNING:
+        return error
+    if sandbox.state is SandboxState.PAUSED and sandbox.memory and frozen_error is not None:
+        return frozen_error
+    return None

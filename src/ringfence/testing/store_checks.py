@@ -28,6 +28,7 @@ from ringfence.models import (
     Role,
     Sandbox,
     SandboxState,
+    Snapshot,
     Status,
     request_digest,
 )
@@ -264,6 +265,44 @@ async def running_sandboxes_fail_after_a_restart(store: Store) -> None:
     assert await store.end_running_sandboxes("again") == []
 
 
+async def paused_sandboxes_on_disk_survive_a_restart(store: Store) -> None:
+    paused = {"state": SandboxState.PAUSED, "expires_at": None, "timeout_left": 30.0}
+    await store.add_sandbox("acme", _sandbox("disk").model_copy(update={**paused, "memory": False}))
+    await store.add_sandbox("acme", _sandbox("frozen").model_copy(update={**paused, "memory": True}))
+    await store.add_sandbox("acme", _sandbox("run"))
+    assert [s.id for _, s in await store.end_running_sandboxes("restarted")] == ["run"]
+    ended = await store.end_running_sandboxes("restarted", frozen_error="memory lost")
+    assert [(s.id, s.error) for _, s in ended] == [("frozen", "memory lost")]
+    kept = await store.get_sandbox("acme", "disk")
+    assert kept is not None and kept.state is SandboxState.PAUSED and kept.timeout_left == 30
+    listed = await store.list_sandboxes("acme", states=[SandboxState.PAUSED])
+    assert [s.id for s in listed] == ["disk"]
+
+
+async def snapshots_round_trip_scoped_by_tenant(store: Store) -> None:
+    snapshots = [
+        Snapshot(id=f"sn{n:020x}", sandbox_id="sb1", template="base",
+                 created_at=datetime.now(UTC), files=3, bytes=10, metadata={"n": str(n)})
+        for n in range(3)
+    ]  # fmt: skip
+    for snapshot in snapshots:
+        await store.add_snapshot("acme", snapshot)
+    try:
+        await store.add_snapshot("globex", snapshots[0])  # ids are unique across tenants
+    except RingfenceError:
+        pass
+    else:
+        raise AssertionError("a second snapshot with the same id was stored")
+    assert await store.get_snapshot("acme", snapshots[1].id) == snapshots[1]
+    assert await store.get_snapshot("globex", snapshots[1].id) is None
+    assert await store.list_snapshots("acme", limit=2) == snapshots[:0:-1]
+    assert await store.list_snapshots("globex") == []
+    assert not await store.delete_snapshot("globex", snapshots[0].id)
+    assert await store.delete_snapshot("acme", snapshots[0].id)
+    assert not await store.delete_snapshot("acme", snapshots[0].id)
+    assert [s.id for s in await store.list_snapshots("acme")] == [s.id for s in snapshots[:0:-1]]
+
+
 def _event(n: int, tenant: str = "acme", action: str = "sandbox.create") -> AuditEvent:
     return AuditEvent(tenant, f"key{n % 2}", action, f"sandbox:sb{n}", details={"n": n})
 
@@ -387,6 +426,8 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     sandboxes_are_scoped_by_tenant,
     sandbox_listing_filters_by_state_and_metadata,
     running_sandboxes_fail_after_a_restart,
+    paused_sandboxes_on_disk_survive_a_restart,
+    snapshots_round_trip_scoped_by_tenant,
     audit_appends_form_one_verified_chain,
     audit_queries_filter,
     proposals_change_only_from_the_version_they_saw,

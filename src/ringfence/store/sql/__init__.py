@@ -20,12 +20,13 @@ from ringfence.store.sql._executions import SqlExecutions
 from ringfence.store.sql._keys import SqlKeys
 from ringfence.store.sql._proposals import SqlProposals
 from ringfence.store.sql._sandboxes import SqlSandboxes
+from ringfence.store.sql._snapshots import SqlSnapshots
 from ringfence.store.sql._schema import METADATA
 
 __all__ = ["METADATA", "SqlStore", "sqlite_url"]
 
 
-class SqlStore(SqlKeys, SqlExecutions, SqlSandboxes, SqlAudit, SqlProposals):
+class SqlStore(SqlKeys, SqlExecutions, SqlSandboxes, SqlSnapshots, SqlAudit, SqlProposals):
     """The ``Store`` in a SQL database. Get one with ``await SqlStore.open(url)``.
 
     Safe to use from several tasks of one event loop, and from several processes or

@@ -52,7 +52,10 @@ class SqlSandboxes(SqlBase):
             StoreError: the database failed.
         """
         async with self._transaction("updating a sandbox") as connection:
-            updated = await connection.execute(_set_sandbox(tenant, sandbox, datetime.now(UTC)))
+            update = _set_sandbox(tenant, sandbox, datetime.now(UTC))
+            if sandbox.state is SandboxState.RUNNING:  # resumed here: this replica runs it
+                update = update.values(owner=self.replica)
+            updated = await connection.execute(update)
             if updated.rowcount == 0:
                 raise SandboxNotFound(f"no sandbox with id {sandbox.id!r}")
 
@@ -104,15 +107,22 @@ class SqlSandboxes(SqlBase):
                         break
         return found
 
-    async def end_running_sandboxes(self, error: str) -> list[tuple[str, Sandbox]]:
-        """Mark every running sandbox ``failed`` with ``error``; return them, updated.
+    async def end_running_sandboxes(
+        self, error: str, frozen_error: str | None = None
+    ) -> list[tuple[str, Sandbox]]:
+        """Mark every running sandbox of a gone replica ``failed`` with ``error``, and every
+        paused one of it that held its memory with ``frozen_error`` (when given); return
+        them, updated.
 
         Raises:
             StoreError: the database failed, or a stored sandbox cannot be read.
         """
+        states = [SandboxState.RUNNING.value]
+        if frozen_error is not None:
+            states.append(SandboxState.PAUSED.value)
         query = (
             sa.select(SANDBOXES)
-            .where(SANDBOXES.c.state == SandboxState.RUNNING.value, self._gone(SANDBOXES.c.owner))
+            .where(SANDBOXES.c.state.in_(states), self._gone(SANDBOXES.c.owner))
             .order_by(SANDBOXES.c.seq)
             .with_for_update()
         )
@@ -120,7 +130,11 @@ class SqlSandboxes(SqlBase):
         async with self._transaction("ending running sandboxes") as connection:
             now = datetime.now(UTC)
             for row in (await connection.execute(query)).all():
-                sandbox = self._sandbox(row).ended(SandboxState.FAILED, error)
+                found = self._sandbox(row)
+                if found.state is SandboxState.PAUSED and not found.memory:
+                    continue  # kept on disk: it survives the restart
+                why = error if found.state is SandboxState.RUNNING else frozen_error
+                sandbox = found.ended(SandboxState.FAILED, why)
                 await connection.execute(_set_sandbox(row.tenant, sandbox, now))
                 ended.append((row.tenant, sandbox))
         return ended

@@ -17,8 +17,10 @@ __all__ = [
     "NEXT_EXECUTION_SEQ",
     "NEXT_PROPOSAL_SEQ",
     "NEXT_SANDBOX_SEQ",
+    "NEXT_SNAPSHOT_SEQ",
     "PROPOSALS",
     "SANDBOXES",
+    "SNAPSHOTS",
     "UtcDateTime",
 ]
 
@@ -85,6 +87,17 @@ SANDBOXES = sa.Table(
     sa.Index("sandboxes_tenant_seq", "tenant", "seq"),
     sa.Index("sandboxes_state", "state"),
 )
+SNAPSHOTS = sa.Table(
+    "snapshots",
+    METADATA,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, sa.Identity(), nullable=False),
+    sa.Column("record", sa.Text, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Index("snapshots_seq", "seq", unique=True),
+    sa.Index("snapshots_tenant_seq", "tenant", "seq"),
+)
 AUDIT = sa.Table(
     "audit",
     METADATA,
@@ -127,4 +140,7 @@ NEXT_EXECUTION_SEQ = sa.select(
 ).scalar_subquery()
 NEXT_SANDBOX_SEQ = sa.select(
     sa.func.coalesce(sa.func.max(SANDBOXES.c.seq), 0) + 1
+).scalar_subquery()
+NEXT_SNAPSHOT_SEQ = sa.select(
+    sa.func.coalesce(sa.func.max(SNAPSHOTS.c.seq), 0) + 1
 ).scalar_subquery()
