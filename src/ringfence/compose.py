@@ -201,7 +201,7 @@ async def _build(
     sandboxes = SandboxService(
         store, runtime, config, audit, pool, budget=budget, egress_asker=asks,
         # Where a running sandbox's policy changes live: the executor's egress, if it has one.
-        egress_gateway=getattr(executor, "egress", None),
+        egress_gateway=getattr(executor, "egress", None), credentials=credentials,
     )  # fmt: skip
     approvals = ApprovalService(store, executions, audit, config, notifier, credentials=credentials)
     return Services(

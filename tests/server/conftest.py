@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import socket
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -96,7 +99,9 @@ async def _serving(
     on the fakes (``FakeExecutor``, ``FakeSandboxRuntime``: no isolation, no limits)."""
     from ringfence.backends.local.probe import Host
 
-    config = Config(pool_sizes={})
+    # Its own data directory: paused sandboxes and snapshots are kept there.
+    data_dir = Path(tempfile.mkdtemp(prefix="rf-data-"))
+    config = Config(pool_sizes={}, data_dir=data_dir)
     if local_host is None:
         services = await build_services(
             config, store=store, executor=FakeExecutor(config),
@@ -114,7 +119,9 @@ async def _serving(
     acme = await mint_key(store, "acme", Role.AGENT)
     globex = await mint_key(store, "globex", Role.AGENT)
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), contextlib.AsyncExitStack() as stack:
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
+        await stack.enter_async_context(app.router.lifespan_context(app))
         if over_http:
             url = await stack.enter_async_context(_uvicorn(app))
             client = httpx.AsyncClient(base_url=url, timeout=30)

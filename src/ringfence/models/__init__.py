@@ -6,10 +6,11 @@ documentation. They sit at the bottom of the layers: this package imports nothin
 Ringfence's but ``ringfence._units``, and every other layer may import it.
 
 One module per aggregate: ``executions`` (a request, its lifecycle, its result and record),
-``sandboxes`` (an interactive sandbox), ``snapshots`` (its checkpoints and snapshots), ``limits``, ``mounts`` and ``network`` (what a
-sandbox may use and reach), ``proposals`` (a remediation and the decisions on it), ``keys``
-(API keys and roles) and ``audit`` (which audit records a reader asks for). ``problems``
-words a validation error for a client. Import from here: ``from ringfence.models import X``.
+``sandboxes`` (an interactive sandbox), ``snapshots`` (its checkpoints, snapshots, pause and
+fork), ``limits``, ``mounts`` and ``network`` (what a sandbox may use and reach),
+``proposals`` (a remediation and the decisions on it), ``keys`` (API keys and roles) and
+``audit`` (which audit records a reader asks for). ``problems`` words a validation error
+for a client. Import from here: ``from ringfence.models import X``.
 """
 
 from ringfence.models._fields import MAX_TIMEOUT_SECONDS, Env
@@ -70,6 +71,7 @@ __all__ = [
     "MIN_SANDBOX_MEMORY",
     "MIN_SANDBOX_PIDS",
     "REDACTED",
+    "SNAPSHOT_ID",
     "ApiKey",
     "AuditQuery",
     "CheckpointInfo",
@@ -96,7 +98,6 @@ __all__ = [
     "Sandbox",
     "SandboxLimits",
     "SandboxSpec",
-    "SNAPSHOT_ID",
     "SandboxState",
     "Snapshot",
     "Status",

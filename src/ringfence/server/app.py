@@ -24,6 +24,7 @@ from ringfence.server.routes import keys as key_routes
 from ringfence.server.routes import meta
 from ringfence.server.routes import network as network_routes
 from ringfence.server.routes import proposals as proposal_routes
+from ringfence.server.routes import sandbox_state as state_routes
 from ringfence.server.routes import sandboxes as sandbox_routes
 
 if TYPE_CHECKING:
@@ -89,6 +90,8 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
     app.include_router(sandbox_routes.router)
+    app.include_router(state_routes.router)
+    app.include_router(state_routes.snapshots)
     app.include_router(network_routes.router)
     app.include_router(proposal_routes.router)
     app.include_router(audit_routes.router)

@@ -19,6 +19,10 @@ stored in clear.
   only: were markers the same across proposals, any key that may propose could propose a
   guessed value and compare its marker with another proposal's (a guessing oracle).
 
+A sandbox paused to disk keeps its environment and egress policy (values included) for its
+resume, perhaps after a restart: sealed the same way (bound to the tenant and the sandbox id,
+under a key derived from this one), in its directory in the data directory, never in clear.
+
 The key is a file in the data directory (``credentials-key``, 32 random bytes in base64,
 made 0600 on first start). Replicas that share a database must share it, as they share
 the audit seal key: a proposal sealed under another key fails when approved, it never runs
@@ -65,6 +69,8 @@ class CredentialKey:
             raise ValueError("a credentials key is 32 bytes")
         self._seal = AESGCM(hmac.digest(secret, b"ringfence credentials: seal", hashlib.sha256))
         self._mark = hmac.digest(secret, b"ringfence credentials: mark", hashlib.sha256)
+        self._state = AESGCM(hmac.digest(secret, b"ringfence credentials: state", hashlib.sha256))
+        self._secret = secret
 
     @classmethod
     def generate(cls) -> CredentialKey:
@@ -159,11 +165,45 @@ class CredentialKey:
             )
         return policy
 
+    def seal_state(self, data: bytes, *, tenant: str, sandbox_id: str) -> bytes:
+        """``data`` (a paused sandbox's environment and egress policy, values included)
+        encrypted for this tenant's sandbox only."""
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        sealed = self._state.encrypt(nonce, data, _state_context(tenant, sandbox_id))
+        return _VERSION + nonce + sealed
+
+    def open_state(self, sealed: bytes, *, tenant: str, sandbox_id: str) -> bytes:
+        """What ``seal_state`` sealed.
+
+        Raises:
+            Conflict: sealed under another key, for another sandbox, or altered.
+        """
+        try:
+            if sealed[:1] != _VERSION:
+                raise ValueError("unknown format")
+            nonce, body = sealed[1 : 1 + _NONCE_BYTES], sealed[1 + _NONCE_BYTES :]
+            return self._state.decrypt(nonce, body, _state_context(tenant, sandbox_id))
+        except (ValueError, InvalidTag) as exc:
+            raise Conflict(
+                f"sandbox {sandbox_id}'s saved environment cannot be opened with this "
+                f"server's credentials key ({type(exc).__name__}): it was saved under another "
+                f"key (replicas must share the data directory's {KEY_FILE}) or altered"
+            ) from None
+
+    def derive(self, purpose: str) -> bytes:
+        """A 32-byte key for ``purpose`` (as the local runtime's key that seals and checks
+        exported snapshots), derived from this one: it changes only with it."""
+        return hmac.digest(self._secret, f"ringfence key: {purpose}".encode(), hashlib.sha256)
+
     def _marker(self, context: bytes, name: str, value: str) -> str:
         # Every part but the value is free of NULs (ids and header names are tokens).
         message = context + f"\0{name.lower()}\0{value}".encode()
         fingerprint = hmac.digest(self._mark, message, hashlib.sha256)[:_FINGERPRINT_BYTES]
         return f"{_MARKER_PREFIX}{fingerprint.hex()}>"
+
+
+def _state_context(tenant: str, sandbox_id: str) -> bytes:
+    return f"ringfence paused sandbox\0{tenant}\0{sandbox_id}".encode()
 
 
 def _context(tenant: str, proposal_id: str) -> bytes:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import secrets
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,20 +23,22 @@ from ringfence.audit.chain import SYSTEM
 from ringfence.backends import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import (
+    CheckpointNotFound,
     ExecutionNotFound,
     InvalidRequest,
     RingfenceError,
-    SandboxElsewhere,
     SandboxError,
     SandboxNotFound,
     SandboxNotRunning,
     ServerAtCapacity,
+    StateUnsupported,
     TooManyRequests,
 )
 from ringfence.models import (
     ExecutionResult,
     NetworkMode,
     NetworkPolicy,
+    ResourceLimits,
     Sandbox,
     SandboxLimits,
     SandboxSpec,
@@ -48,48 +50,48 @@ from ringfence.policy.limits import check_limits, check_timeout
 from ringfence.policy.network import check_tenant_policy, policy_for
 from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Amount, Budget, Reservation
+from ringfence.service.credentials import CredentialKey
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.pool import PoolStats, Warm, WarmPool
 from ringfence.service.sandbox_calls import SandboxCalls
+from ringfence.service.sandbox_pausing import (
+    DAEMON_START_SECONDS,
+    LiveEntry,
+    Pausing,
+    check_lifecycle,
+    deadline_of,
+    ended_here,
+    live_timeout,
+)
+from ringfence.service.sandbox_state import SandboxStates
+from ringfence.service.state_files import StateFiles
 from ringfence.store import Store
 from ringfence.templates import DAEMON_PYTHON, TemplateNotFound, has_program
 from ringfence.templates import resolve as resolve_template
 
-__all__ = ["RESTART_ERROR", "SANDBOX_ID_VARIABLE", "SandboxService", "template_image"]
+__all__ = [
+    "FROZEN_LOST_ERROR",
+    "RESTART_ERROR",
+    "SANDBOX_ID_VARIABLE",
+    "SandboxService",
+    "template_image",
+]
 
 log = logging.getLogger(__name__)
 
 # Set in every sandbox: commands may want to know where they run.
 SANDBOX_ID_VARIABLE = "RINGFENCE_SANDBOX_ID"
 RESTART_ERROR = "the server stopped while this sandbox ran; the sandbox was killed with it"
+FROZEN_LOST_ERROR = (
+    "the server stopped without shutting down while this sandbox was paused keeping its "
+    "memory (memory=true): its processes and memory were lost with it (a clean shutdown "
+    "saves a frozen sandbox's files to disk; pause with memory=false to survive a crash)"
+)
 # Without a built template of that name, "base" is the host's system directories.
 _BUILTIN_TEMPLATE = "base"
-_DAEMON_START_SECONDS = 10.0
 
 
-@dataclass
-class _Live:
-    """One sandbox this process runs (an entry of the live table, by sandbox id)."""
-
-    tenant: str
-    live: LiveSandbox  # the runtime's handle; the record (``Sandbox``) is in the store
-    daemon: DaemonClient
-    ended: asyncio.Future[Sandbox]
-    failure: str | None = None  # why it is being killed, when that is a failure
-    ending: bool = False  # the watcher is storing its end
-    writing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one store write at a time
-    # A pooled sandbox's record, still being written after its claim was answered.
-    recorded: asyncio.Task[None] | None = None
-    # What it holds of its tenant's budget and the server's: given back when its end is stored.
-    reservations: list[Reservation] = field(default_factory=list)
-
-    async def record_written(self) -> None:
-        """Wait until the sandbox's record is written (or failed to be: the store says)."""
-        if self.recorded is not None:
-            await asyncio.wait({self.recorded})
-
-
-class SandboxService:
+class SandboxService(Pausing):
     """Create, find, extend and kill interactive sandboxes on behalf of tenants."""
 
     def __init__(
@@ -103,6 +105,7 @@ class SandboxService:
         budget: Budget,
         egress_asker: Asker | None = None,
         egress_gateway: SessionLookup | None = None,
+        credentials: CredentialKey | None = None,
     ) -> None:
         """``runtime`` None: this server's backend cannot run interactive sandboxes.
         ``audit`` None: nothing is recorded. ``pool``: ready sandboxes to claim.
@@ -110,16 +113,22 @@ class SandboxService:
         must be given the same one, or sandboxes and executions are not counted together
         (so there is no default). ``egress_asker``: who is asked about "ask" egress rules
         (None: they are denied). ``egress_gateway``: where a running sandbox's egress
-        session is found to change its policy (None: ``set_network`` changes none live)."""
+        session is found to change its policy (None: ``set_network`` changes none live).
+        ``credentials``: seals what a sandbox paused to disk keeps of its environment and
+        egress policy (None: a key of this process, so such a sandbox cannot be resumed
+        after a restart)."""
         self._store = store
         self._runtime = runtime
         self._config = config
         self._audit = audit
         self._pool = pool
         self._budget = budget
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, LiveEntry] = {}
         self._watchers: set[asyncio.Task[None]] = set()
         self.calls = SandboxCalls(self)  # commands, files and code, passed to the daemons
+        self.files = StateFiles(config.data_dir, credentials or CredentialKey.generate())
+        self.state = SandboxStates(self, store, self.files)  # checkpoints, snapshots, fork
+        self._locks: dict[str, asyncio.Lock] = {}  # one pause or resume at a time, by id
         self._egress_asker = egress_asker
         self._egress_gateway = egress_gateway
 
@@ -137,13 +146,17 @@ class SandboxService:
         return self._pool.stats() if self._pool is not None else {}
 
     def running_count(self) -> int:
-        return len(self._live)
+        """Sandboxes running here (a frozen one does not run)."""
+        return sum(entry.frozen is None for entry in self._live.values())
 
     async def reconcile(self) -> int:
         """After a restart: sandboxes recorded as running died with the server that ran
-        them (``--die-with-parent``; the runtime sweeps what they left). Returns how many
-        were marked failed."""
-        ended = await self._store.end_running_sandboxes(RESTART_ERROR)
+        them (``--die-with-parent``; the runtime sweeps what they left), and so did frozen
+        ones (paused keeping memory) if it crashed; sandboxes paused to disk survive.
+        Returns how many were marked failed."""
+        ended = await self._store.end_running_sandboxes(
+            RESTART_ERROR, frozen_error=FROZEN_LOST_ERROR
+        )
         for tenant, sandbox in ended:
             log.warning("sandbox %s/%s was cut off by a restart", tenant, sandbox.id)
         return len(ended)
@@ -185,20 +198,67 @@ class SandboxService:
             ServerAtCapacity: the server's totals have no room for it.
             SandboxError: the sandbox could not start (recorded as failed, with why).
             SandboxUidsExhausted: every host uid for sandboxes is taken (recorded as failed).
+            CheckpointNotFound: ``spec.snapshot`` names no snapshot of the tenant's.
+            StateUnsupported: ``auto_pause`` or ``on_timeout="pause"`` (or a snapshot) on a
+                backend that cannot capture state (recorded as failed).
         """
-        amount = self._budget.amount(spec.limits.merged_over(self._config.default_limits))
-        # The tenant's share now; the host's once it is known whether the pool serves it
-        # (a pooled sandbox holds its own). Handed to its live entry (emptied here) once it
-        # runs, and given back by the watcher at its end.
-        held = [self._budget.reserve(tenant, amount, on_host=False)]
+        restore = None
+        if spec.snapshot is not None:
+            spec, restore = await self._from_snapshot(tenant, spec)
+        return await self.create_from(tenant, spec, actor=actor, restore=restore)
+
+    async def create_from(
+        self,
+        tenant: str,
+        spec: SandboxSpec,
+        *,
+        actor: str = SYSTEM,
+        restore: Path | None = None,
+        held: list[Reservation] | None = None,
+    ) -> Sandbox:
+        """``create``, on the files of ``restore`` (an export of this server's) if given:
+        the start of a fork's child, or of a sandbox from a snapshot. ``held``: its
+        tenant's and host's shares, reserved already (a fork reserves all its children's
+        before it starts any); taken over (released here if it does not start)."""
+        if held is None:
+            amount = self._budget.amount(spec.limits.merged_over(self._config.default_limits))
+            # The tenant's share now; the host's once it is known whether the pool serves it
+            # (a pooled sandbox holds its own). Handed to its live entry (emptied here) once
+            # it runs, and given back by the watcher at its end.
+            held = [self._budget.reserve(tenant, amount, on_host=False)]
         try:
-            return await self._create(tenant, spec, actor, held)
+            return await self._create(tenant, spec, actor, held, restore)
         finally:
             for reservation in held:
                 self._budget.release(reservation)
 
+    async def _from_snapshot(self, tenant: str, spec: SandboxSpec) -> tuple[SandboxSpec, Path]:
+        """``spec`` on its snapshot's template, and where the snapshot's files are.
+
+        Raises:
+            CheckpointNotFound: no such snapshot in this tenant.
+            InvalidRequest: ``spec`` names another template than the snapshot's.
+        """
+        assert spec.snapshot is not None
+        snapshot = await self._store.get_snapshot(tenant, spec.snapshot)
+        if snapshot is None:
+            raise CheckpointNotFound(f"no snapshot with id {spec.snapshot!r}")
+        if "template" in spec.model_fields_set and spec.template != snapshot.template:
+            raise InvalidRequest(
+                f"template: snapshot {snapshot.id} is of template {snapshot.template!r}; "
+                "leave template out (the snapshot's is used)"
+            )
+        return spec.model_copy(update={"template": snapshot.template}), self.files.snapshot(
+            snapshot.id
+        )
+
     async def _create(
-        self, tenant: str, spec: SandboxSpec, actor: str, held: list[Reservation]
+        self,
+        tenant: str,
+        spec: SandboxSpec,
+        actor: str,
+        held: list[Reservation],
+        restore: Path | None,
     ) -> Sandbox:
         image = self.check_policy(spec)
         if self._runtime is None:
@@ -220,24 +280,30 @@ class SandboxService:
             network=network.redacted(),  # header values (credentials) are never stored
             created_at=now,
             expires_at=now + timedelta(seconds=timeout),
+            auto_pause=spec.auto_pause,
+            on_timeout=spec.on_timeout,
+            auto_resume=spec.auto_resume,
+            snapshot=spec.snapshot,
         )
-        if self._pool is not None:
-            if spec.limits == SandboxLimits() and network.mode is NetworkMode.NONE:
-                warm = self._pool.claim(spec.template)
-                if warm is not None:
-                    if warm.reservation is not None:
-                        held.append(warm.reservation)
-                    return await self._bind(warm, tenant, sandbox, spec, timeout, actor, held)
-            else:
-                self._pool.pass_over(spec.template)
-        held.append(await self._reserve_host(self._budget.amount(sandbox.limits)))
         launch = LaunchSpec(
             image=image,
             env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
             limits=sandbox.limits,
             timeout=timeout,
             network=network,
+            restore=restore,
         )
+        if self._pool is not None and restore is None:
+            if spec.limits == SandboxLimits() and network.mode is NetworkMode.NONE:
+                warm = self._pool.claim(spec.template)
+                if warm is not None:
+                    if warm.reservation is not None:
+                        held.append(warm.reservation)
+                    return await self._bind(warm, tenant, sandbox, spec, launch, actor, held)
+            else:
+                self._pool.pass_over(spec.template)
+        if not any(reservation.on_host for reservation in held):
+            held.append(await self._reserve_host(self._budget.amount(sandbox.limits)))
         # Recorded while it starts (time to interactive is a goal). A crash before the
         # record lands loses nothing: the sandbox dies with the server (--die-with-parent).
         recorded = asyncio.create_task(self._store.add_sandbox(tenant, sandbox))
@@ -248,13 +314,14 @@ class SandboxService:
             "metadata": spec.metadata,
             "limits": sandbox.limits.model_dump(mode="json"),
             "network": sandbox.network.model_dump(mode="json"),
+            **_lifecycle_details(sandbox),
         }
         requester = Requester(
             tenant, f"sandbox:{sandbox.id}", actor, self._audit, self._egress_asker
         )
         try:
             with requesting(requester):  # whose egress the proxy audits and asks about
-                live = await self._runtime.start(launch)
+                live = await self._runtime.start(deadline_of(launch, sandbox))
         except RingfenceError as exc:
             await recorded
             failed = sandbox.ended(SandboxState.FAILED, exc.message)
@@ -267,16 +334,18 @@ class SandboxService:
             await asyncio.shield(self._abandoned(tenant, sandbox, recorded))
             raise
         # From here on the watcher stores how it ends, whatever happens to this call.
-        daemon = DaemonClient(sandbox.id, live.socket_path)
-        entry = _Live(tenant, live, daemon, asyncio.get_running_loop().create_future())
-        entry.reservations, held[:] = held[:], []  # released by the watcher, at its end
-        self._live[sandbox.id] = entry
-        watcher = asyncio.create_task(self._watch(sandbox, entry))
-        self._watchers.add(watcher)
-        watcher.add_done_callback(self._watchers.discard)
+        entry = self._adopt(tenant, sandbox, live, launch, held)
+        daemon = entry.daemon
         try:
             await recorded
-            await daemon.health(_DAEMON_START_SECONDS)
+            check_lifecycle(sandbox, live)
+            await daemon.health(DAEMON_START_SECONDS)
+        except StateUnsupported as exc:
+            entry.failure = exc.message
+            await live.kill()
+            await asyncio.shield(entry.ended)
+            self.record(tenant, actor, "sandbox.create", sandbox.id, "failed", described)
+            raise
         except SandboxNotRunning as exc:
             entry.failure = f"the sandbox daemon did not start: {exc.message}"
             await live.kill()
@@ -288,7 +357,51 @@ class SandboxService:
             await asyncio.shield(live.kill())
             raise
         self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", described)
+        self._start_lifecycle(sandbox, entry)
         return sandbox
+
+    def _adopt(
+        self,
+        tenant: str,
+        sandbox: Sandbox,
+        live: LiveSandbox,
+        launch: LaunchSpec,
+        held: list[Reservation],
+    ) -> LiveEntry:
+        """Enter a started sandbox in the live table, with what it holds (``held``,
+        emptied: released by its watcher, at its end), and watch for its end."""
+        loop = asyncio.get_running_loop()
+        entry = LiveEntry(
+            tenant, live, DaemonClient(sandbox.id, live.socket_path), loop.create_future(),
+            launch, deadline=loop.time() + launch.timeout, touched=loop.time(),
+        )  # fmt: skip
+        entry.reservations, held[:] = held[:], []
+        self._live[sandbox.id] = entry
+        watcher = asyncio.create_task(self._watch(sandbox, entry))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+        return entry
+
+    async def reserve(self, tenant: str, limits: ResourceLimits) -> list[Reservation]:
+        """A sandbox of ``limits``'s shares of its tenant's budget and the server's, for
+        ``create_from(held=...)``; give them back with ``release`` if unused.
+
+        Raises:
+            TooManyRequests, ServerAtCapacity: there is no room for it now.
+        """
+        amount = self._budget.amount(limits)
+        held = [self._budget.reserve(tenant, amount, on_host=False)]
+        try:
+            held.append(await self._reserve_host(amount))
+        except BaseException:
+            self._budget.release(held[0])
+            raise
+        return held
+
+    def release(self, held: Collection[Reservation]) -> None:
+        """Give back what ``reserve`` held (each once; a second release does nothing)."""
+        for reservation in held:
+            self._budget.release(reservation)
 
     async def _reserve_host(self, amount: Amount) -> Reservation:
         """A share of the server's totals; idle pooled sandboxes are evicted to make room
@@ -310,7 +423,7 @@ class SandboxService:
         tenant: str,
         sandbox: Sandbox,
         spec: SandboxSpec,
-        timeout: float,
+        launch: LaunchSpec,
         actor: str,
         held: list[Reservation],
     ) -> Sandbox:
@@ -325,7 +438,12 @@ class SandboxService:
         before the record lands loses a sandbox that died with the server anyway.
         """
         warm.daemon.sandbox_id = sandbox.id
-        entry = _Live(tenant, warm.live, warm.daemon, asyncio.get_running_loop().create_future())
+        timeout = launch.timeout
+        loop = asyncio.get_running_loop()
+        entry = LiveEntry(
+            tenant, warm.live, warm.daemon, loop.create_future(), launch,
+            deadline=loop.time() + timeout, touched=loop.time(),
+        )  # fmt: skip
         entry.reservations, held[:] = held[:], []  # released by the watcher, at its end
         entry.recorded = asyncio.create_task(self._store.add_sandbox(tenant, sandbox))
         initialized = warm.daemon.start_init({**spec.env, SANDBOX_ID_VARIABLE: sandbox.id})
@@ -340,7 +458,8 @@ class SandboxService:
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
         try:
-            await warm.live.set_timeout(timeout)
+            check_lifecycle(sandbox, warm.live)
+            await warm.live.set_timeout(deadline_of(launch, sandbox).timeout)
         except BaseException as exc:
             entry.failure = entry.failure or f"its claim from the pool failed: {exc}"
             await asyncio.shield(warm.live.kill())
@@ -349,11 +468,13 @@ class SandboxService:
             if (failure := _failure(step)) is not None:
                 raise failure
         details = {"template": spec.template, "timeout": timeout, "pooled": True,
-                   "env": sorted(spec.env), "metadata": spec.metadata}  # fmt: skip
+                   "env": sorted(spec.env), "metadata": spec.metadata,
+                   **_lifecycle_details(sandbox)}  # fmt: skip
         self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", details)
+        self._start_lifecycle(sandbox, entry)
         return sandbox
 
-    def _kill_on_failure(self, entry: _Live, step: asyncio.Task[None], *, what: str) -> None:
+    def _kill_on_failure(self, entry: LiveEntry, step: asyncio.Task[None], *, what: str) -> None:
         """Kill a claimed sandbox whose ``what`` (a step finished after the claim) failed."""
         failure = _failure(step)
         if failure is None:
@@ -405,19 +526,22 @@ class SandboxService:
 
         Raises:
             SandboxNotFound: no such sandbox in this tenant.
-            SandboxNotRunning: it has ended.
+            SandboxNotRunning: it has ended (or is paused, created with auto_resume off).
             InvalidRequest: the timeout is above the operator's ceiling.
+
+        A paused sandbox is resumed first (as by any request).
         """
         check_timeout(timeout, self._config)
-        entry = await self._running(tenant, sandbox_id)
+        entry = await self._awake(tenant, sandbox_id, actor)
         async with entry.writing:  # the end, stored by the watcher, is never overwritten
             if entry.ending:
                 raise SandboxNotRunning(f"sandbox {sandbox_id} is ending")
             sandbox = await self.get(tenant, sandbox_id)
             try:
-                await entry.live.set_timeout(timeout)
+                await entry.live.set_timeout(live_timeout(sandbox, timeout))
             except ExecutionNotFound:  # its run ended (and was forgotten) just now
                 raise SandboxNotRunning(f"sandbox {sandbox_id} has ended") from None
+            entry.deadline = asyncio.get_running_loop().time() + timeout
             moved = sandbox.model_copy(
                 update={"expires_at": datetime.now(UTC) + timedelta(seconds=timeout)}
             )
@@ -437,7 +561,7 @@ class SandboxService:
         """
         check_tenant_policy(policy, self._config)
         policy = policy_for(tenant, policy, self._config)  # under the operator's floor
-        entry = await self._running(tenant, sandbox_id)
+        entry = await self._awake(tenant, sandbox_id, actor)
         gateway = self._egress_gateway
         session = gateway.session(tenant, f"sandbox:{sandbox_id}") if gateway else None
         if session is None:
@@ -452,6 +576,7 @@ class SandboxService:
             changed = sandbox.model_copy(update={"network": policy.redacted()})
             await self._store.update_sandbox(tenant, changed)
             session.set_policy(policy)
+            entry.launch = dataclasses.replace(entry.launch, network=policy)  # a resume's
         if self._audit is not None:
             await self._audit.record_now(
                 tenant, actor, "sandbox.network", f"sandbox:{sandbox_id}",
@@ -463,24 +588,60 @@ class SandboxService:
         """Kill every process of the sandbox and remove everything of it; an ended sandbox
         is returned unchanged.
 
+        A paused one is killed too: a frozen one's processes, a disk one's saved files.
+
         Raises:
             SandboxNotFound: no such sandbox in this tenant.
         """
-        entry = self._live.get(sandbox_id)
-        if entry is None or entry.tenant != tenant:
-            return _ended_here(await self.get(tenant, sandbox_id))
-        self.record(tenant, actor, "sandbox.kill", sandbox_id)
-        await entry.live.kill()
+        async with self._lock(sandbox_id):  # not while it is being paused or resumed
+            entry = self._live.get(sandbox_id)
+            if entry is None or entry.tenant != tenant:
+                sandbox = await self.get(tenant, sandbox_id)
+                if sandbox.state is not SandboxState.PAUSED or sandbox.memory:
+                    return ended_here(sandbox)
+                self.record(tenant, actor, "sandbox.kill", sandbox_id, details={"paused": True})
+                killed = sandbox.ended(SandboxState.KILLED)
+                await self._store.update_sandbox(tenant, killed)
+                self.files.forget_paused(sandbox_id)
+                return killed
+            self.record(tenant, actor, "sandbox.kill", sandbox_id)
+            await entry.live.thaw()  # a frozen process dies only once it runs again
+            await entry.live.kill()
         return await asyncio.shield(entry.ended)
 
     async def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient:
-        """The client of a running sandbox's daemon.
+        """The client of a running sandbox's daemon; a paused sandbox is resumed first
+        (once, however many requests wait for it), unless made with auto_resume off. Every
+        request passed to a sandbox comes here: it is what "idle" (``auto_pause``) counts.
 
         Raises:
             SandboxNotFound: no such sandbox in this tenant.
-            SandboxNotRunning: it has ended.
+            SandboxNotRunning: it has ended, or is paused and made with auto_resume off.
+            What ``resume`` raises, when it was paused.
         """
-        return (await self._running(tenant, sandbox_id)).daemon
+        return (await self._awake(tenant, sandbox_id, SYSTEM)).daemon
+
+    async def live(self, tenant: str, sandbox_id: str, *, actor: str = SYSTEM) -> LiveSandbox:
+        """The runtime's handle on a running sandbox (resumed first if paused), for the
+        operations on its state (``service.sandbox_state``).
+
+        Raises:
+            SandboxNotFound, SandboxNotRunning: as ``daemon``.
+        """
+        return (await self._awake(tenant, sandbox_id, actor)).live
+
+    def launch_of(self, tenant: str, sandbox_id: str) -> LaunchSpec:
+        """How a sandbox running here was started, values included (for its fork's
+        children only): its environment without the variable of its own id.
+
+        Raises:
+            SandboxNotRunning: it does not run here.
+        """
+        entry = self._live.get(sandbox_id)
+        if entry is None or entry.tenant != tenant or entry.ended.done():
+            raise SandboxNotRunning(f"sandbox {sandbox_id} does not run")
+        env = {k: v for k, v in entry.launch.env.items() if k != SANDBOX_ID_VARIABLE}
+        return dataclasses.replace(entry.launch, env=env)
 
     def record(
         self,
@@ -500,20 +661,55 @@ class SandboxService:
         """Kill every sandbox (and the pool's) and wait until each end is stored."""
         if self._pool is not None:
             await self._pool.aclose()
+        for sandbox_id, entry in list(self._live.items()):
+            if entry.frozen is not None:  # its memory cannot outlive us: its files can
+                try:
+                    await self.pause(entry.tenant, sandbox_id, memory=False, reason="shutdown")
+                except Exception:  # boundary: the rest must still be stopped
+                    log.exception("could not save frozen sandbox %s to disk", sandbox_id)
         entries = list(self._live.values())
+        await asyncio.gather(*(e.live.thaw() for e in entries), return_exceptions=True)
         await asyncio.gather(*(e.live.kill() for e in entries), return_exceptions=True)
         await asyncio.gather(*self._watchers, return_exceptions=True)
         if self._runtime is not None:
             await self._runtime.aclose()
 
-    async def _running(self, tenant: str, sandbox_id: str) -> _Live:
+    async def _running(self, tenant: str, sandbox_id: str) -> LiveEntry:
+        """Its live entry (frozen or not). Raises ``SandboxNotFound``, ``SandboxNotRunning``
+        (ended, or paused to disk), ``SandboxElsewhere``."""
         entry = self._live.get(sandbox_id)
         if entry is not None and entry.tenant == tenant and not entry.ended.done():
             return entry
-        sandbox = _ended_here(await self.get(tenant, sandbox_id))  # SandboxNotFound, too
+        sandbox = ended_here(await self.get(tenant, sandbox_id))  # SandboxNotFound, too
+        if sandbox.state is SandboxState.PAUSED:
+            raise SandboxNotRunning(f"sandbox {sandbox_id} is paused: resume it first")
         raise SandboxNotRunning(f"sandbox {sandbox_id} has ended ({sandbox.state.value})")
 
-    async def _watch(self, sandbox: Sandbox, entry: _Live) -> None:
+    async def _awake(self, tenant: str, sandbox_id: str, actor: str) -> LiveEntry:
+        """Its live entry, running: resumed first when paused and made with auto_resume."""
+        entry = self._live.get(sandbox_id)
+        if entry is not None and entry.tenant == tenant and entry.awake:
+            entry.touched = asyncio.get_running_loop().time()
+            return entry
+        async with self._lock(sandbox_id):  # a pause finishes first; one resume for all
+            entry = self._live.get(sandbox_id)
+            if entry is None or entry.tenant != tenant or not entry.awake:
+                sandbox = await self.get(tenant, sandbox_id)
+                if sandbox.state is SandboxState.PAUSED and not sandbox.auto_resume:
+                    raise SandboxNotRunning(
+                        f"sandbox {sandbox_id} is paused and was created with auto_resume "
+                        "off: resume it first"
+                    )
+                if sandbox.state is SandboxState.PAUSED:
+                    await self._resume(tenant, sandbox, actor, implicit=True)
+                entry = await self._running(tenant, sandbox_id)
+            entry.touched = asyncio.get_running_loop().time()
+            return entry
+
+    def _lock(self, sandbox_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(sandbox_id, asyncio.Lock())
+
+    async def _watch(self, sandbox: Sandbox, entry: LiveEntry) -> None:
         """Wait for the end; store it; release the daemon client."""
         ended = sandbox.ended(SandboxState.FAILED, "internal error")
         try:
@@ -524,16 +720,22 @@ class SandboxService:
             await entry.record_written()
             async with entry.writing:
                 entry.ending = True
-                current = await self._store.get_sandbox(entry.tenant, sandbox.id) or sandbox
-                ended = current.ended(state, error)
-                self.record(
-                    entry.tenant, SYSTEM, "sandbox.end", sandbox.id, state.value, {"error": error}
-                )
+                if entry.pausing is not None and entry.failure is None:  # saved: not ended
+                    ended = entry.pausing
+                else:
+                    current = await self._store.get_sandbox(entry.tenant, sandbox.id) or sandbox
+                    ended = current.ended(state, error)
+                    self.record(
+                        entry.tenant, SYSTEM, "sandbox.end", sandbox.id, state.value,
+                        {"error": error},
+                    )  # fmt: skip
                 await self._store.update_sandbox(entry.tenant, ended)
         except Exception:  # boundary: whatever happens, the sandbox must end here
             log.exception("could not store the end of sandbox %s/%s", entry.tenant, sandbox.id)
         finally:
             del self._live[sandbox.id]
+            if ended.state.is_terminal:
+                self._locks.pop(sandbox.id, None)
             for reservation in entry.reservations:
                 self._budget.release(reservation)
             await entry.daemon.aclose()
@@ -555,6 +757,19 @@ def template_image(template: str, config: Config) -> str:
         raise
 
 
+def _lifecycle_details(sandbox: Sandbox) -> dict[str, object]:
+    details: dict[str, object] = {}
+    if sandbox.auto_pause is not None:
+        details["auto_pause"] = sandbox.auto_pause
+    if sandbox.on_timeout != "kill":
+        details["on_timeout"] = sandbox.on_timeout
+    if not sandbox.auto_resume:
+        details["auto_resume"] = False
+    if sandbox.snapshot is not None:
+        details["snapshot"] = sandbox.snapshot
+    return details
+
+
 def _ending(result: ExecutionResult) -> tuple[SandboxState, str | None]:
     """How a sandbox ended, from the end of its daemon's execution."""
     if result.status is Status.CANCELLED:
@@ -565,21 +780,6 @@ def _ending(result: ExecutionResult) -> tuple[SandboxState, str | None]:
         return SandboxState.FAILED, result.error
     tail = result.logs.strip().splitlines()[-1:] or [""]
     return SandboxState.FAILED, f"the sandbox daemon exited ({result.exit_code}): {tail[0][:300]}"
-
-
-def _ended_here(sandbox: Sandbox) -> Sandbox:
-    """``sandbox`` (not live in this process), unless the store says it runs: then another
-    replica runs it (a restart marks this process's own as failed before it serves).
-
-    Raises:
-        SandboxElsewhere: it runs on another replica.
-    """
-    if sandbox.state is SandboxState.RUNNING:
-        raise SandboxElsewhere(
-            f"sandbox {sandbox.id} runs on another Ringfence replica, which alone can reach "
-            "it: send its requests there (route by sandbox id)"
-        )
-    return sandbox
 
 
 def _failure(step: asyncio.Task[None]) -> BaseException | None:

@@ -268,7 +268,9 @@ async def running_sandboxes_fail_after_a_restart(store: Store) -> None:
 async def paused_sandboxes_on_disk_survive_a_restart(store: Store) -> None:
     paused = {"state": SandboxState.PAUSED, "expires_at": None, "timeout_left": 30.0}
     await store.add_sandbox("acme", _sandbox("disk").model_copy(update={**paused, "memory": False}))
-    await store.add_sandbox("acme", _sandbox("frozen").model_copy(update={**paused, "memory": True}))
+    await store.add_sandbox(
+        "acme", _sandbox("frozen").model_copy(update={**paused, "memory": True})
+    )
     await store.add_sandbox("acme", _sandbox("run"))
     assert [s.id for _, s in await store.end_running_sandboxes("restarted")] == ["run"]
     ended = await store.end_running_sandboxes("restarted", frozen_error="memory lost")

@@ -20,8 +20,8 @@ from ringfence.store.sql._executions import SqlExecutions
 from ringfence.store.sql._keys import SqlKeys
 from ringfence.store.sql._proposals import SqlProposals
 from ringfence.store.sql._sandboxes import SqlSandboxes
-from ringfence.store.sql._snapshots import SqlSnapshots
 from ringfence.store.sql._schema import METADATA
+from ringfence.store.sql._snapshots import SqlSnapshots
 
 __all__ = ["METADATA", "SqlStore", "sqlite_url"]
 

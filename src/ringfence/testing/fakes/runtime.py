@@ -15,6 +15,8 @@ SDK, MCP), never a claim about sandboxes. What differs from a real sandbox:
   ``/home/user`` (HOME, as in a real sandbox), a fresh directory of each sandbox's own laid
   there by bubblewrap in a mount namespace (``private_home=False``: no bubblewrap, and HOME
   is that directory where it is on the host);
+- its state (``testing.fakes.state``) is that home directory only, copied; freeze is
+  ``SIGSTOP``; nothing of a process's memory is ever captured;
 - a kill reaches the daemon and every process it started that is still its descendant
   (found through ``/proc``); one whose parent died before the kill escapes it, as on the
   ``process`` backend.
@@ -27,22 +29,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import sys
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import ringfence.sandboxd
 from ringfence.backends import LaunchSpec
-from ringfence.backends.daemon_sandbox import DaemonSandbox, listen, start_daemon_sandbox
+from ringfence.backends.daemon_sandbox import listen, start_daemon_sandbox
 from ringfence.backends.process import ProcessExecutor
 from ringfence.backends.supervisor import Launched, SupervisedProcess
 from ringfence.config import Config
 from ringfence.errors import BackendUnavailable
 from ringfence.models import ExecutionRequest, ResourceLimits
+from ringfence.testing.fakes.state import FakeStatefulSandbox, restore_into
 
 __all__ = ["SANDBOX_HOME", "FakeSandboxRuntime"]
 
@@ -60,8 +64,20 @@ class FakeSandboxRuntime:
     every sandbox still running and removes the sockets' directory.
     """
 
-    def __init__(self, config: Config | None = None, *, private_home: bool = True) -> None:
-        """Raises ``BackendUnavailable`` when ``private_home`` and bubblewrap is missing."""
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        private_home: bool = True,
+        export_key: bytes | None = None,
+        freezer: bool = True,
+    ) -> None:
+        """Raises ``BackendUnavailable`` when ``private_home`` and bubblewrap is missing.
+
+        Its sandboxes have state (``testing.fakes.state``): exports sealed with
+        ``export_key`` (default: a key of this runtime only; give the same one to a
+        runtime that must restore another's exports, as after a restart), frozen with
+        ``SIGSTOP`` unless ``freezer`` is False (then freeze is ``StateUnsupported``)."""
         config = config or Config()
         bwrap = shutil.which("bwrap") if private_home else None
         if private_home and bwrap is None:
@@ -73,8 +89,10 @@ class FakeSandboxRuntime:
         # Short and our own: a unix socket's path has at most 107 bytes.
         self._sockets = Path(tempfile.mkdtemp(prefix="rf-fake-"))
         self.specs: list[LaunchSpec] = []
+        self._key = export_key or secrets.token_bytes(32)
+        self._freezer = freezer
 
-    async def start(self, spec: LaunchSpec) -> DaemonSandbox:
+    async def start(self, spec: LaunchSpec) -> FakeStatefulSandbox:
         """Start the daemon; return once its process runs (its first request waits in the
         socket's backlog while it starts).
 
@@ -93,9 +111,16 @@ class FakeSandboxRuntime:
             env=spec.env,
             timeout=spec.timeout,
         )
-        return await start_daemon_sandbox(
-            self._executor, request, listener, socket_path, _START_SECONDS
-        )
+        if spec.restore is not None:  # checked before anything starts
+            self._executor.restores[run_id] = (spec.restore, self._key)
+        try:
+            sandbox = await start_daemon_sandbox(
+                self._executor, request, listener, socket_path, _START_SECONDS
+            )
+        finally:
+            self._executor.restores.pop(run_id, None)
+        tree = self._executor.trees[run_id]
+        return FakeStatefulSandbox(sandbox, tree.home, tree.pids, self._key, freezer=self._freezer)
 
     async def aclose(self) -> None:
         await self._executor.aclose()
@@ -110,11 +135,20 @@ class _DaemonExecutor(ProcessExecutor):
     def __init__(self, config: Config, bwrap: str | None) -> None:
         super().__init__(config)
         self._bwrap = bwrap
+        self.restores: dict[str, tuple[Path, bytes]] = {}  # run id -> (export, its key)
+        self.trees: dict[str, _DaemonTree] = {}  # run id -> its processes, while it runs
 
     async def _launch(
         self, request: ExecutionRequest, limits: ResourceLimits, pass_fds: Sequence[int]
     ) -> Launched:
         home = Path(tempfile.mkdtemp(prefix="rf-fake-home-"))
+        if request.id in self.restores:
+            try:
+                source, key = self.restores[request.id]
+                restore_into(source, home, key)
+            except BaseException:
+                shutil.rmtree(home, ignore_errors=True)
+                raise
         if self._bwrap is None:
             env = {"HOME": str(home), **request.env}
             command = request.command
@@ -135,7 +169,9 @@ class _DaemonExecutor(ProcessExecutor):
         except BaseException:
             shutil.rmtree(home, ignore_errors=True)
             raise
-        return _DaemonTree(launched, home)
+        tree = self.trees[request.id] = _DaemonTree(launched, home)
+        tree.forget = lambda: self.trees.pop(request.id, None)
+        return tree
 
 
 class _DaemonTree:
@@ -143,9 +179,17 @@ class _DaemonTree:
 
     def __init__(self, launched: Launched, home: Path) -> None:
         self._launched = launched
-        self._home = home
+        self.home = home
         self.name = launched.name
         self.killed = "the daemon and its descendants were killed"
+        self.forget: Callable[[], object] = lambda: None
+
+    def pids(self) -> list[int]:
+        """The daemon's process (bubblewrap's, with a private home) and its descendants."""
+        pid = getattr(self.child, "pid", None)
+        if not isinstance(pid, int) or self.child.returncode is not None:
+            return []
+        return [pid, *descendants(pid)]
 
     @property
     def child(self) -> SupervisedProcess:
@@ -158,7 +202,8 @@ class _DaemonTree:
     async def release(self) -> str | None:
         _kill_descendants(self.child)
         cause = await self._launched.release()
-        shutil.rmtree(self._home, ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)
+        self.forget()
         return cause
 
     def setup_error(self, exit_code: int, head: str) -> str | None:
