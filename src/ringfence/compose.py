@@ -48,6 +48,7 @@ __all__ = ["BUILD", "Offline", "Services", "build_services", "open_offline", "st
 # The store keeps every result; the executor need only hold runs until they are stored.
 _EXECUTOR_RETENTION = 256
 _SEAL_INTERVAL_SECONDS = 60.0
+EXPORT_KEY_PURPOSE = "sandbox exports"  # what the runtime's export key is derived for
 
 
 class _Build(Enum):
@@ -119,7 +120,8 @@ async def build_services(
 
     Not given, each part is made from ``config``: the executor from ``config.backend`` (it
     fails closed first, before the store is opened), the store from ``database_url``, the
-    audit log's seal key and the credentials key from ``data_dir``, the notifier from
+    audit log's seal key and the credentials key from ``data_dir`` (the sandbox runtime's
+    key that seals exported sandbox state is derived from the latter), the notifier from
     ``webhook_urls``. ``on_first_admin_key`` given (``ringfence serve``): on a store without
     keys, the first admin key is written to ``<data_dir>/admin-key`` and its path told to it.
 
@@ -174,8 +176,17 @@ async def _build(
     audit = AuditLog(store, seal_key or SealKey.load_or_create(config.data_dir), seal_interval)
     await audit.check_key()  # fails closed: a log no export of which could verify
     budget = Budget.for_server(config)
+    if credentials is None:
+        try:
+            credentials = CredentialKey.load_or_create(config.data_dir)
+        except ValueError as exc:
+            raise RingfenceError(str(exc)) from None
     if isinstance(runtime, _Build):
-        runtime = create_sandbox_runtime(executor, config)
+        # Exports (paused sandboxes, snapshots, forks) are sealed under a key derived from
+        # the credentials key: it lives in the data directory with them, outside the database,
+        # and replicas that share one share the other.
+        export_key = credentials.derive(EXPORT_KEY_PURPOSE)
+        runtime = create_sandbox_runtime(executor, config, export_key=export_key)
     pool = None
     if runtime is not None and any(config.pool_sizes.values()):
         pool = WarmPool(
@@ -191,11 +202,6 @@ async def _build(
             )
         notifier = WebhookNotifier(config.webhook_urls, config.webhook_secret)
         owned.append(notifier.aclose)
-    if credentials is None:
-        try:
-            credentials = CredentialKey.load_or_create(config.data_dir)
-        except ValueError as exc:
-            raise RingfenceError(str(exc)) from None
     asks = EgressAsks(audit, config, notifier)
     executions = ExecutionService(store, executor, config, audit, budget=budget, egress_asker=asks)
     sandboxes = SandboxService(

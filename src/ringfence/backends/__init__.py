@@ -57,10 +57,14 @@ def create_executor(config: Config | None = None) -> Executor:
     return executor
 
 
-def create_sandbox_runtime(executor: Executor, config: Config) -> SandboxRuntime | None:
+def create_sandbox_runtime(
+    executor: Executor, config: Config, *, export_key: bytes | None = None
+) -> SandboxRuntime | None:
     """The runtime for interactive sandboxes on ``executor``'s backend; None when that
     backend has none (the process backend: without a sandbox there is nothing to contain
-    a long-lived daemon).
+    a long-lived daemon). ``export_key``: the server's key that seals the snapshots its
+    sandboxes export and checks them before a restore (None: a key of this process only,
+    so nothing exported survives a restart).
 
     Raises:
         OSError: the runtime directory cannot be prepared.
@@ -76,5 +80,5 @@ def create_sandbox_runtime(executor: Executor, config: Config) -> SandboxRuntime
     if isinstance(executor, LocalExecutor):
         from ringfence.backends.local.interactive import LocalSandboxRuntime
 
-        return LocalSandboxRuntime(executor, config)
+        return LocalSandboxRuntime(executor, config, seal_key=export_key)
     return None
