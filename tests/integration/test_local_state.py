@@ -17,10 +17,10 @@ import pytest
 from ringfence.backends._interactive import LaunchSpec
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
-from ringfence.backends.local.probe import Host
+from ringfence.backends.local.probe import Host, require
 from ringfence.backends.local.sandbox import LocalSandbox
 from ringfence.config import Config
-from ringfence.errors import CheckpointNotFound, SandboxError
+from ringfence.errors import CheckpointNotFound, SandboxError, StateUnsupported
 from ringfence.models import ResourceLimits
 from ringfence.testing.backend_checks import run_in_sandbox
 
@@ -239,3 +239,33 @@ async def test_symlinks_the_sandbox_plants_are_never_followed(
         assert (other / "file").read_text() == "mine\n" and os.listdir(other) == ["file"]
     finally:
         await victim.kill()
+
+
+async def test_without_overlays_a_sandbox_says_why_it_has_no_state_and_still_freezes(
+    tmp_path: Path,
+) -> None:
+    config = Config(bwrap_path="/usr/bin/bwrap")  # Debian's 0.8: no overlays
+    host = require(config)
+    if host.volumes:
+        pytest.skip("/usr/bin/bwrap has overlays here")
+    runtime = LocalSandboxRuntime(LocalExecutor(config, host=host), config, seal_key=KEY)
+    try:
+        with pytest.raises(StateUnsupported):
+            await runtime.start(_spec(restore=tmp_path))
+        sandbox = await runtime.start(_spec())
+        try:
+            state = sandbox.state
+            assert not state.checkpoints and state.freeze
+            assert any("overlays" in reason for reason in state.missing), state.missing
+            with pytest.raises(StateUnsupported):
+                await sandbox.checkpoint()
+            assert await _sh(sandbox, "touch /usr/x 2>&1 || echo refused") == (
+                "touch: cannot touch '/usr/x': Read-only file system\nrefused\n"
+            )
+            await sandbox.freeze()
+            await sandbox.thaw()
+            assert await _sh(sandbox, "echo alive") == "alive\n"
+        finally:
+            await sandbox.kill()
+    finally:
+        await runtime.aclose()

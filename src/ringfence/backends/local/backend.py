@@ -136,7 +136,7 @@ class LocalExecutor(SupervisingExecutor):
             return None
         return SandboxParts(launched.cgroup, launched.init, launched.volume)
 
-    def _volume_for(
+    async def _volume_for(
         self,
         request: ExecutionRequest,
         layout: tuple[Entry, ...],
@@ -160,8 +160,8 @@ class LocalExecutor(SupervisingExecutor):
             f"rf-{request.id}", size, overlaid(layout), root_uid, user_uid
         )
         try:
-            if populate is not None:
-                populate(volume)
+            if populate is not None:  # a whole export: off the event loop
+                await asyncio.to_thread(populate, volume)
         except BaseException:
             volume.close()
             raise
@@ -193,7 +193,7 @@ class LocalExecutor(SupervisingExecutor):
             cgroup = self._host.cgroups.create(name, limits)
             undo.callback(cgroup.remove)
             # One host uid is the sandbox's user and (unmapped) root today.
-            volume = self._volume_for(request, layout, limits, root_uid=uid, user_uid=uid)
+            volume = await self._volume_for(request, layout, limits, root_uid=uid, user_uid=uid)
             if volume is not None:
                 undo.callback(volume.close)
             seccomp = memfd_with("seccomp", self._host.seccomp)
