@@ -19,6 +19,7 @@ import pytest
 
 from ringfence.backends.local.cgroups import _V2Cgroup, parse_mountinfo, parse_proc_cgroup
 from ringfence.backends.local.snapshots import Budget, SnapshotStore
+from ringfence.backends.local.snapshots._fs import remove_tree
 from ringfence.errors import CheckpointNotFound, SandboxError, SnapshotBudgetExceeded
 from tests.backends.snapshot_helpers import (
     KEY,
@@ -403,5 +404,46 @@ def test_hard_links_come_back_as_one_file(volume: Volume) -> None:
     assert state_of(volume.layers) == before
     assert os.stat(ws / "a").st_ino == os.stat(ws / "sub" / "b").st_ino == os.stat(ws / "c").st_ino
     # Unchanged since: still one inode, nothing rewritten (the group is left as it is).
+    store.restore(checkpoint.id)
+    assert state_of(volume.layers) == before
+
+
+def _nest(root: Path, levels: int) -> None:
+    """``levels`` directories inside each other (deeper than any path the kernel takes)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=fd)
+            os.chown("d", U, U, dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        leaf = os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.fchown(leaf, U, U)
+        os.close(leaf)
+    finally:
+        os.close(fd)
+
+
+def test_nesting_past_the_limit_is_refused_and_any_depth_rolls_back(volume: Volume) -> None:
+    ws = volume.layers["workspace"]
+    (ws / "deep").mkdir()
+    os.chown(ws / "deep", U, U)
+    _nest(ws / "deep", 600)
+    store = _store(volume)
+    with pytest.raises(SandboxError) as exc:
+        store.take()
+    assert "deeper" in str(exc.value) and os.listdir(volume.snapshots) == []
+    layer = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        remove_tree(layer, "deep")  # 600 levels: the removal is not recursive either
+    finally:
+        os.close(layer)
+    assert not (ws / "deep").exists()
+    before = state_of(volume.layers)
+    checkpoint = store.take()
+    (ws / "deeper").mkdir()
+    os.chown(ws / "deeper", U, U)
+    _nest(ws / "deeper", 5000)  # made after the checkpoint: the rollback removes it all
     store.restore(checkpoint.id)
     assert state_of(volume.layers) == before

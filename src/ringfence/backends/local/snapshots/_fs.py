@@ -190,18 +190,36 @@ def make_whiteout(dir_fd: int, name: str) -> None:
 
 
 def remove_tree(dir_fd: int, name: str) -> None:
-    """Remove ``name`` from ``dir_fd`` whatever it is, never following a link
-    (``shutil.rmtree`` with ``dir_fd`` walks by fds too, but stats names it then opens)."""
+    """Remove ``name`` from ``dir_fd`` whatever it is, never following a link. Iterative
+    (a sandbox may nest directories far deeper than Python's recursion limit): one open
+    directory per level, each listed once."""
     st = lstat_at(dir_fd, name)
     if st is None:
         return
-    if stat.S_ISDIR(st.st_mode):
-        with opened_dir(dir_fd, name) as fd:
-            for child in names(fd):
-                remove_tree(fd, child)
-        os.rmdir(name, dir_fd=dir_fd)
-    else:
+    if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dir_fd)
+        return
+    first = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    stack: list[tuple[int, str, int, Iterator[str]]] = [(dir_fd, name, first, iter(names(first)))]
+    try:
+        while stack:
+            parent, here, fd, remaining = stack[-1]
+            for child in remaining:
+                child_st = lstat_at(fd, child)
+                if child_st is None:
+                    continue
+                if stat.S_ISDIR(child_st.st_mode):
+                    child_fd = os.open(child, DIR_FLAGS, dir_fd=fd)
+                    stack.append((fd, child, child_fd, iter(names(child_fd))))
+                    break
+                os.unlink(child, dir_fd=fd)
+            else:
+                stack.pop()
+                os.close(fd)
+                os.rmdir(here, dir_fd=parent)
+    finally:
+        for _, _, fd, _ in stack:
+            os.close(fd)
 
 
 def check_name(name: str, where: Sequence[str]) -> None:

@@ -21,6 +21,7 @@ from ringfence.backends.local.snapshots._fs import Kind, Owners
 from ringfence.errors import SandboxError, SnapshotBudgetExceeded
 
 _CLOCK_REALTIME_COARSE = 5  # the clock file times come from (Linux's clockid)
+MAX_DEPTH = 512  # directories deeper than this are refused (the walks recurse, hold fds)
 
 LiveId = tuple[int, int, int, int]
 """What an unchanged entry looks like: live inode, ctime_ns, size; and its snapshot inode."""
@@ -71,7 +72,11 @@ class Taker:
             _fs.write_xattrs(snap_fd, _fs.read_xattrs(live_fd))
             _fs.set_meta_fd(snap_fd, st, st.st_uid, st.st_gid)
 
-    def _dir(self, live_fd: int, snap_fd: int, prev_fd: int | None, where: str, dev: int) -> None:
+    def _dir(
+        self, live_fd: int, snap_fd: int, prev_fd: int | None, where: str, dev: int, depth: int = 1
+    ) -> None:
+        if depth > MAX_DEPTH:
+            raise SandboxError(f"refusing {where}: directories nest deeper than {MAX_DEPTH}")
         for name in _fs.names(live_fd):
             st = _fs.lstat_at(live_fd, name)
             if st is None:
@@ -103,7 +108,7 @@ class Taker:
                 ):
                     prev_child = _open_or_none(prev_fd, name)
                     try:
-                        self._dir(live_child, snap_child, prev_child, path, dev)
+                        self._dir(live_child, snap_child, prev_child, path, dev, depth + 1)
                     finally:
                         if prev_child is not None:
                             os.close(prev_child)
