@@ -194,3 +194,44 @@ def test_a_fresh_sandbox_lists_its_default_contexts(e2b_server: E2bServer) -> No
         fresh.run_code("const n = 7", language="javascript")
         assert fresh.run_code("n * 6", context=javascript).text == "42"
         assert len(fresh.list_code_contexts()) == 2, "running them made no others"
+
+
+def test_javascript_takes_esm_imports_and_top_level_await(sbx: Sandbox) -> None:
+    """E2B's JavaScript kernel runs ES module ``import`` and top-level ``await``; what a
+    cell declares or imports stays for the next, and re-running an import cell is fine."""
+    js = sbx.create_code_context(language="javascript")
+    imports = (
+        "import path from 'node:path'\n"
+        "import { join as j, sep } from 'node:path'\n"
+        "import * as os from 'node:os'\n"
+        "typeof path.join"
+    )
+    for _ in range(2):
+        execution = sbx.run_code(imports, context=js)
+        assert execution.error is None and execution.text == "function", execution
+    awaited = sbx.run_code("const answer = await Promise.resolve(41)\nanswer + 1", context=js)
+    assert awaited.error is None and awaited.text == "42", awaited
+    joined = sbx.run_code("[path.join('a', 'b'), j('c', 'd'), sep, typeof os.cpus]", context=js)
+    assert joined.text == "[ 'a/b', 'c/d', '/', 'function' ]"
+    printed = sbx.run_code("console.log(await Promise.resolve('awaited'))", context=js)
+    assert printed.logs.stdout == ["awaited\n"] and printed.error is None
+    failed = sbx.run_code("await Promise.reject(new RangeError('no'))", context=js)
+    assert failed.error is not None
+    assert (failed.error.name, failed.error.value) == ("RangeError", "no")
+    thrown = sbx.run_code("null.x", context=js)
+    assert thrown.error is not None and thrown.error.name == "TypeError"
+    late = sbx.run_code("setTimeout(() => { throw new Error('later') }, 10); 'set'", context=js)
+    assert late.text == "set"
+    assert sbx.run_code("answer", context=js).text == "41", "a timer's error ends no context"
+
+
+def test_a_javascript_cell_past_its_timeout_is_interrupted(sbx: Sandbox) -> None:
+    from e2b import TimeoutException
+
+    js = sbx.create_code_context(language="javascript")
+    sbx.run_code("const kept = 'still here'", context=js)
+    with pytest.raises(TimeoutException):
+        sbx.run_code("while (true) {}", context=js, timeout=1)
+    started = time.monotonic()
+    assert sbx.run_code("kept", context=js).text == "still here"
+    assert time.monotonic() - started < 10, "the loop was interrupted, the context kept"
