@@ -189,11 +189,33 @@ def test_uploads_are_on_the_audit_record(e2b_server: E2bServer, sbx: Sandbox) ->
     assert "audited-upload.txt" in str([r["details"] for r in records])
 
 
-def test_gzip_and_metadata_uploads_are_accepted(sbx: Sandbox) -> None:
+def test_gzip_uploads_are_accepted(sbx: Sandbox) -> None:
     sbx.files.write("gz.txt", "zipped on the wire", gzip=True)
     assert sbx.files.read("gz.txt") == "zipped on the wire"
-    info = sbx.files.write("meta.txt", io.BytesIO(b"m"), metadata={"k": "v"})
+
+
+def test_file_metadata_is_stored_and_returned_as_envd_does(sbx: Sandbox) -> None:
+    """``user.e2b.*`` extended attributes: set by an upload's metadata (keys lowercased),
+    returned by the write, ``get_info``, ``list`` and ``rename``; an upload replaces the set."""
+    info = sbx.files.write("meta.txt", io.BytesIO(b"m"), metadata={"Author": "ann", "k": "v"})
     assert info.path == "/home/user/meta.txt" and sbx.files.read("meta.txt") == "m"
+    assert info.metadata == {"author": "ann", "k": "v"}
+    assert sbx.files.get_info("meta.txt").metadata == {"author": "ann", "k": "v"}
+    listed = {e.name: e.metadata for e in sbx.files.list("/home/user")}
+    assert listed["meta.txt"] == {"author": "ann", "k": "v"}
+    moved = sbx.files.rename("meta.txt", "meta2.txt")
+    assert moved.metadata == {"author": "ann", "k": "v"}
+    many = sbx.files.write_files(
+        [WriteEntry(path="m/a.txt", data="a"), WriteEntry(path="m/b.txt", data="b")],
+        metadata={"batch": "1"},
+    )
+    assert [w.metadata for w in many] == [{"batch": "1"}, {"batch": "1"}]
+    replaced = sbx.files.write("meta2.txt", "again", metadata={"k": "w"})
+    assert replaced.metadata == {"k": "w"}, "the whole set is replaced"
+    cleared = sbx.files.write("meta2.txt", "plain")
+    assert cleared.metadata is None and sbx.files.get_info("meta2.txt").metadata is None
+    probe = "import os; print(os.getxattr('m/a.txt', 'user.e2b.batch').decode())"
+    assert sbx.commands.run(f'python3 -c "{probe}"').stdout == "1\n", "an xattr, as envd's"
 
 
 _PAGE = "<html><script>fetch('/console')</script></html>"

@@ -183,3 +183,21 @@ def test_100_mb_upload_and_download_stay_streamed(daemon: Daemon) -> None:
     assert size == 100 << 20
     assert daemon.status("VmHWM") < 40 * 1024  # kB: far below the 100 MB that went through
     (daemon.home / "big.bin").unlink()
+
+
+def test_upload_metadata_is_checked_then_kept_as_xattrs(daemon: Daemon) -> None:
+    bad = daemon.client.post(
+        "/files", params={"path": "md.txt"}, content=b"x", headers={"x-metadata-a": "\x7f"}
+    )
+    assert bad.status_code == 400 and not (daemon.home / "md.txt").exists()
+    many = {f"x-metadata-k{i}": "v" for i in range(65)}
+    assert daemon.client.post("/files", params={"path": "md.txt"}, content=b"x",
+                              headers=many).status_code == 400  # fmt: skip
+    ok = daemon.client.post(
+        "/files", params={"path": "md.txt"}, content=b"x", headers={"x-metadata-who": "me"}
+    )
+    assert ok.json() == [{"name": "md.txt", "type": "file", "path": str(daemon.home / "md.txt"),
+                          "metadata": {"who": "me"}}]  # fmt: skip
+    assert os.getxattr(daemon.home / "md.txt", "user.e2b.who") == b"me"
+    _, stat = call(daemon, "Stat", {"path": "md.txt"})
+    assert stat["entry"]["metadata"] == {"who": "me"}  # type: ignore[index]

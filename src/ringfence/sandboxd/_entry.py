@@ -4,7 +4,8 @@ For a symlink: ``type`` and ``mode`` are the target's (a dangling link is
 ``FILE_TYPE_SYMLINK``, where envd would say UNSPECIFIED and the SDK would drop it),
 ``isSymlink`` is true and ``symlinkTarget`` is the fully resolved path; ``size``,
 ``permissions`` and ``modifiedTime`` are the link's own. Owner and group are names when
-/etc/passwd and /etc/group know them, else the numbers.
+/etc/passwd and /etc/group know them, else the numbers. ``metadata``: the file's
+``user.e2b.*`` extended attributes (``_xattrs``), when it has any.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import os
 import stat
 import time
+
+from ._xattrs import read_metadata
 
 __all__ = ["DIRECTORY", "FILE", "SYMLINK", "entry_info", "file_type", "rfc3339"]
 
@@ -88,4 +91,6 @@ def entry_info(path: str, st: os.stat_result | None = None) -> dict[str, object]
         else:
             info["type"] = file_type(target.st_mode)
             info["mode"] = stat.S_IMODE(target.st_mode)
+    if metadata := read_metadata(path):
+        info["metadata"] = metadata
     return info

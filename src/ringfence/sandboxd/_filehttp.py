@@ -21,6 +21,7 @@ from ._codec import dumps
 from ._errors import RpcError, from_os_error
 from ._http import Closed
 from ._paths import resolve
+from ._xattrs import metadata_of, read_metadata, write_metadata
 
 __all__ = ["COMMIT_HEADER", "serve"]
 
@@ -127,14 +128,19 @@ def _upload(request: Request, conn: Conn) -> None:
             raise RpcError("invalid_argument", f"{path} is a directory")
     except OSError as exc:
         raise from_os_error(exc, f"create {directory}") from None
+    metadata = metadata_of(request.headers)
     at_end = request.headers.get(COMMIT_HEADER, "").lower() == "at-end"
     try:
         (_write_at_end if at_end else _write_in_place)(request, conn, path, encoding == "gzip")
+        write_metadata(path, metadata)
     except OSError as exc:
         raise from_os_error(exc, f"write {path}") from None
     except ValueError as exc:  # zlib.error is not an OSError
         raise RpcError("invalid_argument", f"the gzip body is corrupt: {exc}") from None
-    body = dumps([{"name": name, "type": "file", "path": path}]).encode()
+    entry: dict[str, object] = {"name": name, "type": "file", "path": path}
+    if persisted := read_metadata(path):  # what was kept, not what was asked
+        entry["metadata"] = persisted
+    body = dumps([entry]).encode()
     conn.respond(200, [("Content-Type", "application/json")], body)
 
 

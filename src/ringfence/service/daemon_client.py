@@ -25,13 +25,15 @@ from ringfence.errors import InvalidRequest, SandboxError, SandboxNotRunning, To
 
 __all__ = [
     "FORWARDED_REQUEST_HEADERS",
+    "FORWARDED_REQUEST_PREFIX",
     "FORWARDED_RESPONSE_HEADERS",
     "DaemonClient",
     "DaemonResponse",
 ]
 
 # What a client may tell the daemon: the Connect protocol's own headers, the body's type,
-# and when an upload is committed (``ringfence-commit: at-end``, sandboxd/_filehttp.py).
+# when an upload is committed (``ringfence-commit: at-end``, sandboxd/_filehttp.py), and
+# (any header named ``FORWARDED_REQUEST_PREFIX...``) an upload's file metadata, as envd.
 FORWARDED_REQUEST_HEADERS = frozenset(
     {
         "content-type",
@@ -44,6 +46,7 @@ FORWARDED_REQUEST_HEADERS = frozenset(
         "keepalive-ping-interval",
     }
 )
+FORWARDED_REQUEST_PREFIX = "x-metadata-"
 FORWARDED_RESPONSE_HEADERS = frozenset({"content-type"})
 
 _CONNECT_SECONDS = 10.0  # a live daemon accepts at once; one that takes longer is stuck
@@ -202,7 +205,8 @@ class DaemonClient:
         content: AsyncIterable[bytes] | bytes | None = None,
     ) -> DaemonResponse:
         """Send a request (a streamed body goes chunked); return once the answer's head is
-        in. Only ``FORWARDED_REQUEST_HEADERS`` of ``headers`` are sent. Waits for a
+        in. Only ``FORWARDED_REQUEST_HEADERS`` (and ``FORWARDED_REQUEST_PREFIX...``) of
+        ``headers`` are sent. Waits for a
         ``start_init`` under way first.
 
         Raises:
@@ -229,6 +233,7 @@ class DaemonClient:
             (name, value)
             for name, value in (headers or {}).items()
             if name.lower() in FORWARDED_REQUEST_HEADERS
+            or name.lower().startswith(FORWARDED_REQUEST_PREFIX)
         ]
         kept.append(("host", "sandbox"))
         if isinstance(content, bytes):

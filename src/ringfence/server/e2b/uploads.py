@@ -24,6 +24,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
 from ringfence.errors import InvalidRequest
+from ringfence.service.daemon_client import FORWARDED_REQUEST_PREFIX
 from ringfence.service.sandbox_answers import Answer
 from ringfence.service.sandbox_calls import FileWriter
 
@@ -105,6 +106,12 @@ async def upload_parts(
     """
     if single and path is None:
         raise InvalidRequest("a single-file upload needs its path")
+    # X-Metadata-* of the request: every file it writes gets that metadata, as in envd
+    metadata = {
+        name: value
+        for name, value in request.headers.items()
+        if name.lower().startswith(FORWARDED_REQUEST_PREFIX)
+    }
     events = _Events()
     parser = MultipartParser(boundary, events.callbacks())  # type: ignore[arg-type]
     written: list[object] = []
@@ -137,7 +144,9 @@ async def upload_parts(
                     if target is None:  # a plain form field: not a file
                         continue
                     queue = asyncio.Queue(_QUEUED_CHUNKS)
-                    upload = asyncio.create_task(_send(writer, target, queue, at_end=single))
+                    upload = asyncio.create_task(
+                        _send(writer, target, queue, metadata, at_end=single)
+                    )
                     path = None  # ?path= names the first file only
                 elif kind == "data" and queue is not None and upload is not None:
                     await _put(queue, value, upload)
@@ -178,7 +187,12 @@ async def _put(
 
 
 def _send(
-    writer: FileWriter, target: str, queue: asyncio.Queue[bytes | None], *, at_end: bool
+    writer: FileWriter,
+    target: str,
+    queue: asyncio.Queue[bytes | None],
+    metadata: dict[str, str],
+    *,
+    at_end: bool,
 ) -> Coroutine[None, None, Answer]:
     """The upload of ``target``, on the audit record from now on; its body is the queue's.
 
@@ -191,7 +205,7 @@ def _send(
         while (chunk := await queue.get()) is not None:
             yield chunk
 
-    headers = {"content-type": "application/octet-stream"}
+    headers = {"content-type": "application/octet-stream", **metadata}
     if at_end:
         headers["ringfence-commit"] = "at-end"
     return writer.write(target, headers, body())
