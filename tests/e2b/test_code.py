@@ -235,3 +235,66 @@ def test_a_javascript_cell_past_its_timeout_is_interrupted(sbx: Sandbox) -> None
     started = time.monotonic()
     assert sbx.run_code("kept", context=js).text == "still here"
     assert time.monotonic() - started < 10, "the loop was interrupted, the context kept"
+
+
+_PLOT = "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+
+
+def test_charts_come_back_with_e2bs_chart_data(sbx: Sandbox) -> None:
+    """``Result.chart`` as E2B's interpreter extracts it from matplotlib, parsed by the
+    SDK's own chart classes: line, scatter, bar, pie, and a figure of several axes."""
+    from e2b_code_interpreter.charts import BarChart, LineChart, PieChart, ScatterChart, SuperChart
+
+    line = (
+        sbx.run_code(
+            _PLOT + "plt.plot([1, 2, 3], [3, 1, 2], label='s')\n"
+            "plt.title('t'); plt.xlabel('Distance (km)'); plt.ylabel('y [s]'); plt.show()"
+        )
+        .results[0]
+        .chart
+    )
+    assert isinstance(line, LineChart) and line.title == "t"
+    assert (line.x_label, line.x_unit, line.y_unit) == ("Distance (km)", "km", "s")
+    assert [(e.label, e.points) for e in line.elements] == [("s", [(1, 3), (2, 1), (3, 2)])]
+    assert line.x_scale.value == "linear" and line.x_ticks and line.x_tick_labels
+
+    scatter = sbx.run_code(_PLOT + "plt.scatter([1, 2], [5, 6]); plt.show()").results[0].chart
+    assert isinstance(scatter, ScatterChart)
+    assert scatter.elements[0].points == [(1, 5), (2, 6)]
+
+    bars = sbx.run_code(_PLOT + "plt.bar(['a', 'b'], [3, 4], label='g'); plt.show()")
+    bar = bars.results[0].chart
+    assert isinstance(bar, BarChart)
+    assert [(e.label, e.value, e.group) for e in bar.elements] == [("a", 3, "g"), ("b", 4, "g")]
+    assert bar.to_dict()["x_scale"] == "categorical"
+    sideways = sbx.run_code(_PLOT + "plt.barh(['a', 'b'], [3, 4]); plt.xlabel('n'); plt.show()")
+    barh = sideways.results[0].chart
+    assert isinstance(barh, BarChart) and barh.y_label == "n", "the value axis is y"
+    assert [(e.label, e.value) for e in barh.elements] == [("a", 3), ("b", 4)]
+
+    pie = sbx.run_code(_PLOT + "plt.pie([1, 3], labels=['x', 'y']); plt.show()")
+    wedges = pie.results[0].chart
+    assert isinstance(wedges, PieChart)
+    assert [(e.label, round(e.angle)) for e in wedges.elements] == [("x", 90), ("y", 270)]
+
+    both = (
+        sbx.run_code(
+            _PLOT + "fig, (a, b) = plt.subplots(1, 2); fig.suptitle('two')\n"
+            "a.plot([1, 2], [1, 2]); b.scatter([1], [1]); plt.show()"
+        )
+        .results[0]
+        .chart
+    )
+    assert isinstance(both, SuperChart) and both.title == "two"
+    assert [type(c) for c in both.elements] == [LineChart, ScatterChart]
+
+
+def test_a_dataframe_result_carries_its_data(sbx: Sandbox) -> None:
+    """E2B's ``e2b/data``: a DataFrame as ``to_dict(orient="list")``, NaN as null."""
+    main = sbx.run_code(
+        "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [0.5, float('nan')], "
+        "'when': pd.to_datetime(['2024-01-01', '2024-01-02'])})"
+    ).results[0]
+    assert main.data is not None and main.data["a"] == [1, 2] and main.data["b"] == [0.5, None]
+    assert main.data["when"][0].startswith("2024-01-01")
+    assert "<table" in (main.html or "")

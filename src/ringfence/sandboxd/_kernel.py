@@ -11,10 +11,11 @@ and answers on fd 3 are JSON lines:
     <- {"type": "done", "execution_count": 3}
 
 The last expression's value is the main result, as a MIME bundle built from its
-``_repr_*_`` methods (pandas gives HTML); matplotlib figures left open are sent as PNG
-results and closed, as Jupyter's inline backend does. SIGINT interrupts the running cell
-(KeyboardInterrupt) and keeps the context. This runs the sandbox's own code, inside the
-sandbox: it is not a security boundary, only an interpreter.
+``_repr_*_`` methods (pandas gives HTML, and a DataFrame its ``data`` as E2B's
+``e2b/data``: ``to_dict(orient="list")``); matplotlib figures left open are sent as PNG
+results with E2B's ``chart`` (``_charts``) and closed, as Jupyter's inline backend does.
+SIGINT interrupts the running cell (KeyboardInterrupt) and keeps the context. This runs the
+sandbox's own code, inside the sandbox: it is not a security boundary, only an interpreter.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Kernel:
         self.namespace["display"] = self.display
 
     def send(self, message: dict[str, Any]) -> None:
-        self.channel.sendall(json.dumps(message).encode() + b"\n")
+        self.channel.sendall(json.dumps(message, default=_jsonable).encode() + b"\n")
 
     def display(self, *values: Any) -> None:
         """``display(x)`` in a cell: a result that is not the cell's main one."""
@@ -154,7 +155,47 @@ def bundle(value: Any) -> dict[str, Any]:
             data["png"] = base64.b64encode(buffer.getvalue()).decode()
         except Exception:
             pass
+        else:
+            chart = _chart(value)  # drawn now: its tick labels are laid out
+            if chart is not None:
+                data["chart"] = chart
+    if type(value).__name__ == "DataFrame" and callable(getattr(value, "to_dict", None)):
+        try:
+            columns = value.to_dict(orient="list")  # E2B's e2b/data of a DataFrame
+            data["data"] = {str(k): [_finite(v) for v in vs] for k, vs in columns.items()}
+        except Exception:
+            pass
     return data
+
+
+def _chart(figure: Any) -> dict[str, Any] | None:
+    """E2B's ``chart`` of a figure (``_charts``); None when it has none or cannot be read."""
+    try:
+        from ._charts import chart_of
+
+        return chart_of(figure)
+    except Exception:
+        return None
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities as null: JSON has no word for them (JavaScript's parser refuses)."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    """What ``json`` cannot encode of a result (numpy scalars, timestamps, NaN-free)."""
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except Exception:
+            pass
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
 
 
 def _text(value: Any) -> str:
