@@ -298,3 +298,22 @@ def test_a_dataframe_result_carries_its_data(sbx: Sandbox) -> None:
     assert main.data is not None and main.data["a"] == [1, 2] and main.data["b"] == [0.5, None]
     assert main.data["when"][0].startswith("2024-01-01")
     assert "<table" in (main.html or "")
+
+
+def test_shell_lines_and_magics_run_as_in_ipython(sbx: Sandbox) -> None:
+    ctx = sbx.create_code_context()
+    shell = sbx.run_code("!echo from-shell\nfiles = !printf 'a\\nb\\n'\nfiles", context=ctx)
+    assert shell.error is None and shell.logs.stdout == ["from-shell\n"]
+    assert shell.text == "['a', 'b']"
+    moved = sbx.run_code("%cd /tmp\nimport os\nos.getcwd()", context=ctx)
+    assert moved.text == "/tmp" and sbx.run_code("%pwd", context=ctx).text == "/tmp"
+    sbx.run_code("%env GREETING=hi", context=ctx)
+    assert sbx.run_code("%env GREETING", context=ctx).text == "hi"
+    assert sbx.run_code("%matplotlib inline\n1 + 1", context=ctx).text == "2"
+    bash = sbx.run_code("%%bash\necho $((6 * 7))", context=ctx)
+    assert bash.logs.stdout == ["42\n"]
+    wrote = sbx.run_code("%%writefile /tmp/magic.txt\nwritten by a magic\n", context=ctx)
+    assert wrote.error is None and sbx.files.read("/tmp/magic.txt") == "written by a magic\n"
+    unknown = sbx.run_code("%nosuchmagic", context=ctx)
+    assert unknown.error is not None and unknown.error.name == "UsageError"
+    assert sbx.run_code("x = 7 % 4\nx", context=ctx).text == "3", "a modulo is no magic"

@@ -14,6 +14,7 @@ The last expression's value is the main result, as a MIME bundle built from its
 ``_repr_*_`` methods (pandas gives HTML, and a DataFrame its ``data`` as E2B's
 ``e2b/data``: ``to_dict(orient="list")``); matplotlib figures left open are sent as PNG
 results with E2B's ``chart`` (``_charts``) and closed, as Jupyter's inline backend does.
+``!shell`` lines and the common ``%`` magics run as IPython's do (``_magics``).
 SIGINT interrupts the running cell (KeyboardInterrupt) and keeps the context. This runs the
 sandbox's own code, inside the sandbox: it is not a security boundary, only an interpreter.
 """
@@ -26,6 +27,7 @@ import builtins
 import json
 import linecache
 import os
+import re
 import signal
 import socket
 import sys
@@ -33,6 +35,7 @@ import traceback
 from typing import Any
 
 _CELL = "<cell>"
+_ESCAPED = re.compile(r"^\s*[!%]", re.MULTILINE)
 _REPRS = (
     ("_repr_html_", "html"),
     ("_repr_markdown_", "markdown"),
@@ -83,6 +86,11 @@ class Kernel:
 
     def _execute(self, code: str) -> None:
         code = dedent_cell(code)
+        if _ESCAPED.search(code):  # a !shell line or a %magic: IPython's, rewritten
+            from ._magics import rewrite, runtime
+
+            self.namespace.update(runtime())
+            code = rewrite(code)
         name = f"{_CELL[:-1]}-{self.count}>"  # <cell-3>: tracebacks show its lines
         linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
         tree = ast.parse(code, name, "exec")
