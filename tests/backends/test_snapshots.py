@@ -447,3 +447,25 @@ def test_nesting_past_the_limit_is_refused_and_any_depth_rolls_back(volume: Volu
     _nest(ws / "deeper", 5000)  # made after the checkpoint: the rollback removes it all
     store.restore(checkpoint.id)
     assert state_of(volume.layers) == before
+
+
+def test_a_layer_that_is_a_symlink_is_refused(volume: Volume, tmp_path: Path) -> None:
+    ws = volume.layers["workspace"]
+    ws.rmdir()
+    ws.symlink_to(tmp_path)  # a layer swapped for a link to a host directory
+    with pytest.raises(SandboxError):
+        _store(volume).take()
+    assert os.listdir(volume.snapshots) == []
+
+
+def test_file_capabilities_and_acls_are_not_kept(volume: Volume) -> None:
+    ws = volume.layers["workspace"]
+    make(ws / "tool", b"\x7fELF")
+    chown_tree(volume.root)
+    subprocess.run(["setcap", "cap_net_raw+ep", str(ws / "tool")], check=True)
+    os.setxattr(ws / "tool", "user.kept", b"yes")
+    store = _store(volume)
+    checkpoint = store.take()
+    with store.opened(checkpoint.id) as fd:
+        kept = os.listxattr(f"/proc/self/fd/{fd}/workspace/tool")
+    assert kept == ["user.kept"]  # no security.capability: it gives nothing on the host
