@@ -1,9 +1,11 @@
-"""E2B's control plane (``X-API-KEY``): create, connect, list, get, set_timeout, kill.
+"""E2B's control plane (``X-API-KEY``): create, connect, list, get, set_timeout, kill;
+pause, snapshots and fork are ``server.e2b.state``'s (included first).
 
 Each route calls the same service methods as the native API, so tenancy, policy ceilings
-and the audit record are the native ones. E2B sees only running sandboxes: an ended one is
-"not found" here (404), which the SDK turns into ``SandboxNotFoundException`` (or ``False``
-from ``kill``). Create and connect hand the calling key this sandbox's access tokens.
+and the audit record are the native ones. E2B sees running and paused sandboxes: an ended
+one is "not found" here (404), which the SDK turns into ``SandboxNotFoundException`` (or
+``False`` from ``kill``). Create and connect hand the calling key this sandbox's access
+tokens; connect resumes a paused one.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from pydantic import ValidationError
 
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
 from ringfence.models import Sandbox, SandboxSpec, SandboxState
-from ringfence.server.connections import authenticated
-from ringfence.server.e2b.context import E2bContext, context_of
+from ringfence.server.e2b import state
+from ringfence.server.e2b.context import E2bContext
+from ringfence.server.e2b.context import answer as _answer
+from ringfence.server.e2b.context import caller as _caller
+from ringfence.server.e2b.context import gone as _gone
 from ringfence.server.e2b.models import (
     ConnectRequest,
     E2bSandbox,
@@ -37,6 +42,7 @@ from ringfence.templates import TemplateNotFound
 __all__ = ["router"]
 
 router = APIRouter()
+router.include_router(state.router)  # before this module's catch-alls for what is missing
 
 SandboxId = Annotated[str, Path(max_length=64)]
 ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
@@ -49,23 +55,6 @@ _FALLBACK = "base"
 _NETWORK_GRANTS = ("allowOut", "rules", "allowPublicTraffic", "egressProxy", "dnsServers")
 _SWEEP_SLACK = 256  # grants remembered beyond twice the running sandboxes before a sweep
 _LIST_CEILING = 10_000  # sandboxes of one tenant considered by one list request
-
-
-async def _caller(request: Request, key: str | None) -> tuple[E2bContext, Principal]:
-    context = context_of(request)
-    principal = await context.keys.authenticate(key)
-    authenticated()  # its connection may idle as long as keep-alive allows
-    return context, principal
-
-
-def _answer(context: E2bContext, caller: Principal, sandbox: Sandbox) -> E2bSandbox:
-    grant = Grant(caller.tenant, caller.key_id, caller.generation, sandbox.id)
-    return E2bSandbox(
-        templateID=sandbox.template,
-        sandboxID=sandbox.id,
-        envdAccessToken=context.grants.token(grant, Purpose.ENVD),
-        trafficAccessToken=context.grants.token(grant, Purpose.TRAFFIC),
-    )
 
 
 def _template(context: E2bContext, name: str) -> str:
@@ -87,8 +76,6 @@ def _refuse_unsupported(body: NewSandbox) -> None:
             "gets its tenant's default policy, changed with PUT /v1/sandboxes/{id}/network "
             "(docs/network.md); leave it unset or false"
         )
-    if body.autoPause:
-        raise InvalidRequest("autoPause: pausing sandboxes is not supported yet")
     if body.mcp:
         raise InvalidRequest("mcp: the MCP gateway template is not supported")
     network = body.network or {}
@@ -110,12 +97,17 @@ def _refuse_unsupported(body: NewSandbox) -> None:
 async def create(body: NewSandbox, request: Request, x_api_key: ApiKey = None) -> E2bSandbox:
     context, caller = await _caller(request, x_api_key)
     _refuse_unsupported(body)
+    snapshot = state.snapshot_named(body.templateID)
+    source = (
+        {"snapshot": snapshot} if snapshot else {"template": _template(context, body.templateID)}
+    )
     try:
         spec = SandboxSpec(
-            template=_template(context, body.templateID),
+            **source,
             timeout=body.timeout,
             env=body.envVars or {},
             metadata=body.metadata or {},
+            **state.lifecycle_of(body),
         )
     except ValidationError as exc:
         problems = "; ".join(
@@ -133,13 +125,14 @@ async def create(body: NewSandbox, request: Request, x_api_key: ApiKey = None) -
 async def connect(
     sandbox_id: SandboxId, body: ConnectRequest, request: Request, x_api_key: ApiKey = None
 ) -> E2bSandbox:
-    """A running sandbox, with tokens for the calling key. A timeout only ever extends it
-    (as E2B's connect does)."""
+    """A running sandbox, with tokens for the calling key; a paused one is resumed first
+    (``memory`` false: cold, from its files). A timeout only ever extends a running one (as
+    E2B's connect does); a resumed one lives that long from now."""
     context, caller = await _caller(request, x_api_key)
-    sandbox = await _running(context, caller, sandbox_id)
+    sandbox, resumed = await state.awaken(context, caller, sandbox_id, memory=body.memory)
     if body.timeout is not None:
         wanted = datetime.now(UTC) + timedelta(seconds=body.timeout)
-        if sandbox.expires_at is None or wanted > sandbox.expires_at:
+        if resumed or sandbox.expires_at is None or wanted > sandbox.expires_at:
             sandbox = await _live(
                 context.sandboxes.set_timeout(
                     caller.tenant, sandbox_id, body.timeout, actor=caller.key_id
@@ -156,11 +149,13 @@ async def get_info(
     sandbox_id: SandboxId, request: Request, x_api_key: ApiKey = None
 ) -> JSONResponse:
     context, caller = await _caller(request, x_api_key)
-    sandbox = await _running(context, caller, sandbox_id)
+    sandbox = await _running(context, caller, sandbox_id, paused=True)
     await _forget_ended_when_many(context)
     grant = Grant(caller.tenant, caller.key_id, caller.generation, sandbox.id)
     detail = SandboxDetail(
-        **listed(sandbox), envdAccessToken=context.grants.token(grant, Purpose.ENVD)
+        **listed(sandbox),
+        envdAccessToken=context.grants.token(grant, Purpose.ENVD),
+        lifecycle=state.lifecycle(sandbox),
     )
     return JSONResponse(detail.model_dump(mode="json"))
 
@@ -179,9 +174,10 @@ async def set_timeout(
 
 @router.delete("/sandboxes/{sandbox_id}", status_code=204)
 async def kill(sandbox_id: SandboxId, request: Request, x_api_key: ApiKey = None) -> Response:
-    """204 once nothing of it remains; 404 for an ended or unknown one (``kill`` → False)."""
+    """204 once nothing of it remains (a paused one too); 404 for an ended or unknown one
+    (``kill`` → False)."""
     context, caller = await _caller(request, x_api_key)
-    await _running(context, caller, sandbox_id)
+    await _running(context, caller, sandbox_id, paused=True)
     killed = await context.sandboxes.kill(caller.tenant, sandbox_id, actor=caller.key_id)
     context.grants.forget(sandbox_id)
     if killed.state is not SandboxState.KILLED:
@@ -192,23 +188,25 @@ async def kill(sandbox_id: SandboxId, request: Request, x_api_key: ApiKey = None
 @router.get("/v2/sandboxes")
 @router.get("/sandboxes")
 async def list_sandboxes(request: Request, x_api_key: ApiKey = None) -> JSONResponse:
-    """Running sandboxes (``paused`` matches none: pausing is not supported), filtered by
-    ``metadata`` (E2B encodes it twice), ``template`` and ``startedAfter``, ordered by
-    ``order`` (desc by default), a page of ``limit`` at a time (``x-next-token``)."""
+    """Running and paused sandboxes (``state`` picks either), filtered by ``metadata``
+    (E2B encodes it twice), ``template`` and ``startedAfter``, ordered by ``order`` (desc
+    by default), a page of ``limit`` at a time (``x-next-token``)."""
     context, caller = await _caller(request, x_api_key)
     query = request.query_params
-    states = {s for item in query.getlist("state") for s in item.split(",") if s}
-    if states and "running" not in states:
+    asked = {s for item in query.getlist("state") for s in item.split(",") if s}
+    shown = [s for s in (SandboxState.RUNNING, SandboxState.PAUSED) if not asked or s in asked]
+    if not shown:
         return JSONResponse([])
     found = await context.sandboxes.list(
         caller.tenant,
-        states=[SandboxState.RUNNING],
+        states=shown,
         metadata=_metadata_filter(query.get("metadata")),
         limit=_LIST_CEILING,
     )
     template = query.get("template")
     if template:
-        found = [s for s in found if s.template == _template(context, template)]
+        wanted = state.snapshot_named(template) or _template(context, template)
+        found = [s for s in found if s.snapshot == wanted or s.template == wanted]
     started_after = _time(query.get("startedAfter"), "startedAfter")
     if started_after is not None:
         found = [s for s in found if s.created_at >= started_after]  # at or after, as E2B
@@ -232,15 +230,16 @@ async def list_sandboxes(request: Request, x_api_key: ApiKey = None) -> JSONResp
 async def unsupported(
     sandbox_id: SandboxId, feature: str, request: Request, x_api_key: ApiKey = None
 ) -> JSONResponse:
-    """pause, metrics, fork, snapshots, network: not (yet) in Ringfence."""
+    """metrics, network and the rest: not (yet) in Ringfence (pause, snapshots and fork are
+    ``server.e2b.state``'s, matched first)."""
     await _caller(request, x_api_key)
     raise InvalidRequest(f"{feature}: not supported by Ringfence's E2B compatibility yet")
 
 
-@router.api_route("/snapshots", methods=["GET"], status_code=400)
 @router.api_route("/templates/{name:path}", methods=["GET", "POST", "DELETE"], status_code=400)
 async def unsupported_collection(request: Request, x_api_key: ApiKey = None) -> JSONResponse:
-    """Snapshots and E2B's template management: not (yet) in Ringfence."""
+    """E2B's template management: not (yet) in Ringfence (a snapshot's delete is
+    ``server.e2b.state``'s, matched first)."""
     await _caller(request, x_api_key)
     what = request.url.path.strip("/").split("/")[0]
     raise InvalidRequest(f"{what}: not supported by Ringfence's E2B compatibility yet")
@@ -255,17 +254,25 @@ async def _forget_ended_when_many(context: E2bContext) -> None:
 
 async def _forget_ended(context: E2bContext) -> None:
     """Drop the grants of sandboxes that ended without a kill through this door (expired,
-    killed natively): signed URLs are resolved by trying each remembered grant."""
+    killed natively): signed URLs are resolved by trying each remembered grant. A paused
+    sandbox keeps its grants (and is not resumed by the look)."""
     for grant in context.grants.issued():
         try:
-            await context.sandboxes.daemon(grant.tenant, grant.sandbox_id)
-        except (SandboxNotRunning, SandboxNotFound):
+            sandbox = await context.sandboxes.get(grant.tenant, grant.sandbox_id)
+        except SandboxNotFound:
+            sandbox = None
+        if sandbox is None or sandbox.state.is_terminal:
             context.grants.forget(grant.sandbox_id)
 
 
-async def _running(context: E2bContext, caller: Principal, sandbox_id: str) -> Sandbox:
+async def _running(
+    context: E2bContext, caller: Principal, sandbox_id: str, *, paused: bool = False
+) -> Sandbox:
+    """The sandbox if running (or paused, with ``paused``); else "not found"."""
     sandbox = await context.sandboxes.get(caller.tenant, sandbox_id)
-    if sandbox.state is not SandboxState.RUNNING:
+    if sandbox.state is not SandboxState.RUNNING and not (
+        paused and sandbox.state is SandboxState.PAUSED
+    ):
         raise _gone(sandbox_id)
     return sandbox
 
@@ -276,10 +283,6 @@ async def _live(pending: Awaitable[Sandbox], sandbox_id: str) -> Sandbox:
         return await pending
     except SandboxNotRunning:
         raise _gone(sandbox_id) from None
-
-
-def _gone(sandbox_id: str) -> SandboxNotFound:
-    return SandboxNotFound(f"sandbox {sandbox_id} was not found (it has ended)")
 
 
 def _metadata_filter(raw: str | None) -> dict[str, str]:

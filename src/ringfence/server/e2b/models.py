@@ -17,12 +17,15 @@ from ringfence.models import MAX_TIMEOUT_SECONDS, Sandbox
 
 __all__ = [
     "ENVD_VERSION",
+    "AutoResume",
     "ConnectRequest",
     "E2bSandbox",
+    "Lifecycle",
     "ListedSandbox",
     "NewSandbox",
     "SandboxDetail",
     "TimeoutRequest",
+    "e2b_template",
     "listed",
 ]
 
@@ -30,6 +33,14 @@ __all__ = [
 # stdin, octet-stream and gzip uploads, watch options); the sandbox daemon serves them all.
 ENVD_VERSION = "0.6.4"
 CLIENT_ID = "ringfence"
+
+
+class AutoResume(BaseModel):
+    """``autoResume`` of a create: whether a request to it while paused resumes it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    enabled: bool = False
 
 
 class NewSandbox(BaseModel):
@@ -41,7 +52,9 @@ class NewSandbox(BaseModel):
     timeout: int | None = Field(None, gt=0, le=int(MAX_TIMEOUT_SECONDS))
     metadata: dict[str, str] | None = None
     envVars: dict[str, str] | None = None
-    autoPause: bool | None = None
+    autoPause: bool | None = None  # on_timeout "pause" (server.e2b.state maps the lifecycle)
+    autoPauseMemory: bool | None = None
+    autoResume: AutoResume | None = None
     allow_internet_access: bool | None = None
     mcp: dict[str, Any] | None = None
     network: dict[str, Any] | None = None
@@ -50,11 +63,13 @@ class NewSandbox(BaseModel):
 
 
 class ConnectRequest(BaseModel):
-    """``POST /v2/sandboxes/{id}/connect``."""
+    """``POST /v2/sandboxes/{id}/connect`` (and v1's ``/resume``). ``memory`` false: a
+    paused sandbox comes back cold, from its files (E2B's ``on_resume="reboot"``)."""
 
     model_config = ConfigDict(extra="ignore")
 
     timeout: int | None = Field(None, gt=0, le=int(MAX_TIMEOUT_SECONDS))
+    memory: bool | None = None
 
 
 class TimeoutRequest(BaseModel):
@@ -93,20 +108,37 @@ class ListedSandbox(BaseModel):
     metadata: dict[str, str]
 
 
+class Lifecycle(BaseModel):
+    """What its timeout does and whether a request resumes it when paused (E2B's names)."""
+
+    autoResume: bool
+    onTimeout: str
+
+
 class SandboxDetail(ListedSandbox):
     """``GET /sandboxes/{id}``."""
 
     envdAccessToken: str | None = None
+    lifecycle: Lifecycle | None = None
+
+
+def e2b_template(sandbox: Sandbox) -> str:
+    """Its E2B template id: the snapshot it started from (a snapshot is a template in
+    E2B's terms), else its template."""
+    return sandbox.snapshot or sandbox.template
 
 
 def listed(sandbox: Sandbox) -> dict[str, Any]:
-    """The E2B fields of a running Ringfence sandbox (ListedSandbox's)."""
+    """The E2B fields of a running or paused Ringfence sandbox (ListedSandbox's). A paused
+    one's ``endAt`` is when it was paused (its timeout clock stops while paused)."""
     limits = sandbox.limits
+    end = sandbox.expires_at or sandbox.paused_at or sandbox.ended_at or sandbox.created_at
     return {
-        "templateID": sandbox.template,
+        "templateID": e2b_template(sandbox),
         "sandboxID": sandbox.id,
         "startedAt": sandbox.created_at,
-        "endAt": sandbox.expires_at or sandbox.ended_at or sandbox.created_at,
+        "endAt": end,
+        "state": sandbox.state.value,
         "cpuCount": max(1, math.ceil(limits.cpus or 1)),
         "memoryMB": (limits.memory or 0) >> 20,
         "diskSizeMB": (limits.disk or 0) >> 20,
