@@ -43,7 +43,8 @@ TWINS = [
     Twin(
         CLIENT / "_async.py",
         CLIENT / "_sync.py",
-        "``Ringfence``: one-shot executions and proposals, blocking (the twin of\n"
+        "``Ringfence``: one-shot executions, proposals, sandboxes by id and their snapshots,\n"
+        "blocking (the twin of\n"
         "``AsyncRingfence``: same arguments, results and errors).\n",
     ),
 ]

@@ -200,7 +200,14 @@ class _Stub:
         return call
 
 
-_ANSWER = types.SimpleNamespace(pid=7, commands=None, files=None)
+class _Answer(types.SimpleNamespace):
+    """Whatever an async method answers; iterable, for a wrapper of a list (fork's)."""
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+
+_ANSWER = _Answer(pid=7, commands=None, files=None)
 
 
 async def _answer() -> Any:

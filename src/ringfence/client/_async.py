@@ -1,4 +1,5 @@
-"""``AsyncRingfence``: one-shot executions and proposals, over asyncio.
+"""``AsyncRingfence``: one-shot executions, proposals, sandboxes by id and their snapshots,
+over asyncio.
 
 The source of truth: ``scripts/unasync.py`` writes the blocking twin (``_sync.py``,
 ``Ringfence``) from this file. Edit here, then run it; the tests run it with ``--check``.
@@ -10,15 +11,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from ringfence.client import _base, _proposals
 from ringfence.client._proposals import StateFilter
-from ringfence.models import ExecutionRequest, ExecutionResult, Proposal, Risk, Status
+from ringfence.errors import CheckpointNotFound
+from ringfence.models import ExecutionRequest, ExecutionResult, Proposal, Risk, Snapshot, Status
 
-__all__ = ["AsyncExecutions", "AsyncProposals", "AsyncRingfence"]
+if TYPE_CHECKING:
+    from ringfence.client import AsyncSandbox
+
+__all__ = ["AsyncExecutions", "AsyncProposals", "AsyncRingfence", "AsyncSandboxes"]
 
 
 class AsyncRingfence:
@@ -47,6 +52,7 @@ class AsyncRingfence:
         )  # fmt: skip
         self.executions = AsyncExecutions(self)
         self.proposals = AsyncProposals(self)
+        self.sandboxes = AsyncSandboxes(self)
 
     async def _send(self, call: _base.Call) -> httpx.Response:
         try:
@@ -104,6 +110,41 @@ class AsyncExecutions:
     ) -> list[ExecutionResult]:
         """Your executions, newest first."""
         return _base.read_results(await self._client._send(_base.list_call(status, limit)))
+
+
+class AsyncSandboxes:
+    """Interactive sandboxes by id, and the snapshots of their files (docs/state.md)."""
+
+    def __init__(self, client: AsyncRingfence) -> None:
+        self._client = client
+
+    async def connect(self, sandbox_id: str) -> AsyncSandbox:
+        """A sandbox of yours, resumed first if it is paused (under the same id).
+
+        Raises:
+            SandboxNotFound: none with this id in your tenant.
+            SandboxNotRunning: it has ended.
+        """
+        from ringfence.client import AsyncSandbox  # here: that module imports this package
+
+        settings = self._client._settings
+        return await AsyncSandbox.connect(sandbox_id, url=settings.url, api_key=settings.api_key)
+
+    async def list_snapshots(self, *, limit: int = 100) -> list[Snapshot]:
+        """Your snapshots, newest first."""
+        response = await self._client._send(_base.snapshot_call("GET", limit=limit))
+        return [Snapshot.model_validate(s) for s in _base.checked(response, CheckpointNotFound)]
+
+    async def get_snapshot(self, snapshot_id: str) -> Snapshot:
+        """Raises ``CheckpointNotFound`` (also for another tenant's)."""
+        response = await self._client._send(_base.snapshot_call("GET", snapshot_id))
+        return Snapshot.model_validate(_base.checked(response, CheckpointNotFound))
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot (sandboxes started from it keep their files). Raises
+        ``CheckpointNotFound``."""
+        response = await self._client._send(_base.snapshot_call("DELETE", snapshot_id))
+        _base.checked(response, CheckpointNotFound)
 
 
 class AsyncProposals:

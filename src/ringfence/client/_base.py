@@ -123,6 +123,13 @@ def submit_call(request: ExecutionRequest, wait: bool) -> Call:
     return Call("POST", "/v1/executions", {"wait": str(wait).lower()}, body)
 
 
+def snapshot_call(method: str, snapshot_id: str | None = None, limit: int = 100) -> Call:
+    """A call on ``/v1/snapshots`` (a listing without ``snapshot_id``)."""
+    if snapshot_id is None:
+        return Call(method, "/v1/snapshots", params={"limit": limit})
+    return Call(method, f"/v1/snapshots/{_segment(snapshot_id)}")
+
+
 def get_call(execution_id: str) -> Call:
     return Call("GET", f"/v1/executions/{_segment(execution_id)}")
 
@@ -152,12 +159,14 @@ def translate(exc: httpx.HTTPError, url: str) -> RingfenceError:
 
 
 def checked(response: httpx.Response, not_found: type[NotFound] = NotFound) -> Any:
-    """The JSON body of a success; the typed error of a failure.
+    """The JSON body of a success (None for a 204); the typed error of a failure.
 
     Raises:
         RingfenceError: the subclass named by the server's error code; ``not_found`` (what
             was looked up) for ``not_found``.
     """
+    if response.status_code == 204:  # done, nothing to say
+        return None
     try:
         body = response.json()
     except ValueError:

@@ -14,6 +14,7 @@ import builtins
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -31,11 +32,15 @@ from ringfence.client._files import AsyncFiles
 from ringfence.client._link import Link, http_client
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
 from ringfence.models import (
+    CheckpointInfo,
+    Forked,
     NetworkPolicy,
+    Paused,
     ResourceLimits,
     SandboxLimits,
     SandboxSpec,
     SandboxState,
+    Snapshot,
     problems,
 )
 from ringfence.models import Sandbox as SandboxInfo
@@ -52,19 +57,24 @@ def sandbox_spec(
     metadata: Mapping[str, str] | None,
     limits: ResourceLimits | Mapping[str, Any] | None,
     network: NetworkPolicy | Mapping[str, Any] | None = None,
+    **lifecycle: Any,
 ) -> SandboxSpec:
-    """The request for a new sandbox, checked before anything is sent.
+    """The request for a new sandbox, checked before anything is sent. ``lifecycle``:
+    ``snapshot``, ``auto_pause``, ``on_timeout``, ``auto_resume`` (None: the default).
 
     Raises:
         InvalidRequest: a field is invalid.
     """
     policy = None if network is None else _base.network_policy(network)
+    fields = {name: value for name, value in lifecycle.items() if value is not None}
+    if fields.get("snapshot") is None or template != "base":  # base: the snapshot's own
+        fields["template"] = template
     try:
         if limits is not None and not isinstance(limits, ResourceLimits):
             limits = SandboxLimits(**limits)
         return SandboxSpec(
-            template=template, timeout=timeout, env=dict(env or {}),
-            metadata=dict(metadata or {}), limits=limits or SandboxLimits(), network=policy,
+            timeout=timeout, env=dict(env or {}), metadata=dict(metadata or {}),
+            limits=limits or SandboxLimits(), network=policy, **fields,
         )  # fmt: skip
     except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
         raise InvalidRequest(problems(exc)) from exc
@@ -118,6 +128,10 @@ class AsyncSandbox:
         metadata: Mapping[str, str] | None = None,
         limits: ResourceLimits | Mapping[str, Any] | None = None,
         network: NetworkPolicy | Mapping[str, Any] | None = None,
+        snapshot: str | None = None,
+        auto_pause: float | None = None,
+        on_timeout: str = "kill",
+        auto_resume: bool = True,
         url: str | None = None,
         api_key: str | None = None,
     ) -> AsyncSandbox:
@@ -128,13 +142,20 @@ class AsyncSandbox:
         whole sandbox (``{"memory": "1G"}`` or a ``ResourceLimits``). ``network``: its
         egress policy (``{"rules": [{"domain": "pypi.org"}]}`` or a ``NetworkPolicy``;
         docs/network.md); without it, the tenant's default, else no network at all.
+        ``snapshot``: start from that snapshot of yours (its files; its template).
+        ``auto_pause``: seconds without a request after which it is paused to disk;
+        ``on_timeout="pause"``: its timeout pauses it instead of killing it;
+        ``auto_resume=False``: requests to it while paused are refused until ``resume``.
 
         Raises:
             InvalidRequest: bad arguments (a policy too broad, say), no API key, limits above
                 the server's ceilings, a policy the server refuses (an internal network).
             SandboxError: it failed to start. Unauthenticated, ServerUnreachable.
         """
-        spec = sandbox_spec(template, timeout, env, metadata, limits, network)
+        spec = sandbox_spec(
+            template, timeout, env, metadata, limits, network, snapshot=snapshot,
+            auto_pause=auto_pause, on_timeout=on_timeout, auto_resume=auto_resume,
+        )  # fmt: skip
         settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
         http = http_client(settings)
         try:
@@ -154,16 +175,18 @@ class AsyncSandbox:
     async def connect(
         cls, sandbox_id: str, *, url: str | None = None, api_key: str | None = None
     ) -> AsyncSandbox:
-        """A sandbox created earlier (by this process or another).
+        """A sandbox created earlier (by this process or another), resumed first if it
+        is paused (under the same id; E2B's ``connect`` resumes too).
 
         Raises:
             SandboxNotFound: none with this id in your tenant.
             SandboxNotRunning: it has ended.
+            TooManyRequests: no room to resume it now (it stays paused).
         """
         settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
         link = Link(settings, sandbox_id, http_client(settings))
         try:
-            info = SandboxInfo.model_validate(await link.rest("GET"))
+            info = SandboxInfo.model_validate(await link.rest("POST", "/resume"))
             if info.state.is_terminal:
                 raise SandboxNotRunning(f"sandbox {sandbox_id} has ended ({info.state.value})")
         except BaseException:
@@ -234,6 +257,84 @@ class AsyncSandbox:
         """
         body = _base.network_policy(network).model_dump(mode="json")
         return NetworkPolicy.model_validate(await self._link.rest("PUT", "/network", body))
+
+    async def pause(self, *, memory: bool = False) -> Paused:
+        """Pause it; any later request (or ``resume``, or ``connect``) resumes it under the
+        same id. ``memory`` True: its processes are stopped where they are, memory held
+        (they go on where they were). False: its files are saved and everything else freed
+        (its processes start again on resume). Its timeout clock stops while paused. The
+        answer says which it was (``memory``).
+
+        Raises:
+            StateUnsupported: the server's backend cannot (the message says why).
+            SandboxNotFound, SandboxNotRunning.
+        """
+        paused = Paused.model_validate(await self._link.rest("POST", "/pause", {"memory": memory}))
+        self._info = paused.sandbox
+        return paused
+
+    async def resume(self) -> SandboxInfo:
+        """Resume it if paused (a running one is returned as it is).
+
+        Raises:
+            SandboxNotFound, SandboxNotRunning (ended), TooManyRequests (no room now).
+        """
+        self._info = SandboxInfo.model_validate(await self._link.rest("POST", "/resume"))
+        return self._info
+
+    async def checkpoint(self) -> CheckpointInfo:
+        """Checkpoint its files (the workspace, /tmp, the root's changes); its processes
+        keep running. Returns the checkpoint, whose ``id`` ``rollback`` takes.
+
+        Raises:
+            SnapshotBudgetExceeded: its checkpoints are at their budget (delete one).
+            StateUnsupported, SandboxNotFound, SandboxNotRunning.
+        """
+        return CheckpointInfo.model_validate(await self._link.rest("POST", "/checkpoints"))
+
+    async def checkpoints(self) -> builtins.list[CheckpointInfo]:
+        """Its checkpoints, oldest first."""
+        found = await self._link.rest("GET", "/checkpoints")
+        return [CheckpointInfo.model_validate(checkpoint) for checkpoint in found]
+
+    async def rollback(self, checkpoint_id: str) -> None:
+        """Restore its files to ``checkpoint_id`` in place: content byte-identical, files
+        made since removed, deleted ones back; its processes keep running.
+
+        Raises:
+            SandboxNotFound: no such sandbox, or no such checkpoint of it.
+        """
+        await self._link.rest("POST", "/rollback", {"checkpoint": checkpoint_id})
+
+    async def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Free a checkpoint. Raises ``SandboxNotFound`` (no such checkpoint of it)."""
+        await self._link.rest("DELETE", f"/checkpoints/{quote(checkpoint_id, safe='')}")
+
+    async def fork(self, count: int = 1) -> builtins.list[AsyncSandbox]:
+        """Start ``count`` new sandboxes from one checkpoint of its files, each with its own
+        id, with its template, limits, metadata, environment and egress policy; their
+        processes start fresh. All or none: refused whole when there is no room.
+
+        Raises:
+            TooManyRequests, ServerAtCapacity: no room for every child (none was made).
+            InvalidRequest: ``count`` out of range. StateUnsupported, SandboxError.
+        """
+        forked = Forked.model_validate(await self._link.rest("POST", "/fork", {"count": count}))
+        settings = self._link.settings
+        return [
+            AsyncSandbox(child, Link(settings, child.id, http_client(settings)))
+            for child in forked.children
+        ]
+
+    async def snapshot(self) -> Snapshot:
+        """Persist its files as a snapshot of yours: ``create(snapshot=...)`` starts new
+        sandboxes from it (``AsyncRingfence.sandboxes`` lists and deletes them).
+
+        Raises:
+            SnapshotBudgetExceeded: you keep as many snapshots as you may.
+            StateUnsupported, SandboxNotFound, SandboxNotRunning.
+        """
+        return Snapshot.model_validate(await self._link.rest("POST", "/snapshot"))
 
     async def kill(self) -> SandboxInfo:
         """Kill it: every process, and everything it wrote. Killing an ended sandbox is no

@@ -29,7 +29,14 @@ from ringfence.client._types import (
     OutputChunk,
     ProcessInfo,
 )
-from ringfence.models import NetworkPolicy, ResourceLimits, SandboxState
+from ringfence.models import (
+    CheckpointInfo,
+    NetworkPolicy,
+    Paused,
+    ResourceLimits,
+    SandboxState,
+    Snapshot,
+)
 
 __all__ = ["CommandHandle", "Commands", "Files", "Sandbox", "WatchHandle"]
 
@@ -63,6 +70,10 @@ class Sandbox:
         metadata: Mapping[str, str] | None = None,
         limits: ResourceLimits | Mapping[str, Any] | None = None,
         network: NetworkPolicy | Mapping[str, Any] | None = None,
+        snapshot: str | None = None,
+        auto_pause: float | None = None,
+        on_timeout: str = "kill",
+        auto_resume: bool = True,
         url: str | None = None,
         api_key: str | None = None,
     ) -> Sandbox:
@@ -71,7 +82,8 @@ class Sandbox:
             run(
                 AsyncSandbox.create(
                     template, timeout=timeout, env=env, metadata=metadata, limits=limits,
-                    network=network, url=url, api_key=api_key,
+                    network=network, snapshot=snapshot, auto_pause=auto_pause,
+                    on_timeout=on_timeout, auto_resume=auto_resume, url=url, api_key=api_key,
                 )
             )
         )  # fmt: skip
@@ -113,6 +125,38 @@ class Sandbox:
     def set_network(self, network: NetworkPolicy | Mapping[str, Any]) -> NetworkPolicy:
         """See ``AsyncSandbox.set_network``."""
         return run(self._inner.set_network(network))
+
+    def pause(self, *, memory: bool = False) -> Paused:
+        """See ``AsyncSandbox.pause``."""
+        return run(self._inner.pause(memory=memory))
+
+    def resume(self) -> SandboxInfo:
+        """See ``AsyncSandbox.resume``."""
+        return run(self._inner.resume())
+
+    def checkpoint(self) -> CheckpointInfo:
+        """See ``AsyncSandbox.checkpoint``."""
+        return run(self._inner.checkpoint())
+
+    def checkpoints(self) -> builtins.list[CheckpointInfo]:
+        """See ``AsyncSandbox.checkpoints``."""
+        return run(self._inner.checkpoints())
+
+    def rollback(self, checkpoint_id: str) -> None:
+        """See ``AsyncSandbox.rollback``."""
+        run(self._inner.rollback(checkpoint_id))
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """See ``AsyncSandbox.delete_checkpoint``."""
+        run(self._inner.delete_checkpoint(checkpoint_id))
+
+    def fork(self, count: int = 1) -> builtins.list[Sandbox]:
+        """See ``AsyncSandbox.fork``."""
+        return [Sandbox(child) for child in run(self._inner.fork(count))]
+
+    def snapshot(self) -> Snapshot:
+        """See ``AsyncSandbox.snapshot``."""
+        return run(self._inner.snapshot())
 
     def kill(self) -> SandboxInfo:
         return run(self._inner.kill())
