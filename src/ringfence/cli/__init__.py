@@ -17,6 +17,7 @@ from ringfence.cli.keys import keys
 from ringfence.cli.mcp import mcp
 from ringfence.cli.proposals import approve, proposals, propose, reject
 from ringfence.cli.sandbox import sandbox
+from ringfence.cli.sandbox_state import COMMANDS as SANDBOX_STATE_COMMANDS
 from ringfence.cli.serve import serve
 from ringfence.cli.template import template
 
@@ -34,6 +35,8 @@ main.add_command(exec_command)
 main.add_command(doctor)
 main.add_command(serve)
 main.add_command(keys)
+for command in SANDBOX_STATE_COMMANDS:
+    sandbox.add_command(command)
 main.add_command(sandbox)
 main.add_command(files)
 main.add_command(audit)

@@ -18,7 +18,7 @@ import click
 from ringfence.cli._common import fail
 from ringfence.cli._network_options import network_options, policy_from_options, read_policy
 
-__all__ = ["api_options", "client_errors", "sandbox"]
+__all__ = ["api_options", "client_errors", "sandbox", "when"]
 
 EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_FAILED = 125  # Ringfence failed, not the command (as docker exec)
@@ -65,7 +65,8 @@ def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
 
 @click.group()
 def sandbox() -> None:
-    """Create, list and kill interactive sandboxes; run commands in them."""
+    """Create, list and kill interactive sandboxes; run commands in them; checkpoint,
+    roll back, pause, resume, fork and snapshot them."""
 
 
 @sandbox.command("create")
@@ -78,6 +79,16 @@ def sandbox() -> None:
 @click.option("--cpus", type=float, help="CPU limit in cores, e.g. 0.5.")
 @click.option("--disk", help="Size of each writable filesystem, e.g. 256M.")
 @network_options
+@click.option("--snapshot", help="Start from this snapshot of yours (its files, its template).")
+@click.option("--auto-pause", type=float, metavar="SECONDS", help="Pause it to disk when idle.")
+@click.option(
+    "--on-timeout", type=click.Choice(["kill", "pause"]), default="kill", show_default=True,
+    help="What its timeout does.",
+)  # fmt: skip
+@click.option(
+    "--auto-resume/--no-auto-resume", default=True, show_default=True,
+    help="Whether a request to it while paused resumes it.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the whole record as JSON.")
 @api_options
 def create(
@@ -92,6 +103,10 @@ def create(
     allow_domains: tuple[str, ...],
     deny_domains: tuple[str, ...],
     network_file: IO[str] | None,
+    snapshot: str | None,
+    auto_pause: float | None,
+    on_timeout: str,
+    auto_resume: bool,
     as_json: bool,
     url: str | None,
     api_key: str | None,
@@ -114,7 +129,8 @@ def create(
     with client_errors():
         sbx = Sandbox.create(
             template, timeout=timeout, env=env, metadata=metadata, limits=limits,
-            network=network, url=url, api_key=api_key,
+            network=network, snapshot=snapshot, auto_pause=auto_pause, on_timeout=on_timeout,
+            auto_resume=auto_resume, url=url, api_key=api_key,
         )  # fmt: skip
         info = sbx.info()
         sbx.close()
@@ -126,7 +142,7 @@ def create(
     "--state",
     "states",
     multiple=True,
-    type=click.Choice(["running", "killed", "expired", "failed"]),
+    type=click.Choice(["running", "paused", "killed", "expired", "failed"]),
     help="Only in this state (repeatable).",
 )
 @click.option("--metadata", "metadata_items", multiple=True, metavar="K=V", help="Only with it.")
@@ -156,14 +172,14 @@ def list_(
     for s in found:
         labels = ",".join(f"{k}={v}" for k, v in sorted(s.metadata.items()))
         rows.append(
-            (s.id, s.state.value, s.template, _when(s.created_at), _when(s.expires_at), labels)
+            (s.id, s.state.value, s.template, when(s.created_at), when(s.expires_at), labels)
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
-def _when(moment: datetime | None) -> str:
+def when(moment: datetime | None) -> str:
     return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -175,7 +191,7 @@ def kill(sandbox_id: str, url: str | None, api_key: str | None) -> None:
     from ringfence.client import Sandbox
 
     with client_errors():
-        sbx = Sandbox.connect(sandbox_id, url=url, api_key=api_key)
+        sbx = Sandbox.connect(sandbox_id, resume=False, url=url, api_key=api_key)
         info = sbx.kill()
         sbx.close()
     click.echo(f"{info.id} {info.state.value}")

@@ -173,10 +173,16 @@ class AsyncSandbox:
 
     @classmethod
     async def connect(
-        cls, sandbox_id: str, *, url: str | None = None, api_key: str | None = None
+        cls,
+        sandbox_id: str,
+        *,
+        resume: bool = True,
+        url: str | None = None,
+        api_key: str | None = None,
     ) -> AsyncSandbox:
         """A sandbox created earlier (by this process or another), resumed first if it
-        is paused (under the same id; E2B's ``connect`` resumes too).
+        is paused (under the same id; E2B's ``connect`` resumes too), unless ``resume`` is
+        False (a handle on it as it is: to kill a paused one, say).
 
         Raises:
             SandboxNotFound: none with this id in your tenant.
@@ -186,7 +192,9 @@ class AsyncSandbox:
         settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
         link = Link(settings, sandbox_id, http_client(settings))
         try:
-            info = SandboxInfo.model_validate(await link.rest("POST", "/resume"))
+            info = SandboxInfo.model_validate(
+                await link.rest("POST", "/resume") if resume else await link.rest("GET")
+            )
             if info.state.is_terminal:
                 raise SandboxNotRunning(f"sandbox {sandbox_id} has ended ({info.state.value})")
         except BaseException:

@@ -90,10 +90,15 @@ class Sandbox:
 
     @classmethod
     def connect(
-        cls, sandbox_id: str, *, url: str | None = None, api_key: str | None = None
+        cls,
+        sandbox_id: str,
+        *,
+        resume: bool = True,
+        url: str | None = None,
+        api_key: str | None = None,
     ) -> Sandbox:
         """See ``AsyncSandbox.connect``."""
-        return cls(run(AsyncSandbox.connect(sandbox_id, url=url, api_key=api_key)))
+        return cls(run(AsyncSandbox.connect(sandbox_id, resume=resume, url=url, api_key=api_key)))
 
     @staticmethod
     def list(
