@@ -324,7 +324,7 @@ class AsyncSandbox:
         processes start fresh. All or none: refused whole when there is no room.
 
         Raises:
-            TooManyRequests, ServerAtCapacity: no room for every child (none was made).
+            TooManyRequests: no room for every child now (none was made).
             InvalidRequest: ``count`` out of range. StateUnsupported, SandboxError.
         """
         forked = Forked.model_validate(await self._link.rest("POST", "/fork", {"count": count}))

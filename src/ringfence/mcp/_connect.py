@@ -31,7 +31,7 @@ from ringfence.client import AsyncRingfence, AsyncSandbox, SandboxInfo
 from ringfence.client.lowlevel import Link, Settings, checked, list_params, translate
 from ringfence.errors import RingfenceError, SandboxNotFound, SandboxNotRunning, Unauthenticated
 from ringfence.mcp._inprocess import InProcessTransport
-from ringfence.models import SandboxSpec, SandboxState
+from ringfence.models import Forked, SandboxSpec, SandboxState
 
 __all__ = [
     "CallerConnector",
@@ -146,6 +146,11 @@ class Connection:
     async def set_timeout(self, sandbox_id: str, timeout: float) -> SandboxInfo:
         answer = await self._link(sandbox_id).rest("POST", "/timeout", {"timeout": timeout})
         return SandboxInfo.model_validate(answer)
+
+    async def fork(self, sandbox_id: str, count: int) -> Forked:
+        """Raises as ``AsyncSandbox.fork`` (its children are records here, not handles)."""
+        answer = await self._link(sandbox_id).rest("POST", "/fork", {"count": count})
+        return Forked.model_validate(answer)
 
     async def kill(self, sandbox_id: str) -> SandboxInfo:
         return SandboxInfo.model_validate(await self._link(sandbox_id).rest("DELETE"))

@@ -41,7 +41,10 @@ class SandboxView(BaseModel):
     """A sandbox as the agent sees it."""
 
     sandbox_id: str = Field(description="Pass it to every other tool about this sandbox.")
-    state: SandboxState = Field(description="running, or how it ended: killed, expired, failed.")
+    state: SandboxState = Field(
+        description="running, paused (any call on it resumes it), or how it ended: killed, "
+        "expired, failed."
+    )
     template: str = Field(description="Its root filesystem.")
     metadata: dict[str, str] = Field(description="Labels given when it was created.")
     limits: Limits = Field(description="The limits in force.")

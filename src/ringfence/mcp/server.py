@@ -16,6 +16,7 @@ from ringfence.mcp._connect import Connector, RemoteConnector, session
 from ringfence.mcp._file_tools import FileTools
 from ringfence.mcp._remediation_tools import RemediationTools
 from ringfence.mcp._sandbox_tools import SandboxTools
+from ringfence.mcp._state_tools import StateTools
 from ringfence.mcp.guide import GUIDE, INSTRUCTIONS
 
 __all__ = ["build_server", "run_stdio"]
@@ -31,6 +32,7 @@ def build_server(connector: Connector) -> MCPServer:
         log_level="WARNING",
     )  # fmt: skip
     SandboxTools(connector).register(server)
+    StateTools(connector).register(server)
     FileTools(connector).register(server)
     RemediationTools(connector).register(server)
 

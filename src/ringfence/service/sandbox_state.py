@@ -39,6 +39,7 @@ from ringfence.errors import (
     RingfenceError,
     SandboxError,
     SnapshotBudgetExceeded,
+    TooManyRequests,
 )
 from ringfence.models import (
     MAX_FORK_CHILDREN,
@@ -230,7 +231,8 @@ class SandboxStates:
 
         Raises:
             InvalidRequest: ``count`` is not within 1 and ``MAX_FORK_CHILDREN``.
-            TooManyRequests, ServerAtCapacity: no room for all of them (none was made).
+            TooManyRequests: no room for all of them in the tenant's budget or the
+                server's (none was made; the message says which).
             SandboxError: a child could not start (none was kept: the message says why).
         """
         if not 1 <= count <= MAX_FORK_CHILDREN:
@@ -272,17 +274,22 @@ class SandboxStates:
     async def _reserve_all(
         self, tenant: str, limits: ResourceLimits, count: int
     ) -> list[list[Reservation]]:
-        """Every child's shares, or none (the refusal says the fork was refused whole)."""
+        """Every child's shares, or none. A server without room answers as the tenant's
+        budget does (429, not 503): the fork as asked does not fit now, a smaller one may."""
         holds: list[list[Reservation]] = []
         try:
             for _ in range(count):
                 holds.append(await self._sandboxes.reserve(tenant, limits))
-        except RingfenceError as exc:
+        except TooManyRequests as exc:  # the server's room too: the fork asked too much now
             for held in holds:
                 self._sandboxes.release(held)
-            raise type(exc)(
+            raise TooManyRequests(
                 f"fork of {count} refused as a whole (no child was made): {exc.message}"
             ) from exc
+        except BaseException:
+            for held in holds:
+                self._sandboxes.release(held)
+            raise
         return holds
 
     def _record(
