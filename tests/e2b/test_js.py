@@ -1,6 +1,8 @@
 """The official E2B JavaScript SDKs (npm ``e2b``, ``@e2b/code-interpreter``), unmodified, run
-with the machine's node against a real server: create, a command, a file written and read,
-run_code, kill."""
+with the machine's node against a real server: the lifecycle (create, connect, list,
+set_timeout, get_info, kill), commands (timeout, background, list, kill), files (list order,
+metadata, exists, rename, remove of nothing, watch), and the code interpreter (contexts,
+whole-line output, ESM JavaScript, charts, DataFrame data)."""
 
 from __future__ import annotations
 
@@ -39,4 +41,21 @@ def test_js_sdk_scenario(e2b_server: E2bServer) -> None:
         "runningAfterKill": False,
         "codeText": "42",
         "codeError": "ZeroDivisionError",
+        "deep": ["a", "a/z.txt", "b.txt"],
+        "writeMetadata": {"who": "js"},
+        "infoMetadata": {"who": "js"},
+        "exists": [True, False],
+        "renamed": "/home/user/meta2.txt",
+        "watched": ["b.txt:write"],
+        "timeoutError": "TimeoutError",
+        "listedPid": True,
+        "killedPid": True,
+        "connected": True,
+        "listedSandbox": True,
+        "defaultContexts": ["javascript", "python"],
+        "wholeLines": ["1\n"],
+        "esm": "a/b",
+        "chart": ["line", "js"],
+        "data": {"a": [1, 2]},
+        "contextsAfterRemove": 2,
     }
