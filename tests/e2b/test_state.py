@@ -4,10 +4,15 @@ list, create from, delete) and ``fork(count)``; on real sandboxes."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +28,7 @@ from e2b import (
 from tests.e2b.conftest import E2bServer, audit_records
 
 pytestmark = pytest.mark.integration
+JS_SCENARIO = Path(__file__).parents[1] / "js" / "e2b_state.mjs"
 
 
 def _until(condition: Callable[[], bool], seconds: float = 60) -> None:
@@ -67,6 +73,10 @@ def test_pause_lists_it_paused_and_connect_resumes_it_with_files_and_processes(
         assert not sbx.is_running()
         with pytest.raises(SandboxNotRunningException):
             sbx.files.read("/home/user/kept.txt")
+        for state_call in (sbx.create_snapshot, sbx.fork):
+            with pytest.raises(SandboxException, match="paused: connect to it first"):
+                state_call()
+        assert sbx.get_info().state is SandboxState.PAUSED, "neither woke it"
 
         again = Sandbox.connect(sbx.sandbox_id)
         assert again.files.read("/home/user/kept.txt") == "before the pause"
@@ -118,7 +128,7 @@ def test_on_timeout_pause_then_a_request_resumes_it(e2b_server: E2bServer) -> No
 def test_a_killed_paused_sandbox_is_gone(e2b_server: E2bServer) -> None:
     tag = uuid.uuid4().hex
     sbx = Sandbox.create(metadata={"tag": tag})
-    assert sbx.pause(mode="filesystem") is True
+    assert sbx.pause(mode="filesystem", strict=True) is True, "its daemon answered"
     assert sbx.kill() is True
     assert sbx.kill() is False
     assert _listed(tag) == {}
@@ -191,7 +201,24 @@ def test_fork_makes_distinct_children_from_the_parents_files(e2b_server: E2bServ
 
 
 def test_the_server_refuses_lifecycles_e2b_refuses(e2b_server: E2bServer) -> None:
-    """What the SDK checks itself, the server checks too (other clients, older SDKs)."""
+    """What the SDK checks itself, the server checks too (other clients, older SDKs); and
+    v1's resume cannot change the on_timeout set at create."""
+    with Sandbox.create() as sbx:
+        assert sbx.pause() is True
+        resumed = httpx.post(
+            f"{e2b_server.url}/sandboxes/{sbx.sandbox_id}/resume",
+            headers={"X-API-KEY": e2b_server.key},
+            json={"timeout": 60, "autoPause": True},
+        )
+        assert resumed.status_code == 400 and "autoPause" in resumed.text, resumed.text
+        assert sbx.get_info().state is SandboxState.PAUSED
+        resumed = httpx.post(
+            f"{e2b_server.url}/sandboxes/{sbx.sandbox_id}/resume",
+            headers={"X-API-KEY": e2b_server.key},
+            json={"timeout": 60, "autoPause": False},
+        )
+        assert resumed.status_code == 201, resumed.text
+        assert sbx.get_info().state is SandboxState.RUNNING
     for body, word in (
         ({"autoResume": {"enabled": True}}, "autoResume"),
         ({"autoPause": True, "autoPauseMemory": False, "autoResume": {"enabled": True}},
@@ -203,3 +230,33 @@ def test_the_server_refuses_lifecycles_e2b_refuses(e2b_server: E2bServer) -> Non
             json={"templateID": "base", **body},
         )
         assert created.status_code == 400 and word in created.json()["message"], created.text
+
+
+def test_js_sdk_state_scenario(e2b_server: E2bServer) -> None:
+    node = shutil.which("node")
+    assert node, "the machine's node is required (scripts/setup installs it)"
+    done = subprocess.run(
+        [node, str(JS_SCENARIO)],
+        cwd=JS_SCENARIO.parent,
+        env={**os.environ, "E2B_API_URL": e2b_server.url, "E2B_SANDBOX_URL": e2b_server.url,
+             "E2B_API_KEY": e2b_server.key},
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "paused": True,
+        "pausedAgain": False,
+        "listedPaused": ["paused"],
+        "listedRunning": [],
+        "readAfterResume": "kept by js",
+        "stateAfterResume": "running",
+        "snapshotListed": [True],
+        "readFromSnapshot": "kept by js",
+        "deleted": True,
+        "deletedAgain": False,
+        "forked": ["sandbox", "sandbox"],
+        "distinct": 3,
+        "readInChildren": ["kept by js", "kept by js"],
+        "killed": True,
+    }

@@ -129,7 +129,9 @@ async def connect(
     (``memory`` false: cold, from its files). A timeout only ever extends a running one (as
     E2B's connect does); a resumed one lives that long from now."""
     context, caller = await _caller(request, x_api_key)
-    sandbox, resumed = await state.awaken(context, caller, sandbox_id, memory=body.memory)
+    sandbox, resumed = await state.awaken(
+        context, caller, sandbox_id, memory=body.memory, auto_pause=body.autoPause
+    )
     if body.timeout is not None:
         wanted = datetime.now(UTC) + timedelta(seconds=body.timeout)
         if resumed or sandbox.expires_at is None or wanted > sandbox.expires_at:

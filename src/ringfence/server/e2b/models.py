@@ -70,6 +70,7 @@ class ConnectRequest(BaseModel):
 
     timeout: int | None = Field(None, gt=0, le=int(MAX_TIMEOUT_SECONDS))
     memory: bool | None = None
+    autoPause: bool | None = None  # v1's resume only
 
 
 class TimeoutRequest(BaseModel):

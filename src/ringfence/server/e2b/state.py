@@ -136,18 +136,30 @@ def lifecycle(sandbox: Sandbox) -> Lifecycle:
 
 
 async def awaken(
-    context: E2bContext, principal: Principal, sandbox_id: str, *, memory: bool | None
+    context: E2bContext,
+    principal: Principal,
+    sandbox_id: str,
+    *,
+    memory: bool | None,
+    auto_pause: bool | None = None,
 ) -> tuple[Sandbox, bool]:
     """The sandbox, running: a paused one is resumed (``connect``), whatever its
     auto_resume. ``memory`` False: a frozen one's memory is dropped first (saved to disk,
-    started again on its files). Returns it and whether it was resumed.
+    started again on its files). ``auto_pause`` (v1's resume): its on_timeout, which
+    cannot change after its create. Returns it and whether it was resumed.
 
     Raises:
         SandboxNotFound: no such sandbox, or it has ended.
+        InvalidRequest: ``auto_pause`` asks for another on_timeout than its own.
         What ``SandboxService.resume`` raises.
     """
     service, tenant, actor = context.sandboxes, principal.tenant, principal.key_id
     sandbox = await service.get(tenant, sandbox_id)
+    if auto_pause is not None and auto_pause != (sandbox.on_timeout == "pause"):
+        raise InvalidRequest(
+            f"autoPause: sandbox {sandbox_id}'s on_timeout is {sandbox.on_timeout!r}, set at "
+            "its create; a resume does not change it"
+        )
     if sandbox.state is SandboxState.RUNNING:
         return sandbox, False
     if sandbox.state is not SandboxState.PAUSED:
@@ -221,7 +233,7 @@ async def create_snapshot(
             context.sandboxes.state.snapshot(principal.tenant, sandbox_id, actor=principal.key_id)
         )
     except SandboxNotRunning:
-        raise gone(sandbox_id) from None
+        raise await _not_running(context, principal, sandbox_id) from None
     return JSONResponse(_snapshot_info(snapshot), status_code=201)
 
 
@@ -289,7 +301,7 @@ async def fork(
             state.fork(principal.tenant, sandbox_id, body.count, actor=principal.key_id)
         )
     except SandboxNotRunning:
-        raise gone(sandbox_id) from None
+        raise await _not_running(context, principal, sandbox_id) from None
     except (InvalidRequest, SandboxNotFound):
         raise
     except RingfenceError as exc:  # no room, or a child did not start: none was made
@@ -319,6 +331,20 @@ async def _present(context: E2bContext, principal: Principal, sandbox_id: str) -
     if sandbox.state.is_terminal:
         raise gone(sandbox_id)
     return sandbox
+
+
+async def _not_running(
+    context: E2bContext, principal: Principal, sandbox_id: str
+) -> RingfenceError:
+    """Why the sandbox could not be reached: it is paused (and made without auto_resume:
+    409, connect first) or it has ended (404)."""
+    try:
+        sandbox = await context.sandboxes.get(principal.tenant, sandbox_id)
+    except SandboxNotFound:
+        return gone(sandbox_id)
+    if sandbox.state is SandboxState.PAUSED:
+        return Conflict(f"sandbox {sandbox_id} is paused: connect to it first (it resumes)")
+    return gone(sandbox_id)
 
 
 async def _unhealthy(
