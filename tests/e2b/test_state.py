@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from e2b import (
+    AsyncSandbox,
     Sandbox,
     SandboxException,
     SandboxNotFoundException,
@@ -230,6 +231,35 @@ def test_the_server_refuses_lifecycles_e2b_refuses(e2b_server: E2bServer) -> Non
             json={"templateID": "base", **body},
         )
         assert created.status_code == 400 and word in created.json()["message"], created.text
+
+
+async def test_the_async_sdk_pauses_lists_connects_snapshots_and_forks(
+    e2b_server: E2bServer,
+) -> None:
+    tag = uuid.uuid4().hex
+    sbx = await AsyncSandbox.create(timeout=300, metadata={"tag": tag})
+    made: list[AsyncSandbox] = []
+    try:
+        await sbx.files.write("/home/user/kept.txt", "async")
+        assert await sbx.pause() is True
+        assert await sbx.pause() is False
+        query = SandboxQuery(metadata={"tag": tag}, state=[SandboxState.PAUSED])
+        assert [s.sandbox_id for s in await AsyncSandbox.list(query=query).next_items()] == [
+            sbx.sandbox_id
+        ]
+        again = await AsyncSandbox.connect(sbx.sandbox_id)
+        assert await again.files.read("/home/user/kept.txt") == "async"
+        snapshot = await sbx.create_snapshot()
+        made.append(await AsyncSandbox.create(snapshot.snapshot_id))
+        assert await made[0].files.read("/home/user/kept.txt") == "async"
+        assert await AsyncSandbox.delete_snapshot(snapshot.snapshot_id) is True
+        children = await sbx.fork(count=2, timeout=60)
+        made += [child for child in children if isinstance(child, AsyncSandbox)]
+        assert len({child.sandbox_id for child in made[1:]}) == 2, children
+    finally:
+        for other in made:
+            await other.kill()
+        await sbx.kill()
 
 
 def test_js_sdk_state_scenario(e2b_server: E2bServer) -> None:
