@@ -290,3 +290,34 @@ def test_js_sdk_state_scenario(e2b_server: E2bServer) -> None:
         "readInChildren": ["kept by js", "kept by js"],
         "killed": True,
     }
+
+
+def test_another_tenant_can_touch_neither_a_paused_sandbox_nor_a_snapshot(
+    e2b_server: E2bServer,
+) -> None:
+    """Tenant globex's key, knowing the ids: every state door answers "not found", and
+    nothing of acme's changes."""
+    theirs = {"api_key": e2b_server.other_key}
+    with Sandbox.create() as sbx:
+        sbx.files.write("/home/user/secret.txt", "acme's")
+        snapshot = sbx.create_snapshot()
+        assert sbx.pause() is True
+        for attempt in (
+            lambda: Sandbox.connect(sbx.sandbox_id, **theirs),
+            lambda: Sandbox.pause(sbx.sandbox_id, **theirs),
+            lambda: Sandbox.fork(sbx.sandbox_id, **theirs),
+            lambda: Sandbox.create_snapshot(sbx.sandbox_id, **theirs),
+            lambda: Sandbox.get_info(sbx.sandbox_id, **theirs),
+        ):
+            with pytest.raises(SandboxNotFoundException):
+                attempt()
+        assert Sandbox.kill(sbx.sandbox_id, **theirs) is False
+        assert Sandbox.delete_snapshot(snapshot.snapshot_id, **theirs) is False
+        with pytest.raises(SandboxException, match="no snapshot"):
+            Sandbox.create(snapshot.snapshot_id, **theirs)
+        query = SandboxQuery(state=[SandboxState.PAUSED])
+        listed = Sandbox.list(query=query, **theirs).next_items()
+        assert sbx.sandbox_id not in {s.sandbox_id for s in listed}
+        assert sbx.get_info().state is SandboxState.PAUSED, "none of them woke it"
+        assert Sandbox.connect(sbx.sandbox_id).files.read("/home/user/secret.txt") == "acme's"
+    assert Sandbox.delete_snapshot(snapshot.snapshot_id) is True

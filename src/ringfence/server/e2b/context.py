@@ -3,7 +3,7 @@ and the helpers every control-plane route shares (who calls, what a sandbox answ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
@@ -16,7 +16,15 @@ from ringfence.server.e2b.tokens import Grant, Grants, Purpose
 from ringfence.service.keys import Keys, Principal
 from ringfence.service.sandboxes import SandboxService
 
-__all__ = ["E2bContext", "answer", "caller", "context_of", "gone"]
+__all__ = ["E2bContext", "Sweep", "answer", "caller", "context_of", "gone"]
+
+
+@dataclass
+class Sweep:
+    """What the last sweep of ended sandboxes' grants kept (``control``): paused sandboxes
+    keep theirs, so the next sweep waits until the grants have doubled since."""
+
+    kept: int = 0
 
 
 @dataclass(frozen=True)
@@ -24,6 +32,7 @@ class E2bContext:
     keys: Keys
     sandboxes: SandboxService
     grants: Grants
+    sweep: Sweep = field(default_factory=Sweep)
 
 
 def context_of(request: Request) -> E2bContext:

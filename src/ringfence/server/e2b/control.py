@@ -33,6 +33,7 @@ from ringfence.server.e2b.models import (
     NewSandbox,
     SandboxDetail,
     TimeoutRequest,
+    e2b_template,
     listed,
 )
 from ringfence.server.e2b.tokens import Grant, Purpose
@@ -208,7 +209,7 @@ async def list_sandboxes(request: Request, x_api_key: ApiKey = None) -> JSONResp
     template = query.get("template")
     if template:
         wanted = state.snapshot_named(template) or _template(context, template)
-        found = [s for s in found if s.snapshot == wanted or s.template == wanted]
+        found = [s for s in found if e2b_template(s) == wanted]
     started_after = _time(query.get("startedAfter"), "startedAfter")
     if started_after is not None:
         found = [s for s in found if s.created_at >= started_after]  # at or after, as E2B
@@ -249,9 +250,13 @@ async def unsupported_collection(request: Request, x_api_key: ApiKey = None) -> 
 
 async def _forget_ended_when_many(context: E2bContext) -> None:
     """Every door that hands out tokens (create, connect, get_info) sweeps once the grants
-    outnumber what the running sandboxes explain: a signed URL's miss costs one hash each."""
-    if len(context.grants) > 2 * context.sandboxes.running_count() + _SWEEP_SLACK:
+    outnumber what the running sandboxes explain: a signed URL's miss costs one hash each.
+    Paused sandboxes keep their grants, so a sweep also waits until the grants have doubled
+    since the last one kept (each grant costs a store read: amortized, never per call)."""
+    explained = 2 * context.sandboxes.running_count() + _SWEEP_SLACK
+    if len(context.grants) > max(explained, 2 * context.sweep.kept):
         await _forget_ended(context)
+        context.sweep.kept = len(context.grants)
 
 
 async def _forget_ended(context: E2bContext) -> None:
