@@ -50,6 +50,7 @@ from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.bwrap import DEFAULT_PATH
 from ringfence.backends.local.probe import Host
 from ringfence.backends.local.rootfs import GENERATED_ETC
+from ringfence.backends.local.volume import VOLUMES
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, ExecutionResult, Mount, ResourceLimits, Status
 
@@ -934,11 +935,17 @@ async def test_cannot_reach_sys_the_cgroup_files_or_the_runtime_dir(
 
 
 def _runtime_files(runtime_dir: Path) -> dict[Path, str]:
-    return {
-        path: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in runtime_dir.rglob("*")
-        if path.is_file() and not path.is_symlink()
-    }
+    """The files sandboxes share from the runtime directory; not the live sandboxes'
+    volumes (each its own, mounted there, with a view of the template)."""
+    files = {}
+    for root, dirs, names in os.walk(runtime_dir):
+        if Path(root) == runtime_dir:
+            dirs[:] = [d for d in dirs if d != VOLUMES]
+        for name in names:
+            path = Path(root, name)
+            if path.is_file() and not path.is_symlink():
+                files[path] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return files
 
 
 async def test_cannot_rewrite_the_generated_etc_files(local_executor: LocalExecutor) -> None:
