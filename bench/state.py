@@ -16,16 +16,19 @@ Baselines, each in the same run on the same tree: ``cp -a`` of the tree on the v
 copy with ``shutil.copytree`` (what a non-incremental checkpoint costs at the least), and
 ``cp -a`` of the 50 MiB tree to disk (what an export costs at the least).
 
-Part two, whole sandboxes through the API (pause that frees memory and resume at 200 MiB,
-fork(4) of a 50 MiB sandbox, 1,000 paused sandboxes holding no memory), is measured by the
-functions listed in ``SANDBOX_LINES``: each takes the parsed arguments and returns its
-``Line``s; an empty list means part two is not written yet, and the report says so.
+Part two, whole sandboxes through the API of a real ``ringfence serve`` (pause that frees
+memory and resume at 200 MiB against a cold create, fork(4) of a 50 MiB sandbox against four
+creates at once, ``--paused`` (1,000) sandboxes paused to disk and what they still hold), is
+measured by the functions listed in ``SANDBOX_LINES``: each takes the parsed arguments and
+returns its ``Line``s (``--no-sandboxes`` skips them).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -37,6 +40,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from ringfence.backends.local.cgroups import Cgroup, V1Driver, detect
 from ringfence.backends.local.snapshots import Budget, SnapshotStore, populate
@@ -51,6 +57,8 @@ GOALS_MS = {
     "checkpoint, 20,000 files, 1 changed": 300.0,
     "rollback, 20,000 files, 1 changed": 300.0,  # no goal of its own: the checkpoint's
     "freeze + thaw": 5.0,
+    "resume (files), 200 MiB": 200.0,  # GKE Agent Sandbox: 200 ms; E2B: about 1 s
+    "fork(4), 50 MiB": 500.0,
 }
 
 
@@ -70,7 +78,6 @@ class Line:
 
 
 SandboxLine = Callable[[argparse.Namespace], list[Line]]
-SANDBOX_LINES: list[SandboxLine] = []  # part two (the API engineer's): pause/resume, fork...
 
 
 def progress(message: str) -> None:
@@ -248,6 +255,150 @@ def export_lines(work: Path, rounds: int) -> list[Line]:
     ]
 
 
+# -- part two: whole sandboxes through the API ------------------------------------------------
+
+MiB = 1 << 20
+_FILL = (
+    "import os\n"
+    "for n in range({files}):\n"
+    "    with open(f'/home/user/fill{{n}}', 'wb') as f:\n"
+    "        for _ in range({mib}):\n"
+    "            f.write(os.urandom(1 << 20))\n"
+)
+
+
+@contextlib.contextmanager
+def api_server() -> Iterator[Any]:
+    """A real ``ringfence serve`` (bench/sandbox_latency.py's), and an HTTP client of it."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from sandbox_latency import running_server
+
+    with running_server() as server:
+        headers = {"Authorization": f"Bearer {server.key}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=300) as http:
+            yield http
+
+
+def _created(http: httpx.Client, **spec: Any) -> str:
+    created = http.post("/v1/sandboxes", json={"timeout": 3600, **spec})
+    if created.status_code != 201:
+        raise RuntimeError(f"create: {created.status_code} {created.text}")
+    sandbox_id: str = created.json()["id"]
+    return sandbox_id
+
+
+def _filled(http: httpx.Client, size_mib: int) -> str:
+    """A sandbox holding ``size_mib`` MiB of random files in its home (files of 10 MiB)."""
+    disk = f"{size_mib + 64}M"
+    sandbox_id = _created(http, limits={"disk": disk, "memory": "512M"})
+    code = _FILL.format(files=max(1, size_mib // 10), mib=min(size_mib, 10))
+    ran = http.post(f"/v1/sandboxes/{sandbox_id}/code/execute", json={"code": code})
+    if ran.status_code != 200 or '"error"' in ran.text:
+        raise RuntimeError(f"filling the sandbox: {ran.status_code} {ran.text[:300]}")
+    return sandbox_id
+
+
+def _timed(call: Callable[[], httpx.Response], want: int) -> float:
+    started = time.perf_counter()
+    answer = call()
+    took = time.perf_counter() - started
+    if answer.status_code != want:
+        raise RuntimeError(f"{answer.request.url}: {answer.status_code} {answer.text[:300]}")
+    return took
+
+
+def pause_resume_lines(args: argparse.Namespace) -> list[Line]:
+    """Pause freeing memory, resume, and a cold create (the baseline), at 200 MiB."""
+    pauses, resumes, creates = [], [], []
+    with api_server() as http:
+        sandbox_id = _filled(http, 200)
+        base = f"/v1/sandboxes/{sandbox_id}"
+        for _ in range(args.pause_rounds):
+            pauses.append(_timed(lambda: http.post(f"{base}/pause", json={"memory": False}), 200))
+            resumes.append(_timed(lambda: http.post(f"{base}/resume"), 200))
+            started = time.perf_counter()
+            cold = _created(http)
+            creates.append(time.perf_counter() - started)
+            http.delete(f"/v1/sandboxes/{cold}")
+        frozen = [_timed(lambda: http.post(f"{base}/pause", json={"memory": True}), 200)]
+        thawed = [_timed(lambda: http.post(f"{base}/resume"), 200)]
+        http.delete(base)
+    return [
+        Line("pause (memory freed), 200 MiB", tuple(pauses), "create (cold)"),
+        Line("resume (files), 200 MiB", tuple(resumes), "create (cold)"),
+        Line(
+            "pause (memory kept) + resume, 200 MiB",
+            tuple(a + b for a, b in zip(frozen, thawed, strict=True)),
+        ),
+        Line("create (cold)", tuple(creates)),
+    ]
+
+
+def fork_lines(args: argparse.Namespace) -> list[Line]:
+    """fork(4) of a sandbox holding 50 MiB, and 4 cold creates at once (the baseline)."""
+    forks, creates = [], []
+    with api_server() as http:
+        parent = _filled(http, 50)
+        for _ in range(args.fork_rounds):
+            started = time.perf_counter()
+            forked = http.post(f"/v1/sandboxes/{parent}/fork", json={"count": 4})
+            forks.append(time.perf_counter() - started)
+            if forked.status_code != 201:
+                raise RuntimeError(f"fork: {forked.status_code} {forked.text[:300]}")
+            for child in forked.json()["children"]:
+                http.delete(f"/v1/sandboxes/{child['id']}")
+            started = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                made = list(pool.map(lambda _: _created(http), range(4)))
+            creates.append(time.perf_counter() - started)
+            for sandbox_id in made:
+                http.delete(f"/v1/sandboxes/{sandbox_id}")
+    return [
+        Line("fork(4), 50 MiB", tuple(forks), "4 creates at once (cold)"),
+        Line("4 creates at once (cold)", tuple(creates)),
+    ]
+
+
+def paused_many_lines(args: argparse.Namespace) -> list[Line]:
+    """``--paused`` sandboxes created and paused to disk one after another: what they hold
+    then (MemAvailable, processes of sandbox uids) is what 1,000 paused sandboxes cost."""
+    count = args.paused
+    pauses = []
+    with api_server() as http:
+        before = _mem_available()
+        for n in range(count):
+            sandbox_id = _created(http, limits={"disk": "16M"})
+            url = f"/v1/sandboxes/{sandbox_id}/pause"
+            pauses.append(_timed(functools.partial(http.post, url, json={}), 200))
+            if n % 100 == 99:
+                progress(f"{n + 1} paused")
+        held = max(0, before - _mem_available())
+        listed = http.get("/v1/sandboxes", params={"state": "paused", "limit": 1000}).json()
+        running = _metric(http.get("/v1/metrics").text, "ringfence_sandboxes_running")
+    note = (
+        f"{count} paused: {len(listed)} listed paused, {running} running; MemAvailable "
+        f"{held / MiB:.0f} MiB lower ({held / max(count, 1) / 1024:.1f} KiB each)"
+    )
+    return [Line(f"pause of each of {count} sandboxes (memory freed)", tuple(pauses), note=note)]
+
+
+def _metric(text: str, name: str) -> int:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    return -1
+
+
+def _mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+SANDBOX_LINES: list[SandboxLine] = [pause_resume_lines, fork_lines, paused_many_lines]
+
+
 # -- report -----------------------------------------------------------------------------------
 
 
@@ -276,7 +427,7 @@ def render(lines: Sequence[Line], missing_part_two: bool) -> str:
     if missing_part_two:
         out.append(
             "  pause/resume at 200 MiB, fork(4) of 50 MiB, 1,000 paused sandboxes: "
-            "not measured (part two: SANDBOX_LINES is empty)"
+            "not measured (--no-sandboxes)"
         )
     return "\n".join(out)
 
@@ -286,6 +437,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=50, help="rounds for the 200-file tree")
     parser.add_argument("--big-rounds", type=int, default=10, help="rounds at 20,000 files")
     parser.add_argument("--export-rounds", type=int, default=5)
+    parser.add_argument("--pause-rounds", type=int, default=10, help="pause/resume at 200 MiB")
+    parser.add_argument("--fork-rounds", type=int, default=5, help="fork(4) of 50 MiB")
+    parser.add_argument("--paused", type=int, default=1000, help="sandboxes paused at once")
+    parser.add_argument("--no-sandboxes", action="store_true", help="skip part two")
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
@@ -306,11 +461,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         progress("export / populate, 50 MiB")
         lines += export_lines(work, args.export_rounds)
-        for measure in SANDBOX_LINES:
+        for measure in [] if args.no_sandboxes else SANDBOX_LINES:
+            progress(measure.__name__.replace("_", " "))
             lines += measure(args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(render(lines, not SANDBOX_LINES))
+    print(render(lines, args.no_sandboxes))
     if args.json:
         print(
             json.dumps(
