@@ -362,3 +362,34 @@ async def _until(probe: Callable[[], Any], wanted: object, seconds: float = 15) 
     async with asyncio.timeout(seconds):
         while await probe() != wanted:
             await asyncio.sleep(0.05)
+
+
+async def test_a_frozen_sandbox_without_room_to_thaw_stays_frozen(tmp_path: Path) -> None:
+    async with _world(tmp_path, MemoryStore(), budget=Budget(tenant_count=1)) as world:
+        frozen = await world.service.create("acme", SandboxSpec())
+        await world.service.pause("acme", frozen.id, memory=True)
+        other = await world.service.create("acme", SandboxSpec())  # room: frozen ones do not count
+        with pytest.raises(TooManyRequests):
+            await world.service.resume("acme", frozen.id)
+        stored = await world.service.get("acme", frozen.id)
+        assert stored.state is SandboxState.PAUSED and stored.memory is True
+        await world.service.kill("acme", other.id)
+        assert (await world.service.resume("acme", frozen.id)).state is SandboxState.RUNNING
+        await world.audit.flush()
+        from ringfence.models import AuditQuery
+
+        records = await world.store.list_audit(AuditQuery(limit=1000))
+        assert [r.outcome for r in records if r.action == "sandbox.resume"] == ["failed", "ok"]
+
+
+async def test_a_refused_pause_is_audited(tmp_path: Path) -> None:
+    async with _world(tmp_path, MemoryStore(), freezer=False) as world:
+        sandbox = await world.service.create("acme", SandboxSpec())
+        with pytest.raises(StateUnsupported):
+            await world.service.pause("acme", sandbox.id, memory=True)
+        await world.audit.flush()
+        from ringfence.models import AuditQuery
+
+        records = await world.store.list_audit(AuditQuery(limit=1000))
+        (refused,) = [r for r in records if r.action == "sandbox.pause"]
+        assert refused.outcome == "failed" and "freezer" in str(refused.details["error"])

@@ -140,7 +140,8 @@ class Sandbox(BaseModel):
     )
     created_at: datetime
     expires_at: datetime | None = Field(
-        description="When it will be killed unless set_timeout moves it; None once ended."
+        description="When it will be killed (or paused, with on_timeout 'pause') unless "
+        "set_timeout moves it; None once ended, and while paused (see timeout_left)."
     )
     ended_at: datetime | None = None
     error: str | None = Field(

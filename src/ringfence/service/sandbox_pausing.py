@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ringfence.audit.chain import SYSTEM
-from ringfence.backends import LaunchSpec, LiveSandbox, SandboxRuntime
+from ringfence.backends import LaunchSpec, LiveSandbox, SandboxRuntime, StateSupport
 from ringfence.errors import (
     RingfenceError,
     SandboxElsewhere,
@@ -166,23 +166,17 @@ class Pausing:
             if sandbox.state is SandboxState.PAUSED and (memory or not sandbox.memory):
                 return Paused(sandbox=sandbox, memory=bool(sandbox.memory))
             entry = await self._running(tenant, sandbox_id)
-            support = entry.live.state
-            if memory and not support.freeze:
-                raise StateUnsupported(
-                    f"sandbox {sandbox_id} cannot be paused keeping its memory here: "
-                    f"{_why(support.missing, 'no freezer')}; pause it with memory=false "
-                    "to keep its files only"
-                )
-            if not memory and not support.checkpoints:
-                raise StateUnsupported(
-                    f"sandbox {sandbox_id} cannot be paused to disk here: "
-                    f"{_why(support.missing, 'no writable layer to save')}"
-                )
             left = _time_left(sandbox)
-            if memory:
-                paused = await self._freeze(entry, sandbox, left)
-            else:
-                paused = await self._save(entry, sandbox, left)
+            try:
+                _check_pausable(entry.live.state, sandbox_id, memory)
+                if memory:
+                    paused = await self._freeze(entry, sandbox, left)
+                else:
+                    paused = await self._save(entry, sandbox, left)
+            except RingfenceError as exc:
+                self.record(tenant, actor, "sandbox.pause", sandbox_id, "failed",
+                            {"memory": memory, "reason": reason, "error": exc.message})  # fmt: skip
+                raise
         self.record(
             tenant, actor, "sandbox.pause", sandbox_id,
             details={"memory": memory, "reason": reason, "timeout_left": round(left, 3)},
@@ -262,14 +256,19 @@ class Pausing:
         """Resume ``sandbox`` (paused; its lock held)."""
         entry = self._live.get(sandbox.id)
         left = sandbox.timeout_left or 1.0
-        if sandbox.memory:
-            if entry is None or entry.tenant != tenant or entry.frozen is None:
-                ended_here(sandbox)  # frozen elsewhere: SandboxElsewhere
-                raise SandboxNotRunning(f"sandbox {sandbox.id} was lost while frozen")
-            resumed = await self._thaw(entry, sandbox, left)
-        else:
-            resumed = await self._restart(tenant, sandbox, left, actor)
-        details = {"memory": bool(sandbox.memory), "implicit": implicit}
+        details: dict[str, object] = {"memory": bool(sandbox.memory), "implicit": implicit}
+        try:
+            if sandbox.memory:
+                if entry is None or entry.tenant != tenant or entry.frozen is None:
+                    ended_here(sandbox)  # frozen elsewhere: SandboxElsewhere
+                    raise SandboxNotRunning(f"sandbox {sandbox.id} was lost while frozen")
+                resumed = await self._thaw(entry, sandbox, left)
+            else:
+                resumed = await self._restart(tenant, sandbox, left, actor)
+        except RingfenceError as exc:
+            failed = {**details, "error": exc.message}
+            self.record(tenant, actor, "sandbox.resume", sandbox.id, "failed", failed)
+            raise
         self.record(tenant, actor, "sandbox.resume", sandbox.id, details=details)
         return resumed
 
@@ -444,6 +443,21 @@ def check_lifecycle(sandbox: Sandbox, live: LiveSandbox) -> None:
         raise StateUnsupported(
             "auto_pause and on_timeout='pause' save the sandbox's files, which this backend "
             f"cannot: {_why(support.missing, 'no writable layer')}"
+        )
+
+
+def _check_pausable(support: StateSupport, sandbox_id: str, memory: bool) -> None:
+    """Raises ``StateUnsupported`` naming why the sandbox cannot be paused so."""
+    if memory and not support.freeze:
+        raise StateUnsupported(
+            f"sandbox {sandbox_id} cannot be paused keeping its memory here: "
+            f"{_why(support.missing, 'no freezer')}; pause it with memory=false to keep its "
+            "files only"
+        )
+    if not memory and not support.checkpoints:
+        raise StateUnsupported(
+            f"sandbox {sandbox_id} cannot be paused to disk here: "
+            f"{_why(support.missing, 'no writable layer to save')}"
         )
 
 
