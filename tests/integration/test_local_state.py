@@ -6,10 +6,11 @@ refused), and symlinks the sandbox plants never followed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,12 @@ from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.backends.local.probe import Host, require
 from ringfence.backends.local.sandbox import LocalSandbox
 from ringfence.config import Config
-from ringfence.errors import CheckpointNotFound, SandboxError, StateUnsupported
+from ringfence.errors import (
+    CheckpointNotFound,
+    SandboxError,
+    SandboxNotRunning,
+    StateUnsupported,
+)
 from ringfence.models import ResourceLimits
 from ringfence.testing.backend_checks import run_in_sandbox
 
@@ -165,8 +171,30 @@ async def test_freeze_stops_every_process_until_thaw(runtime: LocalSandboxRuntim
             await sandbox.kill()  # a frozen sandbox dies too, and nothing of it is left
         assert not sandbox.running and parts.cgroup.pids() == []
         assert not parts.volume.path.exists()
+        with pytest.raises(SandboxNotRunning):
+            await sandbox.checkpoint()
+        assert sandbox.checkpoints() == [], "they went with its volume"
+        await _until(lambda: not _holds_a_detached_volume(), "its store lets the tmpfs go")
     finally:
         await sandbox.kill()
+
+
+def _holds_a_detached_volume() -> bool:
+    """Whether this process still has a descriptor into an unmounted volume (it would keep
+    the whole tmpfs, and its memory, alive)."""
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/snapshots"):
+                return True
+    return False
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within 2 s: {what}")
 
 
 async def test_a_new_sandbox_starts_from_an_export_and_a_tampered_one_is_refused(

@@ -13,6 +13,8 @@ Operations on one sandbox run one at a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
@@ -62,6 +64,16 @@ class LocalSandbox:
             )
         self._lock = asyncio.Lock()
         self._paused = False  # frozen by ``freeze`` (not by a checkpoint in progress)
+        self._closer = asyncio.ensure_future(self._close_store_at_end())
+
+    async def _close_store_at_end(self) -> None:
+        """Once the sandbox has ended (its volume unmounted), let go of the store: its
+        open directory would keep the detached tmpfs, and every byte on it, alive."""
+        with contextlib.suppress(Exception):  # however it ended
+            await self._inner.ended()
+        async with self._lock:  # never under an operation's feet (its fds)
+            if self._store is not None:
+                _close(self._store)
 
     @property
     def socket_path(self) -> Path:
@@ -101,7 +113,11 @@ class LocalSandbox:
             return await asyncio.to_thread(self._in_frozen, parts, store.take)
 
     def checkpoints(self) -> list[Checkpoint]:
-        return self._store.list() if self._store is not None else []
+        """Its checkpoints, oldest first; none once it has ended (they went with its
+        volume)."""
+        if self._store is None or not self.running:
+            return []
+        return self._store.list()
 
     async def rollback(self, checkpoint_id: str) -> None:
         store, parts = self._stateful()
@@ -120,6 +136,7 @@ class LocalSandbox:
     async def delete_checkpoint(self, checkpoint_id: str) -> None:
         store, _ = self._stateful()
         async with self._lock:
+            self._check_running()
             store.delete(checkpoint_id)
 
     async def freeze(self) -> None:
@@ -139,6 +156,7 @@ class LocalSandbox:
     async def export(self, checkpoint_id: str, target: Path) -> None:
         store, _ = self._stateful()
         async with self._lock:
+            self._check_running()
             await asyncio.to_thread(store.export, checkpoint_id, target)
 
     def _in_frozen(self, parts: SandboxParts, work: Callable[[], T]) -> T:
@@ -154,6 +172,7 @@ class LocalSandbox:
             raise StateUnsupported(
                 f"sandbox state cannot be captured: {'; '.join(self._missing) or 'no volume'}"
             )
+        self._check_running()  # its checkpoints went with its volume
         return self._store, self._parts
 
     def _cgroup_parts(self) -> SandboxParts:
@@ -166,6 +185,18 @@ class LocalSandbox:
     def _check_running(self) -> None:
         if not self.running:
             raise SandboxNotRunning("the sandbox has ended")
+
+
+def _close(store: SnapshotStore) -> None:
+    """Close the store's descriptor of its snapshot directory. ``SnapshotStore`` has no
+    ``close`` yet: until it does, its root descriptor is closed here."""
+    close = getattr(store, "close", None)
+    if close is not None:
+        close()
+        return
+    fd, store._root = store._root, -1
+    if fd >= 0:
+        os.close(fd)
 
 
 def _volume(parts: SandboxParts) -> Volume:
