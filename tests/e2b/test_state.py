@@ -80,6 +80,8 @@ def test_pause_lists_it_paused_and_connect_resumes_it_with_files_and_processes(
         assert sbx.get_info().state is SandboxState.PAUSED, "neither woke it"
 
         again = Sandbox.connect(sbx.sandbox_id)
+        left = again.get_info().end_at - datetime.now(UTC)
+        assert timedelta(seconds=250) < left <= timedelta(seconds=301), "E2B's default 300 s"
         assert again.files.read("/home/user/kept.txt") == "before the pause"
         assert _sleeping(again), "paused keeping memory: its processes go on"
         assert sbx.is_running(), "the tokens handed out before the pause still serve"
@@ -121,7 +123,10 @@ def test_on_timeout_pause_then_a_request_resumes_it(e2b_server: E2bServer) -> No
         assert sbx.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": True}
         _until(lambda: sbx.get_info().state is SandboxState.PAUSED)
         assert sbx.files.read("/home/user/kept.txt") == "through the timeout"
-        assert sbx.get_info().state is SandboxState.RUNNING, "the request resumed it"
+        info = sbx.get_info()
+        assert info.state is SandboxState.RUNNING, "the request resumed it"
+        # As E2B's auto-resume: a fresh timeout of at least 5 minutes, not the second left.
+        assert info.end_at - datetime.now(UTC) > timedelta(seconds=250)
     finally:
         sbx.kill()
 

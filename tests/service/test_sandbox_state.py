@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,11 @@ async def test_on_timeout_pause_pauses_instead_of_killing(world: World) -> None:
     await _until(lambda: _state(world, sandbox.id), SandboxState.PAUSED)
     resumed = await world.service.resume("acme", sandbox.id)
     assert resumed.state is SandboxState.RUNNING
+    # Paused by its timeout, it resumes with a fresh default one (not the second it had
+    # left, which would pause it again at once).
+    assert resumed.expires_at is not None
+    lives = (resumed.expires_at - datetime.now(UTC)).total_seconds()
+    assert lives > world.service.config.default_sandbox_timeout - 30
 
 
 async def test_snapshots_start_new_sandboxes_and_belong_to_their_tenant(world: World) -> None:

@@ -8,8 +8,10 @@ needs is kept sealed beside them, and it is killed: uid, cgroup and volume freed
 held). Either way its timeout clock stops. A resume thaws a frozen one, or starts one saved
 to disk again on its export, under the same id; any request to a paused sandbox resumes it
 (``SandboxService.daemon``), once however many wait, unless it was made with auto_resume
-off. ``auto_pause`` (idle seconds) and ``on_timeout="pause"`` pause to disk. One lock per
-sandbox id orders pauses, resumes and kills.
+off. ``auto_pause`` (idle seconds) and ``on_timeout="pause"`` pause to disk; a sandbox
+paused by its timeout has a fresh default timeout for its resume (as E2B's auto-resume: else
+it would pause again a second after each resume). One lock per sandbox id orders pauses,
+resumes and kills.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ringfence.audit.chain import SYSTEM
 from ringfence.backends import LaunchSpec, LiveSandbox, SandboxRuntime, StateSupport
+from ringfence.config import Config
 from ringfence.errors import (
     RingfenceError,
     SandboxElsewhere,
@@ -101,6 +104,7 @@ class Pausing:
 
     _store: Store
     _runtime: SandboxRuntime | None
+    _config: Config
     _budget: Budget
     _audit: AuditLog | None
     _egress_asker: Asker | None
@@ -167,6 +171,9 @@ class Pausing:
                 return Paused(sandbox=sandbox, memory=bool(sandbox.memory))
             entry = await self._running(tenant, sandbox_id)
             left = _time_left(sandbox)
+            if reason == "timeout":  # nothing was left: its resume gets a new lifetime
+                fresh = min(self._config.default_sandbox_timeout, self._config.max_timeout)
+                left = max(left, fresh)
             try:
                 _check_pausable(entry.live.state, sandbox_id, memory)
                 if memory:

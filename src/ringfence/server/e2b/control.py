@@ -128,17 +128,20 @@ async def connect(
 ) -> E2bSandbox:
     """A running sandbox, with tokens for the calling key; a paused one is resumed first
     (``memory`` false: cold, from its files). A timeout only ever extends a running one (as
-    E2B's connect does); a resumed one lives that long from now."""
+    E2B's connect does); a resumed one lives that long from now (E2B's default 5 minutes)."""
     context, caller = await _caller(request, x_api_key)
     sandbox, resumed = await state.awaken(
         context, caller, sandbox_id, memory=body.memory, auto_pause=body.autoPause
     )
-    if body.timeout is not None:
-        wanted = datetime.now(UTC) + timedelta(seconds=body.timeout)
+    timeout: float | None = body.timeout
+    if resumed and timeout is None:
+        timeout = state.resumed_timeout(context)
+    if timeout is not None:
+        wanted = datetime.now(UTC) + timedelta(seconds=timeout)
         if resumed or sandbox.expires_at is None or wanted > sandbox.expires_at:
             sandbox = await _live(
                 context.sandboxes.set_timeout(
-                    caller.tenant, sandbox_id, body.timeout, actor=caller.key_id
+                    caller.tenant, sandbox_id, timeout, actor=caller.key_id
                 ),
                 sandbox_id,
             )

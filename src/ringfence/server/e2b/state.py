@@ -57,7 +57,7 @@ from ringfence.server.e2b.models import Lifecycle, NewSandbox
 from ringfence.service.keys import Principal
 from ringfence.templates import TemplateNotFound
 
-__all__ = ["awaken", "lifecycle", "lifecycle_of", "router", "snapshot_named"]
+__all__ = ["awaken", "lifecycle", "lifecycle_of", "resumed_timeout", "router", "snapshot_named"]
 
 router = APIRouter()
 T = TypeVar("T")
@@ -68,6 +68,7 @@ ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
 # E2B's snapshot ids carry a tag ("abc123:default"); a native snapshot id, with or without.
 _SNAPSHOT = re.compile(r"(sn[0-9a-f]{20})(:default)?")
 _FORK_TIMEOUT = 15  # E2B's default time to live of a fork's children, in seconds
+_RESUME_TIMEOUT = 300.0  # E2B's connect default: a resumed sandbox lives this long from now
 _HEALTH_SECONDS = 5.0  # how long a strict pause waits for the daemon to answer
 _SNAPSHOT_CEILING = 1000  # snapshots of one tenant considered by one list request
 
@@ -129,6 +130,12 @@ def lifecycle_of(body: NewSandbox) -> dict[str, Any]:
         )
     on_timeout = "pause" if body.autoPause else "kill"
     return {"on_timeout": on_timeout, "auto_resume": auto_resume}
+
+
+def resumed_timeout(context: E2bContext) -> float:
+    """How long a sandbox resumed by a connect without a timeout lives from now: E2B's
+    default (5 minutes), under the operator's ceiling."""
+    return min(_RESUME_TIMEOUT, context.sandboxes.config.max_timeout)
 
 
 def lifecycle(sandbox: Sandbox) -> Lifecycle:
