@@ -162,6 +162,8 @@ async def awaken(
     """
     service, tenant, actor = context.sandboxes, principal.tenant, principal.key_id
     sandbox = await service.get(tenant, sandbox_id)
+    if sandbox.state.is_terminal:
+        raise gone(sandbox_id)
     if auto_pause is not None and auto_pause != (sandbox.on_timeout == "pause"):
         raise InvalidRequest(
             f"autoPause: sandbox {sandbox_id}'s on_timeout is {sandbox.on_timeout!r}, set at "
@@ -169,11 +171,10 @@ async def awaken(
         )
     if sandbox.state is SandboxState.RUNNING:
         return sandbox, False
-    if sandbox.state is not SandboxState.PAUSED:
-        raise gone(sandbox_id)
     try:
         if memory is False and sandbox.memory:
-            await _unsupported_as_invalid(service.pause(tenant, sandbox_id, actor=actor))
+            reboot = service.pause(tenant, sandbox_id, actor=actor, reason="reboot")
+            await _unsupported_as_invalid(reboot)
         resumed = await service.resume(tenant, sandbox_id, actor=actor)
     except SandboxNotRunning:
         raise gone(sandbox_id) from None
