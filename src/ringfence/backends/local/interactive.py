@@ -24,6 +24,7 @@ import py_compile
 import secrets
 import shutil
 import uuid
+import weakref
 from pathlib import Path
 
 import ringfence.sandboxd
@@ -60,6 +61,7 @@ class LocalSandboxRuntime:
         self._executor = executor
         self._seal_key = seal_key if seal_key is not None else secrets.token_bytes(32)
         self._budget = Budget(count=config.max_checkpoints, bytes=config.checkpoint_bytes)
+        self._sandboxes: weakref.WeakSet[LocalSandbox] = weakref.WeakSet()
         sockets = config.runtime_dir / "sockets"
         sockets.mkdir(mode=0o700, parents=True, exist_ok=True)
         _sweep_stale_instances(sockets)
@@ -103,7 +105,9 @@ class LocalSandboxRuntime:
             self._executor.unreserve(run_id)
             listener.close()  # start_daemon_sandbox closed it unless reserve refused
         missing = self._executor.state_missing
-        return LocalSandbox(inner, parts, self._budget, self._seal_key, missing)
+        sandbox = LocalSandbox(inner, parts, self._budget, self._seal_key, missing)
+        self._sandboxes.add(sandbox)
+        return sandbox
 
     def _populate(self, export: Path | None) -> Populate | None:
         """What fills a fresh volume from ``export`` (its seal and every file checked
@@ -119,6 +123,8 @@ class LocalSandboxRuntime:
 
     async def aclose(self) -> None:
         await self._executor.aclose()
+        for sandbox in list(self._sandboxes):  # each lets go of its store once it has ended
+            await sandbox.released()
         shutil.rmtree(self._sockets, ignore_errors=True)
 
 

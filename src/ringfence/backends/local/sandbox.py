@@ -66,6 +66,10 @@ class LocalSandbox:
         self._paused = False  # frozen by ``freeze`` (not by a checkpoint in progress)
         self._closer = asyncio.ensure_future(self._close_store_at_end())
 
+    async def released(self) -> None:
+        """Wait until it has ended and let go of everything it held on the host."""
+        await asyncio.shield(self._closer)
+
     async def _close_store_at_end(self) -> None:
         """Once the sandbox has ended (its volume unmounted), let go of the store: its
         open directory would keep the detached tmpfs, and every byte on it, alive."""
