@@ -399,3 +399,38 @@ async def test_a_refused_pause_is_audited(tmp_path: Path) -> None:
         records = await world.store.list_audit(AuditQuery(limit=1000))
         (refused,) = [r for r in records if r.action == "sandbox.pause"]
         assert refused.outcome == "failed" and "freezer" in str(refused.details["error"])
+
+
+class _Stateless:
+    """A fake sandbox whose backend captures nothing (as the Pod backend's)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def state(self) -> Any:
+        from ringfence.backends import StateSupport
+
+        return StateSupport(False, False, False, ("no writable layer here",))
+
+
+async def test_a_backend_without_state_refuses_clearly(tmp_path: Path) -> None:
+    async with _world(tmp_path, MemoryStore()) as world:
+        start = world.runtime.start
+
+        async def stateless(spec: Any) -> Any:
+            return _Stateless(await start(spec))
+
+        world.runtime.start = stateless  # type: ignore[method-assign]
+        with pytest.raises(StateUnsupported, match="no writable layer here"):
+            await world.service.create("acme", SandboxSpec(auto_pause=60))
+        (refused,) = await world.service.list("acme")
+        assert refused.state is SandboxState.FAILED  # recorded, with why
+        sandbox = await world.service.create("acme", SandboxSpec())
+        for memory in (True, False):
+            with pytest.raises(StateUnsupported, match="no writable layer here"):
+                await world.service.pause("acme", sandbox.id, memory=memory)
+        assert (await world.service.get("acme", sandbox.id)).state is SandboxState.RUNNING
