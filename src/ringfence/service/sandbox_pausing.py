@@ -400,9 +400,12 @@ class Pausing:
             try:
                 await self.pause(entry.tenant, sandbox.id, memory=False, reason=reason)
             except Exception as exc:  # boundary: the runtime's own deadline still ends it
+                if entry.ended.done():
+                    return  # killed meanwhile (a kill holds the lock the pause waited for)
                 log.error("could not pause sandbox %s (%s): %s", sandbox.id, reason, exc)
-                self.record(entry.tenant, SYSTEM, "sandbox.pause", sandbox.id, "failed",
-                            {"reason": reason, "error": str(exc)})  # fmt: skip
+                if not isinstance(exc, RingfenceError):  # pause records its own refusals
+                    self.record(entry.tenant, SYSTEM, "sandbox.pause", sandbox.id, "failed",
+                                {"reason": reason, "error": repr(exc)})  # fmt: skip
                 if reason == "timeout":
                     await entry.live.kill()
                 return
