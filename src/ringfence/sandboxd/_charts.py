@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any
 
 __all__ = ["chart_of"]
@@ -46,10 +47,10 @@ def _chart(ax: Any) -> dict[str, Any]:
 
 
 def _kind(ax: Any) -> str:
-    from matplotlib.collections import PathCollection  # type: ignore[import-not-found, unused-ignore]
-    from matplotlib.lines import Line2D  # type: ignore[import-not-found, unused-ignore]
-    from matplotlib.patches import Rectangle, Wedge  # type: ignore[import-not-found, unused-ignore]
-    from matplotlib.text import Text  # type: ignore[import-not-found, unused-ignore]
+    Line2D = _loaded("matplotlib.lines").Line2D
+    PathCollection = _loaded("matplotlib.collections").PathCollection
+    Rectangle, Wedge = _loaded("matplotlib.patches").Rectangle, _loaded("matplotlib.patches").Wedge
+    Text = _loaded("matplotlib.text").Text
 
     drawn = [child for child in ax.get_children() if _drawn(ax, child)]
     drawn = [child for child in drawn if not isinstance(child, Text)]
@@ -101,7 +102,7 @@ def _points(ax: Any, kind: str) -> list[dict[str, Any]]:
 
 
 def _bars(ax: Any) -> dict[str, Any]:
-    from matplotlib.container import BarContainer  # type: ignore[import-not-found, unused-ignore]
+    BarContainer = _loaded("matplotlib.container").BarContainer
 
     chart = _axes_2d(ax, "bar")
     elements = []
@@ -162,10 +163,18 @@ def _value(axis: Any, raw: Any) -> Any:
         names = {index: name for name, index in axis.units._mapping.items()}
         return str(names.get(round(number), number))
     if scale == "datetime":
-        from matplotlib.dates import num2date  # type: ignore[import-not-found, unused-ignore]
-
-        return num2date(number).isoformat()
+        return _loaded("matplotlib.dates").num2date(number).isoformat()
     return number if math.isfinite(number) else None
+
+
+def _loaded(name: str) -> Any:
+    """A matplotlib module the cell's figure already loaded (``matplotlib.axes`` loads all
+    of these): this package imports nothing beyond the standard library itself.
+
+    Raises:
+        KeyError: it is not loaded (the chart is then not sent).
+    """
+    return sys.modules[name]
 
 
 def _unit(label: str | None) -> str | None:
