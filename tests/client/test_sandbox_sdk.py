@@ -50,8 +50,10 @@ async def test_env_and_cwd(live: LiveServer) -> None:
         assert (await sbx.commands.run("pwd")).stdout == "/home/user\n"
         with pytest.raises(InvalidRequest):
             await sbx.commands.run("true", cwd="/no/such/dir")
+        assert (await sbx.commands.run("id -un", user="root")).stdout == "root\n"
+        assert (await sbx.commands.run("id -un", user="user")).stdout == "user\n"
         with pytest.raises(InvalidRequest):
-            await sbx.commands.run("true", user="root")
+            await sbx.commands.run("true", user="bob")
 
 
 async def test_callbacks_get_output_while_the_command_runs(sbx: AsyncSandbox) -> None:

@@ -84,9 +84,10 @@ def test_connecting_to_an_unknown_pid_is_not_found(sbx: Sandbox) -> None:
         sbx.commands.connect(999_999)
 
 
-def test_another_user_is_refused_not_run_as_user(sbx: Sandbox) -> None:
-    with pytest.raises(SandboxException, match="root"):
-        sbx.commands.run("id -u", user="root")
+def test_root_runs_as_root_inside_and_another_user_is_refused(sbx: Sandbox) -> None:
+    assert sbx.commands.run("id -u", user="root").stdout == "0\n"
+    with pytest.raises(SandboxException, match="bob"):
+        sbx.commands.run("id -u", user="bob")  # type: ignore[arg-type]
     assert sbx.commands.run("id -un", user="user").stdout == "user\n"
 
 

@@ -272,9 +272,9 @@ def test_a_download_keeps_the_user_then_the_sandbox_then_the_path(e2b_server: E2
     the host's words), then a sandbox that is gone (not found), only then the path (400)."""
     doomed = Sandbox.create()
     try:
-        as_root = _by_token(doomed, username="root")
-        assert as_root.status_code == 403
-        assert "a sandbox runs everything as its one unprivileged user" in as_root.text
+        as_bob = _by_token(doomed, username="bob")
+        assert as_bob.status_code == 403
+        assert "a sandbox has the users 'user' and 'root' only" in as_bob.text
         no_path = _by_token(doomed)
         assert no_path.status_code == 400 and "path" in no_path.json()["message"]
     finally:

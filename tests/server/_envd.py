@@ -51,14 +51,17 @@ async def run(
     headers: dict[str, str],
     sandbox_id: str,
     cmd: list[str],
+    user: str | None = None,
     **fields: Any,
 ) -> Ran:
-    """Run ``cmd`` in the sandbox and collect what it printed and how it ended."""
+    """Run ``cmd`` in the sandbox (as ``user``: the sandbox's default when None) and collect
+    what it printed and how it ended."""
     ran = Ran()
     async with client.stream(
         "POST",
         f"/v1/sandboxes/{sandbox_id}/rpc/process.Process/Start",
         headers={**headers, **STREAM},
+        params={} if user is None else {"user": user},
         content=start_body(cmd, **fields),
     ) as response:
         assert response.status_code == 200, await response.aread()

@@ -6,8 +6,9 @@
   surface nothing in a sandbox needs. Every other family fails with EAFNOSUPPORT.
 - ptrace equivalents: a command cannot take the daemon's descriptors (pidfd_getfd) nor read
   its /proc files or memory; the daemon is non-dumpable and pidfd_getfd and kcmp are denied.
-- One host uid per live sandbox: per-uid kernel limits (inotify instances here) are not
-  shared between sandboxes, and a uid goes back to the range only once its sandbox is gone.
+- Host uids of its own per live sandbox (two for an interactive one: its root inside and
+  its user): per-uid kernel limits (inotify instances here) are not shared between
+  sandboxes, and a uid goes back to the range only once its sandbox is gone.
 
 Each attack has a control in the same sandbox (the allowed families work, the command's own
 child is readable), so that no test passes because the attacking script crashed.
@@ -65,8 +66,17 @@ async def sandbox(api: Api) -> AsyncIterator[str]:
     await api.client.delete(f"/v1/sandboxes/{sandbox_id}", headers=api.acme)
 
 
-async def _in_sandbox(api: Api, sandbox: str, script: str, *args: str) -> Any:
-    ran = await run(api.client, api.acme, sandbox, _python(script, *args))
+@pytest.fixture(params=["user", "root"])
+def user(request: pytest.FixtureRequest) -> str:
+    """Who an attack runs as inside: the sandbox user, and root inside (issue 16)."""
+    who: str = request.param
+    return who
+
+
+async def _in_sandbox(
+    api: Api, sandbox: str, script: str, *args: str, user: str | None = None
+) -> Any:
+    ran = await run(api.client, api.acme, sandbox, _python(script, *args), user=user)
     assert ran.end.get("exitCode", 0) == 0 and ran.error is None, ran
     return _reported(ran.stdout + ran.stderr)
 
@@ -137,9 +147,9 @@ def _check_socket_families(out: dict[str, Any]) -> None:
 
 
 async def test_only_the_allowed_socket_families_exist_in_an_interactive_sandbox(
-    api: Api, sandbox: str
+    api: Api, sandbox: str, user: str
 ) -> None:
-    _check_socket_families(await _in_sandbox(api, sandbox, _SOCKET_FAMILIES))
+    _check_socket_families(await _in_sandbox(api, sandbox, _SOCKET_FAMILIES, user=user))
 
 
 async def test_only_the_allowed_socket_families_exist_in_a_one_shot_execution(api: Api) -> None:
@@ -176,7 +186,12 @@ def reach(pid):
     def read(name):
         with open(f"/proc/{pid}/{name}", "rb") as f:
             f.read(1)
+    def reopen(fd):
+        os.close(os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK))
+    opened = {attempt(lambda: reopen(fd)) for fd in range(16)} - {"ENOENT", "ENXIO"}
     return {
+        "fd_open": sorted(opened),
+        "fd_link": attempt(lambda: os.readlink(f"/proc/{pid}/fd/0")),
         "pidfd_open": "ok" if isinstance(pidfd, int) else pidfd,
         "pidfd_getfd": sorted(set(got.values())),
         "kcmp": call(KCMP, os.getpid(), pid, KCMP_FILE, 0, 0),
@@ -194,9 +209,11 @@ child.kill()
 
 
 async def test_a_command_cannot_take_the_daemons_descriptors_or_read_its_memory(
-    api: Api, sandbox: str
+    api: Api, sandbox: str, user: str
 ) -> None:
-    out = await _in_sandbox(api, sandbox, _DAEMON_REACH)
+    """Root's commands are the daemon's uid: its being non-dumpable, and root inside
+    holding no CAP_SYS_PTRACE, keep them out as well."""
+    out = await _in_sandbox(api, sandbox, _DAEMON_REACH, user=user)
     assert "sandboxd.__main__" in " ".join(out["parent"]), "the command's parent is the daemon"
     daemon, control = out["daemon"], out["own child"]
     # Control: /proc of a process the command started (dumpable, same uid) is readable.
@@ -207,8 +224,11 @@ async def test_a_command_cannot_take_the_daemons_descriptors_or_read_its_memory(
     assert daemon["pidfd_getfd"] == ["EPERM"], daemon
     assert control["pidfd_getfd"] == ["EPERM"], "denied by the filter, whoever the target"
     assert daemon["kcmp"] == control["kcmp"] == "EPERM"
-    for name in ("fd", "mem", "environ", "cwd"):
+    # Root (the daemon's uid) may list the numbers of its descriptors, no more.
+    names = ("mem", "environ", "cwd", "fd_link") + (("fd",) if user == "user" else ())
+    for name in names:
         assert daemon[name] == "EACCES", (name, daemon)
+    assert daemon["fd_open"] == ["EACCES"], daemon
 
 
 # -- one host uid per live sandbox -----------------------------------------------------------
@@ -291,10 +311,10 @@ report("ok" if fd >= 0 else errno.errorcode[ctypes.get_errno()])
 
 
 async def test_one_sandbox_exhausting_its_inotify_instances_leaves_others_theirs(
-    api: Api, sandbox: str
+    api: Api, sandbox: str, user: str
 ) -> None:
     other = await _create(api)
-    held = await _in_sandbox(api, sandbox, _EXHAUST_INOTIFY)
+    held = await _in_sandbox(api, sandbox, _EXHAUST_INOTIFY, user=user)
     # The per-uid limit, not the descriptor limit: a second process of the same sandbox
     # gets none either.
     assert held["why"] == "EMFILE" and 0 < held["count"] <= held["max"], held
@@ -306,15 +326,17 @@ async def test_one_sandbox_exhausting_its_inotify_instances_leaves_others_theirs
         json={"path": "/home/user"},
     )
     assert watched.status_code == 200, watched.text
-    assert await _in_sandbox(api, sandbox, _ONE_INOTIFY) == "EMFILE", "control: still held"
+    still = await _in_sandbox(api, sandbox, _ONE_INOTIFY, user=user)
+    assert still == "EMFILE", "control: still held"
 
 
 @pytest.fixture
 async def one_uid(monkeypatch: pytest.MonkeyPatch, local_host: object) -> AsyncIterator[Api]:
-    """A server whose sandbox range is a single uid (outside the default range, picked at
-    random so that concurrent runs of this test do not meet)."""
-    uid = random.randrange(1_990_000_000, 1_999_999_999)
-    monkeypatch.setenv("RINGFENCE_SANDBOX_UID_RANGE", f"{uid}-{uid}")
+    """A server whose sandbox range holds one interactive sandbox: two uids, its root
+    inside and its user (outside the default range, picked at random so that concurrent
+    runs of this test do not meet)."""
+    uid = random.randrange(1_990_000_000, 1_999_999_998)
+    monkeypatch.setenv("RINGFENCE_SANDBOX_UID_RANGE", f"{uid}-{uid + 1}")
     async with _serving(local_host, MemoryStore()) as api:
         yield api
 
@@ -325,7 +347,9 @@ async def test_a_uid_is_reused_only_after_its_sandbox_is_gone_and_never_shared(
     api = one_uid
     uid = Config().sandbox_uids[0]
     first = await _create(api)
-    assert _the_one_id(first) == uid
+    assert _the_one_id(first) == uid, "the daemon runs as the sandbox's root inside"
+    ran_as = await _in_sandbox(api, first, "import os; report(os.getuid())")
+    assert ran_as == 1000, "a command runs as the sandbox user: the range's second uid"
     refused = await api.client.post("/v1/sandboxes", headers=api.acme, json={})
     assert refused.status_code == 503, refused.text
     assert refused.json()["error"]["code"] == "sandbox_uids_exhausted"
@@ -340,4 +364,4 @@ async def test_a_uid_is_reused_only_after_its_sandbox_is_gone_and_never_shared(
     assert _host_ids(first) == {}, "nothing of the first sandbox remains"
     assert _the_one_id(second) == uid
     ran = await api.client.post("/v1/executions", headers=api.acme, json={"command": ["true"]})
-    assert ran.status_code == 503, "the uid is the second sandbox's alone"
+    assert ran.status_code == 503, "both uids are the second sandbox's alone"

@@ -133,10 +133,10 @@ async def test_a_stream_of_requests_is_on_the_record_without_being_read_first(
 async def test_another_user_is_refused_before_the_sandbox_is_found(sandbox: OneSandbox) -> None:
     calls = SandboxCalls(sandbox)
     with pytest.raises(Forbidden) as refused:
-        await calls.read_file(CALLER, "x.txt", {}, user="root")
+        await calls.read_file(CALLER, "x.txt", {}, user="bob")
     assert refused.value.code == Forbidden.code
     with pytest.raises(Forbidden):
-        await calls.file_writer(CALLER, user="root")
+        await calls.file_writer(CALLER, user="bob")
     assert sandbox.looked_up == 0 and sandbox.records == []
     answer = await calls.read_file(CALLER, "missing.txt", {}, user="user")
     assert answer.status == 404
@@ -186,8 +186,8 @@ async def test_a_read_without_a_path_is_refused_after_the_user_and_the_lookup(
 ) -> None:
     calls = SandboxCalls(sandbox)
     with pytest.raises(Forbidden) as refused:
-        await calls.read_file(CALLER, None, {}, user="root")
-    assert "a sandbox runs everything as its one unprivileged user 'user'" in str(refused.value)
+        await calls.read_file(CALLER, None, {}, user="bob")
+    assert "a sandbox has the users 'user' and 'root' only" in str(refused.value)
     with pytest.raises(SandboxNotFound):
         await calls.read_file(SandboxCaller("other", "key-2", "sbx-1"), None, {})
     with pytest.raises(InvalidRequest, match="the path query parameter is required"):

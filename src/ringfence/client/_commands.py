@@ -25,7 +25,7 @@ from ringfence.client._errors import CommandTimeout, ProcessNotFound
 from ringfence.client._link import Link, RpcStream
 from ringfence.client._types import CommandResult, OutputChunk, ProcessInfo
 from ringfence.errors import InvalidRequest, SandboxError
-from ringfence.sandboxd.methods import PROCESS, SANDBOX_USER
+from ringfence.sandboxd.methods import PROCESS, USERS
 
 __all__ = [
     "AsyncCommandHandle",
@@ -40,11 +40,11 @@ OutputCallback = Callable[[str], object]  # may return an awaitable (an async ca
 
 
 def check_user(user: str | None) -> None:
-    """Raises ``InvalidRequest`` for any user but the sandbox's one unprivileged user."""
-    if user not in (None, SANDBOX_USER):
-        raise InvalidRequest(
-            f"user {user!r}: a Ringfence sandbox has one unprivileged user, {SANDBOX_USER!r}"
-        )
+    """Raises ``InvalidRequest`` for any user but the sandbox's unprivileged user and its
+    root inside (a sandbox whose host cannot map root refuses that one itself)."""
+    if user is not None and user not in USERS:
+        named = " and ".join(repr(one) for one in USERS)
+        raise InvalidRequest(f"user {user!r}: a Ringfence sandbox has the users {named} only")
 
 
 def start_message(
@@ -183,13 +183,15 @@ class AsyncCommands:
 
         Raises:
             CommandTimeout: it ran past ``timeout`` and was killed.
-            InvalidRequest: an unknown program or working directory, another ``user``.
+            InvalidRequest: an unknown program or working directory, a ``user`` but
+                "user" (the default: uid 1000, no capabilities) and "root" (root inside
+                the sandbox's own user namespace, refused where the host cannot map it).
             SandboxNotFound: the sandbox does not exist (or no longer runs).
             ServerUnreachable.
         """
         check_user(user)
         message = start_message(cmd, envs=envs, cwd=cwd, stdin=stdin, timeout=timeout)
-        stream = await self._link.stream(PROCESS, "Start", message)
+        stream = await self._link.stream(PROCESS, "Start", message, user=user)
         handle = await AsyncCommandHandle.started(self, stream, on_stdout, on_stderr)
         if background:
             return handle

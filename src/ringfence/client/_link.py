@@ -103,8 +103,11 @@ class Link:
             raise SandboxError(f"{service}/{method}: the sandbox answered something not JSON")
         return answer
 
-    async def stream(self, service: str, method: str, message: dict[str, Any]) -> RpcStream:
-        """Open a server stream (``Start``, ``Connect``, ``WatchDir``); ``aclose`` it.
+    async def stream(
+        self, service: str, method: str, message: dict[str, Any], *, user: str | None = None
+    ) -> RpcStream:
+        """Open a server stream (``Start``, ``Connect``, ``WatchDir``) acting as ``user``
+        inside (the sandbox's default when None); ``aclose`` it.
 
         Raises:
             As ``unary``, for an error answered before the first message.
@@ -113,6 +116,7 @@ class Link:
         request = self.http.build_request(
             "POST",
             f"{self.base}/rpc/{service}/{method}",
+            params={} if user is None else {"user": user},
             content=envelope(message),
             headers={
                 "content-type": "application/connect+json",

@@ -31,6 +31,8 @@ from ._codec import dumps, loads
 from ._errors import RpcError, invalid
 from ._http import Closed
 from ._paths import resolve
+from ._users import become, switches
+from .methods import SANDBOX_USER
 
 _LANGUAGES = ("python", "bash", "javascript")  # javascript: when the template has node
 _ALIASES = {"js": "javascript", "py": "python", "sh": "bash"}
@@ -495,7 +497,7 @@ def _spawn_in(cwd: str, argv: list[str], env: dict[str, str], actions: list[Any]
     Raises:
         OSError: the program could not be run.
     """
-    if cwd == os.getcwd():
+    if cwd == os.getcwd() and not switches(SANDBOX_USER):
         return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True,
                               setsigdef=(signal.SIGPIPE, signal.SIGINT))  # fmt: skip
     gate_r, gate_w = os.pipe()  # close-on-exec: it closes when the exec succeeds
@@ -503,6 +505,7 @@ def _spawn_in(cwd: str, argv: list[str], env: dict[str, str], actions: list[Any]
     if pid == 0:
         try:
             os.setsid()
+            become(SANDBOX_USER)  # contexts run as the sandbox user, never as root
             os.chdir(cwd)
             for action in actions:
                 if action[0] == os.POSIX_SPAWN_OPEN:

@@ -1,23 +1,28 @@
-"""Command line: ``--listen-fd N [--user NAME]``; then serve until killed."""
+"""Command line: ``--listen-fd N [--user NAME] [--root]``; then serve until killed."""
 
 from __future__ import annotations
 
 import os
 import sys
 
+from . import _users
 from ._server import Server
-from .methods import SANDBOX_USER
+from .methods import ROOT_USER, SANDBOX_USER
 
 __all__ = ["main"]
 
-_USAGE = "usage: sandboxd --listen-fd N [--user NAME]\n"
+_USAGE = "usage: sandboxd --listen-fd N [--user NAME] [--root]\n"
 
 
-def _parse(argv: list[str]) -> tuple[int, str] | None:
+def _parse(argv: list[str]) -> tuple[int, str, bool] | None:
     fd: int | None = None
     user = SANDBOX_USER
+    root = False
     args = iter(argv)
     for arg in args:
+        if arg == "--root":
+            root = True
+            continue
         name, eq, value = arg.partition("=")
         if not eq:
             value = next(args, "")
@@ -27,7 +32,7 @@ def _parse(argv: list[str]) -> tuple[int, str] | None:
             user = value
         else:
             return None
-    return None if fd is None else (fd, user)
+    return None if fd is None or user == ROOT_USER else (fd, user, root)
 
 
 def _close_on_exec_all() -> None:
@@ -69,12 +74,29 @@ def _make_undumpable() -> bool:
     return bool(call(prctl, (get_dumpable, 0, 0, 0, 0)) == 0)
 
 
+def _give_home_to(user: str) -> None:
+    """The home directory (a fresh tmpfs bwrap made as ns root, or a volume's) belongs to
+    the sandbox user, who works in it; what is inside keeps its owners."""
+    home = os.environ.get("HOME") or "/home/user"
+    try:
+        if os.stat(home).st_uid == 0:
+            os.chown(home, _users.USER_ID, _users.USER_ID)
+    except OSError as exc:
+        sys.stderr.write(f"sandboxd: cannot give {home} to {user}: {exc}\n")
+
+
 def main(argv: list[str]) -> int:
     parsed = _parse(argv)
     if parsed is None:
         sys.stderr.write(_USAGE)
         return 2
-    fd, user = parsed
+    fd, user, root = parsed
+    if root:
+        why = _users.enable_root()
+        if why is not None:  # fail closed: never serve root in a way that could not act
+            sys.stderr.write(f"sandboxd: {why}\n")
+            return 2
+        _give_home_to(user)
     if not _make_undumpable():  # fail closed: never serve with our descriptors in reach
         sys.stderr.write("sandboxd: cannot make the daemon non-dumpable (prctl)\n")
         return 2
@@ -88,7 +110,7 @@ def main(argv: list[str]) -> int:
         return 2
     listener.setblocking(True)
     try:
-        Server(listener, user).serve_forever()
+        Server(listener, user, _users.available()).serve_forever()
     except KeyboardInterrupt:
         return 0
     return 1

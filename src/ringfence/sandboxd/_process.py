@@ -22,6 +22,8 @@ from ._codec import b64encode, dumps
 from ._connect import envelope
 from ._errors import RpcError, invalid
 from ._sync import Queue, start_thread
+from ._users import become, switches
+from .methods import SANDBOX_USER
 
 # The daemon never changes directory: commands that run here can be posix_spawned.
 _CWD = os.getcwd()
@@ -187,8 +189,10 @@ def spawn(
     tag: str | None,
     config: dict[str, object],
     timeout: float | None,
+    user: str = SANDBOX_USER,
 ) -> tuple[Proc, Queue]:
-    """Start the process with a first subscriber attached; raise RpcError if it cannot run."""
+    """Start the process as ``user`` with a first subscriber attached; raise RpcError if it
+    cannot run."""
     if not os.path.isdir(cwd):
         raise invalid(f"the working directory {cwd!r} does not exist or is not a directory")
     program = which(cmd, env)
@@ -199,7 +203,7 @@ def spawn(
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if stdin else (-1, -1)
     try:
-        pid = _start(program, argv, env, cwd, in_r, out_w, err_w)
+        pid = _start(program, argv, env, cwd, in_r, out_w, err_w, user)
     except OSError as exc:
         for fd in (out_r, err_r, in_w):
             if fd >= 0:
@@ -226,15 +230,24 @@ def spawn(
 
 
 def _start(
-    program: str, argv: list[str], env: dict[str, str], cwd: str, stdin: int, out: int, err: int
+    program: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdin: int,
+    out: int,
+    err: int,
+    user: str,
 ) -> int:
-    """Start ``program`` in a new session with these fds as 0, 1 and 2; return its pid.
+    """Start ``program`` as ``user`` in a new session with these fds as 0, 1 and 2; return
+    its pid.
 
     posix_spawn (a vfork: no copy of the daemon's page tables) when the command runs in the
-    daemon's own working directory, the common case; fork otherwise (posix_spawn cannot
-    change directory on every Python this runs on). Exec failures raise OSError either way.
+    daemon's own working directory as the daemon's own user; fork otherwise (posix_spawn
+    can neither change directory on every Python this runs on nor change uid). Exec
+    failures (and a uid the kernel refused) raise OSError either way.
     """
-    if cwd == _CWD:
+    if cwd == _CWD and not switches(user):
         actions = [
             (os.POSIX_SPAWN_DUP2, stdin, 0)
             if stdin >= 0
@@ -254,6 +267,7 @@ def _start(
             os.dup2(null, 0)
             os.dup2(out, 1)
             os.dup2(err, 2)
+            become(user)  # before chdir: the user's own permissions decide it
             os.chdir(cwd)
             _signal.signal(13, _signal.SIG_DFL)  # SIGPIPE: Python ignores it, programs expect it
             _signal.signal(25, _signal.SIG_DFL)  # SIGXFSZ

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 
-from . import _process
+from . import _process, _users
 from ._codec import (
     msg_bool,
     msg_bytes,
@@ -74,9 +74,10 @@ def start(call: Call) -> None:
     tag = msg_str(msg, "tag")
     timeout_ms = msg_int(msg, "timeout_ms", maximum=10**12)
     timeout = timeout_ms / 1000 if timeout_ms else call.timeout
-    env = dict(os.environ)
+    user = _users.current()
+    env = _users.env_for(user, dict(os.environ))
+    cwd = resolve(cwd_given, "process.cwd") if cwd_given else env.get("HOME") or home()
     env.update(envs)
-    cwd = resolve(cwd_given, "process.cwd") if cwd_given else home()
     config: dict[str, object] = {"cmd": cmd, "args": args}
     if envs:
         config["envs"] = envs
@@ -91,6 +92,7 @@ def start(call: Call) -> None:
         tag=tag,
         config=config,
         timeout=timeout,
+        user=user,
     )
     _follow(call, proc, queue, None, deadline_ends_stream=not timeout_ms)
 

@@ -13,6 +13,7 @@ from ._errors import RpcError, http_status
 from ._http import Closed, Conn, HttpError, read_request
 from ._rpc import serve_call
 from ._sync import start_thread
+from ._users import act_as
 from .methods import FILESYSTEM, METHODS, PROCESS, user_refusal
 
 __all__ = ["Server"]
@@ -36,9 +37,11 @@ def _handler(module: str, function: str) -> Handler:
 
 
 class Server:
-    def __init__(self, listener: socket, user: str) -> None:
+    def __init__(self, listener: socket, user: str, users: tuple[str, ...] = ()) -> None:
+        """``user``: the default one; ``users``: every one served (default: ``user``)."""
         self.listener = listener
         self.user = user
+        self.users = users or (user,)
 
     def serve_forever(self) -> None:
         from _socket import socket as Socket
@@ -60,6 +63,7 @@ class Server:
     def _connection(self, sock: socket) -> None:
         conn = Conn(sock)
         try:
+            act_as(self.user)  # until a request names its user: never root by default
             while True:
                 try:
                     request = read_request(conn)
@@ -80,7 +84,8 @@ class Server:
             sock.close()
 
     def check_user(self, request: Request) -> None:
-        """Refuse any user but the sandbox's one user (header or ``username`` query)."""
+        """Refuse any user but those served (header or ``username`` query); this thread
+        then acts as the one named (the default user when none is)."""
         user = request.query.get("username") or None
         auth = request.headers.get("authorization", "")
         if auth[:6].lower() == "basic ":
@@ -89,9 +94,13 @@ class Server:
             except (RpcError, UnicodeDecodeError):
                 raise RpcError("unauthenticated", "the authorization header is malformed") from None
             user = decoded.partition(":")[0] or user
-        refusal = user_refusal(user, self.user, inside=True)
+        refusal = user_refusal(user, self.users, inside=True)
         if refusal is not None:
             raise RpcError("permission_denied", refusal)
+        try:
+            act_as(user or self.user)
+        except OSError as exc:
+            raise RpcError("internal", str(exc)) from None
 
     def _init(self, request: Request, conn: Conn) -> None:
         """``POST /init {"envVars": {...}}``: the environment every later process starts

@@ -1,4 +1,4 @@
-"""The daemon's methods and its one user: written once, read by the daemon and the host.
+"""The daemon's methods and its users: written once, read by the daemon and the host.
 
 The daemon routes its Connect RPC calls by ``METHODS``; the host reads the same table to
 tell the calls that change a sandbox (audited) from those that only look. This is the one
@@ -14,9 +14,11 @@ __all__ = [
     "FILESYSTEM",
     "METHODS",
     "PROCESS",
+    "ROOT_USER",
     "SANDBOX_USER",
     "SERVER_STREAM",
     "UNARY",
+    "USERS",
     "changes",
     "kind_of",
     "user_refusal",
@@ -54,8 +56,12 @@ METHODS = {
 # The calls whose requests stream (their bodies are bounded by the sandbox, not the host).
 CLIENT_STREAMS = tuple(name for name, method in METHODS.items() if method[0] == CLIENT_STREAM)
 
-# Everything in a sandbox runs as its one unprivileged user (the daemon's ``--user``).
+# What a sandbox runs as unless asked otherwise: its unprivileged user (the daemon's
+# ``--user``); and root inside its own user namespace, when its daemon runs as that
+# (``--root``; see ``_users``).
 SANDBOX_USER = "user"
+ROOT_USER = "root"
+USERS = (SANDBOX_USER, ROOT_USER)
 
 
 def changes(name: str) -> bool:
@@ -71,16 +77,22 @@ def kind_of(name: str) -> str | None:
     return None if method is None else method[0]
 
 
-def user_refusal(user: str | None, one: str = SANDBOX_USER, *, inside: bool = False) -> str | None:
-    """Why a call as ``user`` is refused, or None when it names no user or the sandbox's
-    ``one`` user: asking for another (say ``root``) is refused, never run as ``one``.
+def user_refusal(
+    user: str | None, users: tuple[str, ...] = USERS, *, inside: bool = False
+) -> str | None:
+    """Why a call as ``user`` is refused, or None when it names no user or one of
+    ``users``: asking for another is refused, never run as someone else.
 
     The daemon refuses from ``inside`` ("this sandbox ..."), the host of "a sandbox ...":
-    each door keeps the words it has always answered."""
-    if user is None or user == one:
+    each door keeps the words it has always answered. The host allows both ``USERS``; a
+    daemon that cannot run as root (its host runs Ringfence unprivileged) refuses it."""
+    if user is None or user in users:
         return None
     which = "this sandbox" if inside else "a sandbox"
-    return (
-        f"user {user!r} is not available: {which} runs everything as its one "
-        f"unprivileged user {one!r}"
-    )
+    if len(users) == 1:
+        return (
+            f"user {user!r} is not available: {which} runs everything as its one "
+            f"unprivileged user {users[0]!r}"
+        )
+    named = " and ".join(repr(one) for one in users)
+    return f"user {user!r} is not available: {which} has the users {named} only"

@@ -6,7 +6,8 @@ access token or signed URL) and in the shape of what they answer. Each call:
 
 1. finds the sandbox in the caller's tenant, running (``SandboxNotFound`` for another
    tenant's sandbox exactly as for one that never existed; ``SandboxNotRunning``);
-2. keeps the one-user rule, when the caller's door names a user (``Forbidden``);
+2. keeps the users rule, when the caller's door names a user (``Forbidden`` for any but
+   ``user`` and ``root``), and tells the daemon who it acts as (``?username=``);
 3. classifies it by the daemon's own table (``sandboxd.methods``): what changes the
    sandbox goes on the audit record with what is kept of it (the command line, working
    directory and variable names; paths; the signal; never stdin or variable values; text
@@ -91,14 +92,21 @@ class SandboxCalls:
         have is passed on too, for the daemon to refuse."""
         daemon = await self._daemon(caller, user)
         method = name.rpartition("/")[2]
+        path, params = f"/{name}", _as(user)
         if not changes(name):
-            return Answer(await daemon.send("POST", f"/{name}", headers=headers, content=body))
+            answer = await daemon.send("POST", path, params=params, headers=headers, content=body)
+            return Answer(answer)
         if kind_of(name) == CLIENT_STREAM:  # a stream of requests: passed on as it comes
             self._record(caller, f"sandbox.{method}")
-            return Answer(await daemon.send("POST", f"/{name}", headers=headers, content=body))
+            answer = await daemon.send("POST", path, params=params, headers=headers, content=body)
+            return Answer(answer)
         content = await _read(body)
-        self._record(caller, f"sandbox.{method}", _audited(method, content))
-        return Answer(await daemon.send("POST", f"/{name}", headers=headers, content=content))
+        details = _audited(method, content)
+        if user is not None:
+            details["user"] = user
+        self._record(caller, f"sandbox.{method}", details)
+        answer = await daemon.send("POST", path, params=params, headers=headers, content=content)
+        return Answer(answer)
 
     async def read_file(
         self, caller: SandboxCaller, path: str | None, headers: Headers, *,
@@ -113,7 +121,8 @@ class SandboxCalls:
         daemon = await self._daemon(caller, user)
         if not path:
             raise InvalidRequest("the path query parameter is required")
-        upstream = await daemon.send("GET", "/files", params={"path": path}, headers=headers)
+        params = {"path": path, **_as(user)}
+        upstream = await daemon.send("GET", "/files", params=params, headers=headers)
         return Answer(upstream, download=upstream.status_code == 200)
 
     async def file_writer(
@@ -122,7 +131,8 @@ class SandboxCalls:
         """A writer of files into the caller's sandbox (for uploads of several files). Its
         audit records keep each path clipped to 2048 characters (E2B's door), or whole
         (``clip_paths=False``, the native door)."""
-        return FileWriter(await self._daemon(caller, user), self, caller, clip_paths=clip_paths)
+        daemon = await self._daemon(caller, user)
+        return FileWriter(daemon, self, caller, clip_paths=clip_paths, user=user)
 
     async def write_file(
         self, caller: SandboxCaller, path: str, headers: Headers, body: Body, *,
@@ -189,9 +199,10 @@ class FileWriter:
 
     def __init__(
         self, daemon: DaemonClient, calls: SandboxCalls, caller: SandboxCaller, *,
-        clip_paths: bool = True,
+        clip_paths: bool = True, user: str | None = None,
     ) -> None:  # fmt: skip
         self._daemon = daemon
+        self._user = user
         self._calls = calls
         self._caller = caller
         self._clip_paths = clip_paths
@@ -206,9 +217,18 @@ class FileWriter:
     async def _send(self, path: str, headers: Headers, body: Body) -> Answer:
         return Answer(
             await self._daemon.send(
-                "POST", "/files", params={"path": path}, headers=headers, content=body
+                "POST",
+                "/files",
+                params={"path": path, **_as(self._user)},
+                headers=headers,
+                content=body,
             )
         )
+
+
+def _as(user: str | None) -> dict[str, str]:
+    """The query that tells the daemon who a call acts as (none: its default user)."""
+    return {} if user is None else {"username": user}
 
 
 async def _read(body: Body) -> bytes:

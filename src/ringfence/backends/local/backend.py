@@ -1,11 +1,13 @@
 """The ``local`` backend: bubblewrap namespaces + seccomp + cgroups, the embedded default.
 
 Start-up of one sandbox:
-1. take a host uid of its own from the operator's range (``uids``), and create its cgroup;
+1. take a host uid of its own from the operator's range (``uids``; two for an interactive
+   sandbox, which runs as root inside: ``userns``), and create its cgroup;
 2. start bwrap as that unprivileged uid, with the seccomp program on a pipe, told to
    report the sandbox init's pid (``--info-fd``) and to wait (``--block-fd``) before it starts
    the command;
 3. move the sandbox init into the cgroup, so every process of the sandbox is inside it;
+   root inside: write its two-id map and let bwrap go on (``--userns-block-fd``);
 4. with a network policy, attach Ringfence's proxy and resolver to the sandbox's loopback
    (``ringfence.network``): they exist before any code of the request runs;
 5. let the command start.
@@ -42,6 +44,7 @@ from ringfence.backends.local.cgroups import Cgroup
 from ringfence.backends.local.probe import Host, require
 from ringfence.backends.local.rootfs import HOST_IMAGE, Entry, layout_for, overlaid
 from ringfence.backends.local.uids import SandboxUids, drop_privileges
+from ringfence.backends.local.userns import HostIds, enter_ids
 from ringfence.backends.local.volume import Volume, Volumes
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxError, StateUnsupported
@@ -167,10 +170,19 @@ class LocalExecutor(SupervisingExecutor):
             raise
         return volume
 
+    @property
+    def can_run_root_inside(self) -> bool:
+        """Whether reserved (interactive) sandboxes run as root inside: we are host root
+        (an unprivileged server can map only its own uid)."""
+        return self._uids is not None
+
+    def _root_inside(self, request: ExecutionRequest) -> bool:
+        return self.can_run_root_inside and request.id in self._reserved
+
     def check(self, request: ExecutionRequest) -> None:
-        """Also raises ``SandboxUidsExhausted`` when every sandbox uid is in use."""
+        """Also raises ``SandboxUidsExhausted`` when the sandbox uids it needs are in use."""
         if self._uids is not None:
-            self._uids.check_free()
+            self._uids.check_free(2 if self._root_inside(request) else 1)
         self._layout(request)
         for mount in request.mounts:
             if not os.path.exists(mount.source):
@@ -187,13 +199,17 @@ class LocalExecutor(SupervisingExecutor):
     ) -> _BwrapLaunch:
         layout = self._layout(request)  # may refuse: before anything is created
         name = f"rf-{request.id}"
+        root_inside = self._root_inside(request)
         with contextlib.ExitStack() as undo, contextlib.ExitStack() as after_spawn:
-            uid, give_back = self._take_uid()
+            uids, give_back = self._take_uids(2 if root_inside else 1)
             undo.callback(give_back)
+            uid = uids[0]  # bwrap's: the one-shot's only uid, or the ns root's
+            ids = HostIds(*uids) if root_inside else HostIds(root=uid, user=uid)
             cgroup = self._host.cgroups.create(name, limits)
             undo.callback(cgroup.remove)
-            # One host uid is the sandbox's user and (unmapped) root today.
-            volume = await self._volume_for(request, layout, limits, root_uid=uid, user_uid=uid)
+            volume = await self._volume_for(
+                request, layout, limits, root_uid=ids.root, user_uid=ids.user
+            )
             if volume is not None:
                 undo.callback(volume.close)
             seccomp = memfd_with("seccomp", self._host.seccomp)
@@ -205,7 +221,15 @@ class LocalExecutor(SupervisingExecutor):
             undo.callback(os.close, gate_r)
             gate = _Gate(gate_w)
             undo.callback(gate.close)
-            fds = Fds(seccomp=seccomp, info=info_w, block=gate_r)
+            # Root inside: bwrap's child waits on userns_r until we have mapped its ids.
+            userns_r: int | None = None
+            userns_gate: _Gate | None = None
+            if root_inside:
+                userns_r, userns_w = os.pipe()
+                after_spawn.callback(os.close, userns_r)
+                userns_gate = _Gate(userns_w)
+                undo.callback(userns_gate.close)
+            fds = Fds(seccomp=seccomp, info=info_w, block=gate_r, userns_block=userns_r)
             bundle = self._trust_bundle(request)
             # bwrap reads its isolation options from a memfd (--args); the launcher's own
             # argv only drops privileges, names that fd, and ends with the command.
@@ -228,7 +252,7 @@ class LocalExecutor(SupervisingExecutor):
             child = Child.spawn(
                 [*launcher_argv, "--", *request.argv],
                 env=LAUNCH_ENV,
-                pass_fds=(options_fd, seccomp, info_w, gate_r, *pass_fds),
+                pass_fds=(options_fd, seccomp, info_w, gate_r, *_given(userns_r), *pass_fds),
             )
             after_spawn.close()
             undo.pop_all()  # from here on the sandbox owns its uid, cgroup, gate_r and child
@@ -252,6 +276,8 @@ class LocalExecutor(SupervisingExecutor):
             # the command ever ran.
             launched.init = init
             if init is not None:
+                if userns_gate is not None:
+                    await self._map_ids(init, ids, userns_gate)
                 launched.egress = await self._attach_egress(request, init)
                 launched.open_gate(gate.fd)
         except BaseException:
@@ -259,19 +285,34 @@ class LocalExecutor(SupervisingExecutor):
             raise
         finally:
             gate.close()
+            if userns_gate is not None:
+                userns_gate.close()
         return launched
 
-    def _take_uid(self) -> tuple[int, Callable[[], None]]:
-        """A host uid for one sandbox and what gives it back (our own uid, not root).
+    async def _map_ids(self, init: int, ids: HostIds, userns_gate: _Gate) -> None:
+        """Map the waiting sandbox's two ids, then let bwrap go on. Raises ``SandboxError``
+        (the caller kills the sandbox: its init is in the cgroup already)."""
+        assert self._host.nsenter is not None, "the probe finds nsenter when we are root"
+        await enter_ids(init, ids, self._host.nsenter)
+        os.write(userns_gate.fd, b"1")
+
+    def _take_uids(self, count: int) -> tuple[tuple[int, ...], Callable[[], None]]:
+        """``count`` host uids for one sandbox and what gives them all back (our own uid,
+        once, when we are not root).
 
         Raises:
-            SandboxUidsExhausted: every uid of the range runs a live sandbox.
+            SandboxUidsExhausted: the range has fewer than ``count`` uids left.
         """
         uids = self._uids
         if uids is None:
-            return os.geteuid(), lambda: None
-        uid = uids.acquire()
-        return uid, lambda: uids.release(uid)
+            return (os.geteuid(),), lambda: None
+        taken = uids.acquire_many(count)
+
+        def give_back() -> None:
+            for uid in taken:
+                uids.release(uid)
+
+        return taken, give_back
 
     def _trust_bundle(self, request: ExecutionRequest) -> str | None:
         """The bundle with the egress CA, for a sandbox with a policy when the proxy
@@ -312,6 +353,10 @@ class _Gate:
         if self._open:
             self._open = False
             os.close(self.fd)
+
+
+def _given(fd: int | None) -> tuple[int, ...]:
+    return () if fd is None else (fd,)
 
 
 def _close(fd: int) -> None:

@@ -13,6 +13,10 @@ and each of the root's directories that the volume has layers for becomes an ove
 idmapped template view below, the sandbox's own upper layer above): the root is writable,
 the template is not.
 
+A root-inside sandbox (``Fds`` with a ``userns_block``: see ``userns``) starts its command
+as ns root with Docker's capabilities instead of uid 1000, under a map the server writes;
+no_new_privs and the filter stay.
+
 The network namespace stays empty (loopback only) even with a network policy: Ringfence's
 proxy and resolver are attached to its loopback from the host (``ringfence.network``), and
 only the proxy variables are added here.
@@ -24,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ringfence.backends.local.rootfs import Entry, Kind
+from ringfence.backends.local.userns import NS_USER, root_inside_args
 from ringfence.models import ExecutionRequest, Mount, NetworkMode, NetworkPolicy, ResourceLimits
 from ringfence.network.gateway import proxy_env
 from ringfence.network.intercept import SANDBOX_BUNDLE
@@ -43,8 +48,8 @@ __all__ = [
     "sandbox_env",
 ]
 
-SANDBOX_UID = 1000
-SANDBOX_GID = 1000
+SANDBOX_UID = NS_USER
+SANDBOX_GID = NS_USER
 WORKSPACE = "/home/user"
 HOSTNAME = "sandbox"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -53,11 +58,13 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 @dataclass(frozen=True)
 class Fds:
     """File descriptors handed to bwrap: the seccomp program, where it reports the sandbox's
-    pids, and what it waits on before starting the command."""
+    pids, what it waits on before starting the command, and (root inside) what it waits on
+    until the server has mapped the sandbox's ids (``info`` is required with it)."""
 
     seccomp: int
     info: int | None = None
     block: int | None = None
+    userns_block: int | None = None
 
 
 @dataclass(frozen=True)
@@ -125,18 +132,26 @@ def bwrap_args(
     """
     assert limits.disk is not None, "limits must be merged over the defaults first"
     disk = str(limits.disk)
+    if fds.userns_block is None:
+        identity = ["--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
+    else:  # the server forbids nested user namespaces itself (see userns)
+        assert fds.info is not None, "the server maps ids by the pid bwrap reports"
+        identity = root_inside_args(fds.userns_block)
     argv = [
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-        "--unshare-uts", "--unshare-cgroup", "--disable-userns",
+        "--unshare-uts", "--unshare-cgroup",
         "--die-with-parent", "--new-session",
-        "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+        *identity,
         "--hostname", HOSTNAME,
         "--tmpfs", "/",
     ]  # fmt: skip
+    layout = tuple(layout)
     overlays = writable.overlays if writable is not None else {}
     for entry in layout:
         overlay = overlays.get(entry.target) if entry.kind is Kind.RO_BIND else None
         argv += _overlay_args(overlay, entry.target) if overlay else _entry_args(entry)
+    if fds.userns_block is not None:
+        argv += _open_parents([WORKSPACE, *(m.target for m in request.mounts)], layout)
     if trust_bundle is not None:
         argv += ["--ro-bind", trust_bundle, SANDBOX_BUNDLE]
     argv += [
@@ -189,6 +204,21 @@ def _entry_args(entry: Entry) -> list[str]:
 
 def _overlay_args(overlay: Overlay, target: str) -> list[str]:
     return ["--overlay-src", overlay.lower, "--overlay", overlay.upper, overlay.work, target]
+
+
+def _open_parents(targets: Iterable[str], layout: Iterable[Entry]) -> list[str]:
+    """Root inside, bwrap makes the directories a mount point needs as ns root, 0700: each
+    is made first here, 0755, so the sandbox user can reach what is mounted below it."""
+    made = {entry.target for entry in layout}
+    argv: list[str] = []
+    for target in targets:
+        parts = target.strip("/").split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            parent = "/" + "/".join(parts[:depth])
+            if parent not in made:
+                made.add(parent)
+                argv += ["--perms", "0755", "--dir", parent]
+    return argv
 
 
 def _mount_args(mount: Mount) -> list[str]:

@@ -13,6 +13,11 @@ fails at once instead of waiting in the backlog.
 
 The package is copied (with its bytecode) under the runtime directory, which the
 unprivileged sandbox user can traverse, and bound read-only at ``/run/ringfence/sandboxd``.
+
+When Ringfence is host root, the daemon runs as root inside (``userns``: ns 0 with Docker's
+capabilities, in a user namespace that maps it and the sandbox user to two host uids of the
+sandbox's own) and is told so (``--root``): commands run as the sandbox user by default and
+as root when asked. Otherwise it runs as the sandbox user and serves only that one.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ class LocalSandboxRuntime:
             id=run_id,
             image=spec.image,
             command=[_PYTHON, "-I", "-S", "-B", "-c", _BOOT],
-            args=["--listen-fd", str(listener.fileno())],
+            args=["--listen-fd", str(listener.fileno()), *self._root_flag()],
             env=spec.env,
             timeout=spec.timeout,
             limits=spec.limits,
@@ -120,6 +125,11 @@ class LocalSandboxRuntime:
             populate(export, layers_of(volume), volume.owners, key)
 
         return fill
+
+    def _root_flag(self) -> list[str]:
+        """The daemon runs as root inside (and serves ``root``) where the executor maps it:
+        every sandbox it reserves, when Ringfence is host root."""
+        return ["--root"] if self._executor.can_run_root_inside else []
 
     async def aclose(self) -> None:
         await self._executor.aclose()

@@ -55,6 +55,9 @@ class Host:
     # Why interactive sandboxes get no volume (a read-only root, no state), in plain words;
     # empty: each gets a volume with a writable root (``volume``).
     state_missing: tuple[str, ...] = ()
+    # Enters a root-inside sandbox's user namespace to forbid nested ones there
+    # (``userns``); None when Ringfence is not root (no sandbox runs as root inside).
+    nsenter: str | None = None
 
     @property
     def volumes(self) -> bool:
@@ -68,6 +71,10 @@ def check_host(config: Config) -> tuple[list[Check], Host | None]:
     seccomp = _check_seccomp(checks)
     cgroups = _check_cgroups(config, checks)
     setpriv = _check_user(config, checks)
+    nsenter = shutil.which("nsenter") if isinstance(setpriv, str) else None
+    if isinstance(setpriv, str) and nsenter is None:
+        fix = "apt-get install util-linux"
+        checks.append(Check("root inside", False, "nsenter not found", fix))
     files = _check_runtime_dir(config, checks)
     if bwrap and seccomp is not None and files is not None and setpriv is not False:
         _check_namespaces(config, bwrap, seccomp, files, setpriv, checks)
@@ -76,7 +83,9 @@ def check_host(config: Config) -> tuple[list[Check], Host | None]:
     if all(c.ok for c in checks):
         assert bwrap and seccomp is not None and cgroups and files and setpriv is not False
         missing = _check_writable_root(config, bwrap, seccomp, files, setpriv, checks)
-        return checks, Host(bwrap, cgroups, seccomp, files, setpriv, missing)
+        return checks, Host(
+            bwrap, cgroups, seccomp, files, setpriv, state_missing=missing, nsenter=nsenter
+        )
     return checks, None
 
 

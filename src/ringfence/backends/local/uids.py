@@ -1,11 +1,14 @@
-"""One host uid (and gid) per live sandbox, from the operator's range.
+"""Host uids (and gids) of their own for each live sandbox, from the operator's range.
 
 Every limit the kernel keeps per uid is shared by all processes of that uid: inotify
 instances and watches, ``RLIMIT_NPROC``, POSIX message-queue bytes, pending signals, pipe
 buffers, user and other namespaces. Sandboxes of different tenants that shared one uid
 could starve each other (one took all 128 inotify instances and another's file watch failed
 with EMFILE), so each live sandbox runs as a host uid of its own, with the gid of the same
-number, and no two live sandboxes ever share one.
+number, and no two live sandboxes ever share one. A one-shot execution takes one uid; an
+interactive sandbox takes two (its root inside and its user: ``userns``), so the range
+bounds live sandboxes at half its size when all are interactive: the default 65,536 uids
+hold 32,768 interactive sandboxes, far above what one host's memory runs.
 
 Two parts:
 
@@ -59,10 +62,10 @@ class UidAllocator:
     def in_use(self) -> frozenset[int]:
         return frozenset(self._in_use)
 
-    def check_free(self) -> None:
-        """Raises ``SandboxUidsExhausted`` when no uid is free, as far as this process knows
-        (another one may hold those it does not)."""
-        if not (self._released or self._fresh <= self.last):
+    def check_free(self, count: int = 1) -> None:
+        """Raises ``SandboxUidsExhausted`` when fewer than ``count`` uids are free, as far
+        as this process knows (another one may hold those it does not)."""
+        if len(self._released) + max(self.last - self._fresh + 1, 0) < count:
             raise self._exhausted()
 
     def acquire(self, claim: Callable[[int], bool] = lambda uid: True) -> int:
@@ -96,8 +99,8 @@ class UidAllocator:
     def _exhausted(self) -> SandboxUidsExhausted:
         return SandboxUidsExhausted(
             f"every host uid of the sandbox range {self.first}-{self.last} runs a live "
-            "sandbox; retry when one has ended (the operator may widen "
-            "RINGFENCE_SANDBOX_UID_RANGE)"
+            "sandbox (an interactive sandbox takes two, a one-shot execution one); retry "
+            "when one has ended (the operator may widen RINGFENCE_SANDBOX_UID_RANGE)"
         )
 
 
@@ -153,14 +156,32 @@ class SandboxUids:
         self._allocator = UidAllocator(*config.sandbox_uids)
         self._claims = UidClaims(config.runtime_dir / CLAIMS_FILE)
 
-    def check_free(self) -> None:
-        """Raises ``SandboxUidsExhausted`` when none is free, as far as this process knows."""
-        self._allocator.check_free()
+    def check_free(self, count: int = 1) -> None:
+        """Raises ``SandboxUidsExhausted`` when fewer than ``count`` are free, as far as
+        this process knows."""
+        self._allocator.check_free(count)
 
     def acquire(self) -> int:
         """Raises ``SandboxUidsExhausted`` (every uid is in use here or elsewhere on the
         host) or ``OSError``."""
         return self._allocator.acquire(self._claims.claim)
+
+    def acquire_many(self, count: int) -> tuple[int, ...]:
+        """``count`` uids for one sandbox, all or none (those taken go back on a failure).
+
+        Raises:
+            SandboxUidsExhausted: fewer than ``count`` are free here and elsewhere.
+            OSError: a claim could not be asked for.
+        """
+        taken: list[int] = []
+        try:
+            while len(taken) < count:
+                taken.append(self.acquire())
+        except BaseException:
+            for uid in taken:
+                self.release(uid)
+            raise
+        return tuple(taken)
 
     def release(self, uid: int) -> None:
         """Give ``uid`` back: only once no process of its sandbox is left."""

@@ -84,6 +84,13 @@ _LIVE_ERRORS: dict[int | str, dict[str, object]] = {
 SandboxId = Annotated[str, Path(max_length=64, description="The sandbox's id.")]
 # A file's path: not empty, no NUL, within the kernel's PATH_MAX.
 SandboxPath = functools.partial(Query, min_length=1, max_length=4095, pattern=r"^[^\x00]+$")
+# Who the call acts as inside: the sandbox's unprivileged user (the default) or its root,
+# which holds Docker's default capabilities in the sandbox's own user namespace only.
+SandboxUser = Annotated[
+    Literal["user", "root"] | None,  # sandboxd.methods.USERS
+    Query(description="'user' (default: uid 1000, no capabilities) or 'root' (root inside "
+          "the sandbox's own user namespace, never on the host)."),
+]  # fmt: skip
 
 
 class Timeout(BaseModel):
@@ -251,12 +258,12 @@ async def call_daemon(
     method: Annotated[str, Path(pattern=r"^[A-Za-z]{1,64}$")],
     caller: Caller,
     request: Request,
+    user: SandboxUser = None,
 ) -> Response:
     name = f"{service.value}/{method}"
     calls = _calls(request)
-    return await answered(
-        await calls.rpc(_on(caller, sandbox_id), name, request.headers, request.stream())
-    )
+    on = _on(caller, sandbox_id)
+    return await answered(await calls.rpc(on, name, request.headers, request.stream(), user=user))
 
 
 @router.get(
@@ -275,9 +282,11 @@ async def read_file(
     caller: Caller,
     request: Request,
     path: Annotated[str, SandboxPath(description="Path in the sandbox; relative to the home.")],
+    user: SandboxUser = None,
 ) -> Response:
     calls = _calls(request)
-    return await answered(await calls.read_file(_on(caller, sandbox_id), path, request.headers))
+    on = _on(caller, sandbox_id)
+    return await answered(await calls.read_file(on, path, request.headers, user=user))
 
 
 @router.put(
@@ -297,10 +306,12 @@ async def write_file(
     caller: Caller,
     request: Request,
     path: Annotated[str, SandboxPath(description="Path in the sandbox; parents are created.")],
+    user: SandboxUser = None,
 ) -> Response:
     on = _on(caller, sandbox_id)
     body = request.stream()
-    return await answered(await _calls(request).write_file(on, path, request.headers, body))
+    written = await _calls(request).write_file(on, path, request.headers, body, user=user)
+    return await answered(written)
 
 
 @router.post(
