@@ -74,7 +74,8 @@ def _spec(restore: Path | None = None) -> LaunchSpec:
 
 
 async def _sh(sandbox: LocalSandbox, script: str) -> str:
-    output, code = await run_in_sandbox(sandbox, "sh", "-c", script)
+    """As root inside: the scripts change the root's directories, which only root may."""
+    output, code = await run_in_sandbox(sandbox, "sh", "-c", script, user="root")
     assert code == 0, (script, output)
     return output
 

@@ -105,8 +105,9 @@ async def test_the_root_is_writable_and_writes_land_in_the_sandboxs_own_layer(
         parts = executor.parts(request.id)
         assert parts is not None and parts.volume is not None
         uppers = {layer.target: layer.upper for layer in parts.volume.layers}
-        sandbox_uid = parts.volume.workspace.stat().st_uid
-        assert sandbox_uid != 0
+        # The command ran as the sandbox's root inside: its writes are its root's host uid.
+        sandbox_uid = parts.volume.owners[0]
+        assert sandbox_uid != 0 and parts.volume.workspace.stat().st_uid == parts.volume.owners[1]
         for path in (uppers["/usr"] / "lib/rf-new", uppers["/usr"] / "lib/python3.11/os.py"):
             assert path.stat().st_uid == sandbox_uid, "made by the sandbox: its uid, never 0"
         assert (uppers["/etc"] / "rf.conf").read_text() == "conf\n"

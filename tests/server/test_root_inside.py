@@ -189,7 +189,7 @@ def attempt(call):
 def checked(result):
     if result != 0:
         raise OSError(ctypes.get_errno(), "call")
-mine = "/tmp/mine"
+mine = f"/tmp/mine-{os.getuid()}"
 open(mine, "w").close()
 out = {
     # What root's capabilities do on what the sandbox owns (controls):
@@ -198,7 +198,7 @@ out = {
     # What only host root could do:
     "chown_unmapped": attempt(lambda: os.chown(mine, 4242, 4242)),
     "mount": attempt(lambda: checked(libc.mount(b"none", b"/mnt", b"tmpfs", 0, None))),
-    "mknod_char": attempt(lambda: os.mknod("/tmp/null2", 0o20666, os.makedev(1, 3))),
+    "mknod_char": attempt(lambda: os.mknod(mine + "-null", 0o20666, os.makedev(1, 3))),
     "sethostname": attempt(lambda: checked(libc.sethostname(b"evil", 4))),
     "unshare_user": attempt(lambda: checked(libc.unshare(0x10000000))),
     "max_userns": open("/proc/sys/user/max_user_namespaces").read().strip(),
@@ -221,7 +221,14 @@ async def test_root_inside_cannot_do_what_only_host_root_can(api: Api, sandbox: 
     assert out["mknod_char"] == "EPERM", out
     assert out["unshare_user"] == "EPERM", "the seccomp filter, for root too"
     assert out["max_userns"] == "0" and out["raise_max_userns"] in ("EACCES", "EPERM"), out
-    assert out["write_usr"] in ("EROFS", "EACCES") and out["write_etc"] in ("EROFS", "EACCES")
+    # A writable root (a volume's overlay) takes root's writes into the sandbox's own layer;
+    # the host's files never change.
+    assert out["write_usr"] in ("ok", "EROFS") and out["write_etc"] in ("ok", "EROFS"), out
+    assert not Path("/usr/bin/ringfence-evil").exists()
+    as_user = await _script(api, sandbox, _ROOT_LIMITS)
+    assert as_user["write_usr"] in ("EACCES", "EROFS"), "the system is root's"
+    assert as_user["write_etc"] in ("EACCES", "EROFS"), as_user
+    assert as_user["chown_back"] == "EPERM" and as_user["mknod_char"] == "EPERM", as_user
     assert out["kernel_setting"] in ("EROFS", "EACCES", "EPERM"), out
     assert out["module"] == "EPERM", out
 

@@ -226,15 +226,18 @@ def _spec(timeout: float = 120, **env: str) -> LaunchSpec:
     return LaunchSpec(image="host", env=env, limits=ResourceLimits(), timeout=timeout)
 
 
-async def run_in_sandbox(sandbox: LiveSandbox, *argv: str) -> tuple[str, int | None]:
-    """Run ``argv`` through the sandbox's daemon (``process.Process/Start``); its output
-    and exit status."""
+async def run_in_sandbox(
+    sandbox: LiveSandbox, *argv: str, user: str | None = None
+) -> tuple[str, int | None]:
+    """Run ``argv`` through the sandbox's daemon (``process.Process/Start``), as ``user``
+    (the daemon's default when None); its output and exit status."""
     client = DaemonClient("check", sandbox.socket_path)
     try:
         await client.health(WAIT)
         payload = json.dumps({"process": {"cmd": argv[0], "args": list(argv[1:])}}).encode()
         response = await client.send(
             "POST", "/process.Process/Start",
+            params={} if user is None else {"username": user},
             headers={"content-type": "application/connect+json"},
             content=struct.pack(">BI", 0, len(payload)) + payload,
         )  # fmt: skip
