@@ -97,6 +97,8 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"sandboxd: {why}\n")
             return 2
         _give_home_to(user)
+        # apt's download user (_apt) is not mapped here: apt keeps root (see apt.conf).
+        os.environ.setdefault("APT_CONFIG", os.path.join(os.path.dirname(__file__), "apt.conf"))
     if not _make_undumpable():  # fail closed: never serve with our descriptors in reach
         sys.stderr.write("sandboxd: cannot make the daemon non-dumpable (prctl)\n")
         return 2

@@ -151,7 +151,7 @@ def prepare_daemon(runtime_dir: Path) -> Path:
         OSError: the runtime directory cannot be written.
     """
     package = Path(ringfence.sandboxd.__file__).parent
-    sources = sorted([*package.glob("*.py"), *package.glob("*.js")])
+    sources = sorted([*package.glob("*.py"), *package.glob("*.js"), *package.glob("*.conf")])
     digest = hashlib.sha256()
     for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
