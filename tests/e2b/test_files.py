@@ -83,9 +83,12 @@ def test_missing_files_raise_file_not_found(sbx: Sandbox) -> None:
 
 
 def test_a_write_to_the_root_stays_in_the_sandbox(sbx: Sandbox) -> None:
-    """The root is writable (an overlay per sandbox, as E2B's is the sandbox's own disk):
-    what is written there is the sandbox's, never the host's or the template's."""
-    sbx.files.write("/usr/planted-by-e2b-test", "x")
+    """The root is writable (an overlay per sandbox, as E2B's is the sandbox's own disk)
+    by root inside, as E2B's: what is written there is the sandbox's, never the host's or
+    the template's. The sandbox user may not change the system."""
+    with pytest.raises(SandboxException, match="Permission denied"):
+        sbx.files.write("/usr/planted-by-e2b-test", "x")
+    sbx.files.write("/usr/planted-by-e2b-test", "x", user="root")
     assert sbx.files.read("/usr/planted-by-e2b-test") == "x"
     assert not os.path.exists("/usr/planted-by-e2b-test")
     with Sandbox.create() as other:
