@@ -273,6 +273,31 @@ def test_budgets_count_and_bytes(volume: Volume) -> None:
         store.restore("ck0000")
 
 
+def test_entries_are_budgeted_though_they_hold_no_bytes(volume: Volume) -> None:
+    """Review C1: empty directories, links and empty files cost the server's kernel memory
+    (an inode, a dentry) in every checkpoint; a byte budget never sees them."""
+    ws = volume.layers["workspace"]
+    for d in range(200):
+        make(ws / f"d{d}" / "empty", b"")
+        os.symlink("empty", ws / f"d{d}" / "link")
+    chown_tree(volume.root)
+    store = _store(volume, Budget(count=64, bytes=1 << 30, entries=1500))
+    first = store.take()  # 2 layer roots + 600 entries
+    assert store.used_bytes == 0 and store.used_entries == 602
+    store.take()  # unchanged files are shared, but each checkpoint's names are its own
+    assert store.used_entries == 1204
+    with pytest.raises(SnapshotBudgetExceeded, match="entries"):
+        store.take()
+    assert len(store.list()) == 2 and len(os.listdir(volume.snapshots)) == 2
+    store.delete(first.id)
+    assert store.used_entries == 602
+    store.take()
+
+
+def test_the_default_budget_counts_entries() -> None:
+    assert Budget(count=1, bytes=1).entries > 0
+
+
 def test_twenty_thousand_files(volume: Volume) -> None:
     ws = volume.layers["workspace"]
     for d in range(100):

@@ -26,13 +26,22 @@ from ringfence.errors import CheckpointNotFound, SandboxError, SnapshotBudgetExc
 _OVERLAYFS_MAGIC = 0x794C7630
 
 
+DEFAULT_ENTRIES = 200_000
+"""Entries all of a sandbox's checkpoints may make together (about 0.5-1 KiB of the
+server's kernel memory each on tmpfs: an inode and a dentry, or a dentry for a link)."""
+
+
 @dataclass(frozen=True)
 class Budget:
-    """How much one sandbox's checkpoints may hold: how many, and how many bytes in all
-    (a file shared by several checkpoints counts once)."""
+    """How much one sandbox's checkpoints may hold: how many, how many bytes in all (a
+    file shared by several checkpoints counts once) and how many entries in all: every
+    directory, symlink, whiteout, copy and hard link a checkpoint makes is a name (and
+    most an inode) on the volume's tmpfs, kernel memory charged to the server that no
+    byte count sees, so each counts, shared or not."""
 
     count: int
     bytes: int
+    entries: int = DEFAULT_ENTRIES
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,11 @@ class SnapshotStore:
     def used_bytes(self) -> int:
         return sum(size for size, _ in self._blobs.values())
 
+    @property
+    def used_entries(self) -> int:
+        """The names all checkpoints held made on the volume (see ``Budget``)."""
+        return sum(held.taken.entries for held in self._held.values())
+
     def take(self) -> Checkpoint:
         """Snapshot every layer (incrementally). The sandbox must be frozen.
 
@@ -102,6 +116,7 @@ class SnapshotStore:
             previous.taken.live if previous else None,
             self.budget.bytes - self.used_bytes,
             floor,
+            entries_room=self.budget.entries - self.used_entries,
         )
         checkpoint_id = "ck" + secrets.token_hex(8)
         os.mkdir(checkpoint_id, 0o700, dir_fd=self._root)

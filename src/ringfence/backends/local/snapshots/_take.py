@@ -39,6 +39,7 @@ class Taken:
     blobs: dict[int, int] = field(default_factory=dict)  # snapshot inode -> size, every file
     added: int = 0  # bytes copied (not shared with an earlier snapshot)
     files: int = 0  # entries captured
+    entries: int = 0  # names made in the snapshot (every layer root, dir, link, copy)
     skipped: list[str] = field(default_factory=list)  # fifos and sockets (not captured)
     links: dict[str, str] = field(default_factory=dict)  # a hard link's path -> its group's first
 
@@ -47,11 +48,17 @@ class Taker:
     """Copies layers into a new snapshot directory, linking what ``previous`` still holds."""
 
     def __init__(
-        self, owners: Owners, previous: dict[str, LiveId] | None, room: int, floor_ns: int
+        self,
+        owners: Owners,
+        previous: dict[str, LiveId] | None,
+        room: int,
+        floor_ns: int,
+        entries_room: int,
     ) -> None:
         self.owners = owners
         self.previous = previous or {}
         self.room = room  # bytes the budget has left
+        self.entries_room = entries_room  # names the budget has left
         self.floor_ns = floor_ns
         self.taken = Taken()
         self._groups: dict[tuple[int, int], tuple[str, int]] = {}  # live inode -> first, ino
@@ -61,6 +68,7 @@ class Taker:
         self._snap_root = snap_parent
         st = os.fstat(live_fd)
         self.owners.check(st, name)
+        self._count_entry()
         os.mkdir(name, 0o700, dir_fd=snap_parent)
         with _fs.opened_dir(snap_parent, name) as snap_fd:
             previous_fd = _open_or_none(previous_parent, name)
@@ -90,6 +98,7 @@ class Taker:
                 raise SandboxError(f"refusing {path}: another filesystem is mounted there")
             self.owners.check(st, path)
             self.taken.files += 1
+            self._count_entry()
             if kind is Kind.FILE:
                 group = self._groups.get((st.st_dev, st.st_ino)) if st.st_nlink > 1 else None
                 if group is not None:  # a hard link of a file already captured: link it too
@@ -124,6 +133,15 @@ class Taker:
                     _fs.write_xattrs(_fs.proc_path(snap_fd, name), xattrs)
                 _fs.set_meta_at(snap_fd, name, st, st.st_uid, st.st_gid)
 
+    def _count_entry(self) -> None:
+        """Count one name about to be made in the snapshot against the entries budget."""
+        if self.taken.entries >= self.entries_room:
+            raise SnapshotBudgetExceeded(
+                f"this checkpoint needs more than the {max(self.entries_room, 0)} entries "
+                "(files, directories, links) its budget has left: delete a checkpoint"
+            )
+        self.taken.entries += 1
+
     def _link_in_group(self, snap_fd: int, name: str, path: str, first: str, ino: int) -> int:
         *parents, first_name = first.split("/")
         with _fs.opened_path(self._snap_root, parents) as first_dir:
@@ -152,7 +170,8 @@ class Taker:
                 pass  # not in that snapshot after all: copy
         if self.taken.added + st.st_size > self.room:
             raise SnapshotBudgetExceeded(
-                f"this checkpoint needs more than the {self.room} bytes its budget has left"
+                f"this checkpoint needs more than the {self.room} bytes its budget has left: "
+                "delete a checkpoint"
             )
         with _fs.opened_file(live_fd, name, st) as src:
             dst = os.open(name, _fs.CREATE_FLAGS, 0o600, dir_fd=snap_fd)
