@@ -242,12 +242,20 @@ async def unsupported(
     raise InvalidRequest(f"{feature}: not supported by Ringfence's E2B compatibility yet")
 
 
-@router.api_route("/templates/{name:path}", methods=["GET", "POST", "DELETE"], status_code=400)
+_EVERY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+@router.api_route("/templates/{name:path}", methods=_EVERY_METHOD, status_code=400)
+@router.api_route("/v{version:int}/templates", methods=_EVERY_METHOD, status_code=400)
+@router.api_route("/v{version:int}/templates/{name:path}", methods=_EVERY_METHOD, status_code=400)
+@router.api_route("/volumes", methods=_EVERY_METHOD, status_code=400)
+@router.api_route("/volumes/{name:path}", methods=_EVERY_METHOD, status_code=400)
 async def unsupported_collection(request: Request, x_api_key: ApiKey = None) -> JSONResponse:
-    """E2B's template management: not (yet) in Ringfence (a snapshot's delete is
-    ``server.e2b.state``'s, matched first)."""
+    """E2B's template builds and management, and its volumes: not (yet) in Ringfence, said
+    in E2B's error shape (a snapshot's delete is ``server.e2b.state``'s, matched first)."""
     await _caller(request, x_api_key)
-    what = request.url.path.strip("/").split("/")[0]
+    parts = request.url.path.strip("/").split("/")
+    what = parts[1] if parts[0].startswith("v") and parts[0][1:].isdigit() else parts[0]
     raise InvalidRequest(f"{what}: not supported by Ringfence's E2B compatibility yet")
 
 

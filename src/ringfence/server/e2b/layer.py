@@ -38,7 +38,7 @@ from ringfence.service.sandboxes import SandboxService
 
 __all__ = ["E2bLayer"]
 
-_CONTROL_PATHS = re.compile(r"/((v2/)?sandboxes|snapshots|templates)(/.*)?")
+_CONTROL_PATHS = re.compile(r"/((v2/)?sandboxes|snapshots|(v\d+/)?templates|volumes)(/.*)?")
 # Bodies streamed to the sandbox as they come (its disk and the daemon bound them).
 _STREAMED = re.compile("|".join(["/files", *("/" + re.escape(n) for n in CLIENT_STREAMS)]))
 
