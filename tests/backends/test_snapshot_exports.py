@@ -7,6 +7,8 @@ import contextlib
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -230,3 +232,71 @@ def test_a_sealed_but_malformed_manifest_is_refused(
         with pytest.raises(SandboxError):
             populate(target, child.layers, CHILD, KEY)
         assert all(os.listdir(layer) == [] for layer in child.layers.values())
+
+
+def test_an_export_is_bound_to_the_context_it_was_sealed_for(
+    volume: Volume, fresh: Callable[[str], Volume], tmp_path: Path
+) -> None:
+    _tree(volume)
+    store = SnapshotStore(volume.snapshots, volume.layers, OWNERS, Budget(4, 1 << 30), KEY)
+    store.export(store.take().id, tmp_path / "export", context=b"tenant-a/snap-1")
+    for wrong in (b"", b"tenant-b/snap-1", b"tenant-a/snap-2"):
+        child = fresh(f"child-{len(wrong)}-{wrong[-1:].hex()}")
+        with pytest.raises(SandboxError, match="seal"):
+            populate(tmp_path / "export", child.layers, CHILD, KEY, context=wrong)
+    populate(tmp_path / "export", fresh("right").layers, CHILD, KEY, context=b"tenant-a/snap-1")
+
+
+def test_a_full_volume_while_populating_leaves_nothing_in_the_layers(
+    volume: Volume, tmp_path: Path
+) -> None:
+    _tree(volume)
+    _exported(volume, tmp_path / "export")
+    with tmpfs(tmp_path / "small", size="512k") as root:  # the export holds 1 MiB
+        child = Volume.create(root, LAYERS)
+        with pytest.raises(SandboxError, match="populate"):
+            populate(tmp_path / "export", child.layers, CHILD, KEY)
+        assert all(os.listdir(layer) == [] for layer in child.layers.values())
+
+
+POPULATE_UNDER_FD_LIMIT = """
+import resource, sys
+from pathlib import Path
+from ringfence.backends.local.snapshots import populate
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+layers = {name: Path(sys.argv[2]) / name for name in ("workspace", "tmp", "usr")}
+populate(Path(sys.argv[1]), layers, (int(sys.argv[3]), int(sys.argv[4])), b"k" * 32)
+"""
+
+
+def test_populate_holds_no_descriptor_per_directory(
+    volume: Volume, fresh: Callable[[str], Volume], tmp_path: Path
+) -> None:
+    """Review I4: 10,000 sibling directories and 500 nested ones (a checkpoint takes up
+    to 512) populate with a 256-fd limit (it held one descriptor per directory: EMFILE,
+    a raw OSError)."""
+    ws = volume.layers["workspace"]
+    for i in range(10_000):
+        (ws / "wide" / f"d{i}").mkdir(parents=True)
+    make(ws / "wide" / "d9999" / "last", b"last")
+    deep = ws / "deep"
+    for i in range(500):
+        deep = deep / f"n{i}"
+    make(deep / "bottom", b"bottom")
+    chown_tree(volume.root)
+    _exported(volume, tmp_path / "export")
+    child = fresh("child")
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            POPULATE_UNDER_FD_LIMIT,
+            str(tmp_path / "export"),
+            str(child.root),
+            str(CHILD[0]),
+            str(CHILD[1]),
+        ],
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert _mapped(state_of(volume.layers)) == state_of(child.layers)

@@ -3,11 +3,13 @@ from one.
 
 An export directory holds ``manifest.json`` (every entry: layer, path, kind, mode, owner as
 an index into the sandbox's ids, times, size, sha256, link target, xattrs), ``seal`` (the
-HMAC-SHA256 of the manifest's bytes under the server's key) and ``blobs/<sha256>``: each
+HMAC-SHA256 of the manifest's bytes and the caller's ``context``, what the export belongs
+to, under the server's key) and ``blobs/<sha256>``: each
 distinct file content once, a plain file of root's, mode 0600. Nothing in it is a link,
 a device or a setuid file; whiteouts and symlinks exist only in the manifest. ``populate``
-checks the seal, then every blob (present, a regular file, hashing to its name, no extra
-one, nothing else in the directory) before it writes a single file.
+checks the seal, then every blob (present, a regular file of its size, no extra one,
+nothing else in the directory) before it writes a single file, and each blob's hash as it
+copies it (read once); any failure empties the layers again.
 """
 
 from __future__ import annotations
@@ -36,10 +38,15 @@ _SHA256 = re.compile("[0-9a-f]{64}")
 
 
 def export_snapshot(
-    snap_root: int, layers: Sequence[str], owners: Owners, key: bytes, target: Path
+    snap_root: int,
+    layers: Sequence[str],
+    owners: Owners,
+    key: bytes,
+    target: Path,
+    context: bytes = b"",
 ) -> None:
-    """Write the snapshot open at ``snap_root`` to ``target`` (must not exist).
-    Raises ``SandboxError`` (``target`` is removed again then)."""
+    """Write the snapshot open at ``snap_root`` to ``target`` (must not exist), sealed for
+    ``context`` (see ``seal``). Raises ``SandboxError`` (``target`` is removed again then)."""
     try:
         os.mkdir(target, 0o700)
     except FileExistsError as exc:
@@ -59,7 +66,7 @@ def export_snapshot(
             separators=(",", ":"),
         ).encode()
         _write_new(out, MANIFEST, manifest)
-        _write_new(out, SEAL, seal(key, manifest).encode())
+        _write_new(out, SEAL, seal(key, manifest, context).encode())
     except BaseException:
         os.close(out)
         parent = os.open(target.parent, _fs.DIR_FLAGS)
@@ -71,8 +78,12 @@ def export_snapshot(
     os.close(out)
 
 
-def seal(key: bytes, manifest: bytes) -> str:
-    return hmac.new(key, manifest, hashlib.sha256).hexdigest()
+def seal(key: bytes, manifest: bytes, context: bytes = b"") -> str:
+    """The HMAC of ``manifest`` bound to ``context``. A context is length-prefixed (a
+    manifest, JSON, never starts with a zero byte, so no context/manifest split is
+    ambiguous); no context seals the manifest alone."""
+    bound = len(context).to_bytes(8, "big") + context if context else b""
+    return hmac.new(key, bound + manifest, hashlib.sha256).hexdigest()
 
 
 def _walk(
@@ -173,37 +184,63 @@ def _write_new(dir_fd: int, name: str, data: bytes) -> None:
 # -- populate ---------------------------------------------------------------------------------
 
 
-def populate(source: Path, layers: Mapping[str, Path], owners: Sequence[int], key: bytes) -> None:
+def populate(
+    source: Path,
+    layers: Mapping[str, Path],
+    owners: Sequence[int],
+    key: bytes,
+    context: bytes = b"",
+) -> None:
     """Fill the empty live ``layers`` of a fresh volume from the export at ``source``,
     owned by ``owners`` (matched by index with the exporting sandbox's ids). Every file is
     a copy: independent of the export and of any other volume populated from it.
+    ``context`` must be the one the export was sealed with (what it belongs to, e.g. the
+    tenant and snapshot id): an export sealed for another is refused.
 
     Raises:
-        SandboxError: the export is not one this key sealed, or differs from its manifest
-            in any way (the message names what failed), or the layers do not match it, or
-            a layer is not empty. Nothing is written then.
+        SandboxError: the export is not one this key sealed for ``context``, or differs
+            from its manifest in any way (the message names what failed), or the layers do
+            not match it, or a layer is not empty, or writing failed. Nothing is left in
+            the layers then (what was written is removed again).
     """
     ids = Owners(tuple(owners))
     src = _open_export(source)
     try:
-        manifest = _verified_manifest(src, key, source)
+        manifest = _verified_manifest(src, key, context, source)
         try:
             entries = _checked_entries(manifest, layers, len(ids.ids))
         except (KeyError, TypeError, AttributeError) as exc:
             raise SandboxError(f"the export {source} has a malformed manifest") from exc
         with _fs.opened_dir(src, BLOBS) as blobs:
             _verify_blobs(blobs, entries)
-            live = {name: os.open(path, _fs.DIR_FLAGS) for name, path in layers.items()}
+            live: dict[str, int] = {}
             try:
+                for name, path in layers.items():
+                    live[name] = os.open(path, _fs.DIR_FLAGS)
                 for name, fd in live.items():
                     if _fs.names(fd):
                         raise SandboxError(f"the layer {name!r} to populate is not empty")
-                _write_entries(entries, live, blobs, ids)
+                _write_into(entries, live, blobs, ids, source)
             finally:
                 for fd in live.values():
                     os.close(fd)
+    except OSError as exc:
+        raise SandboxError(f"cannot read the export {source}: {exc}") from exc
     finally:
         os.close(src)
+
+
+def _write_into(
+    entries: list[dict[str, Any]], live: dict[str, int], blobs: int, ids: Owners, source: Path
+) -> None:
+    """``_write_entries``, or on any failure the layers emptied again and ``SandboxError``."""
+    try:
+        _write_entries(entries, live, blobs, ids)
+    except BaseException as exc:
+        _clear(live)
+        if isinstance(exc, OSError):
+            raise SandboxError(f"cannot populate from {source}: {exc}") from exc
+        raise
 
 
 def _open_export(source: Path) -> int:
@@ -232,10 +269,10 @@ def _read_regular(dir_fd: int, name: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def _verified_manifest(src: int, key: bytes, source: Path) -> dict[str, Any]:
+def _verified_manifest(src: int, key: bytes, context: bytes, source: Path) -> dict[str, Any]:
     manifest = _read_regular(src, MANIFEST, _MAX_MANIFEST)
     sealed = _read_regular(src, SEAL, 128).decode(errors="replace").strip()
-    if not hmac.compare_digest(sealed, seal(key, manifest)):
+    if not hmac.compare_digest(sealed, seal(key, manifest, context)):
         raise SandboxError(f"the export {source} is not sealed by this server: its seal fails")
     try:
         parsed = json.loads(manifest)
@@ -315,53 +352,50 @@ def _verify_blobs(blobs: int, entries: list[dict[str, Any]]) -> None:
         st = os.stat(digest, dir_fd=blobs, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode) or st.st_size != size:
             raise SandboxError(f"the export's file {digest} is not the manifest's")
-        with _fs.opened_file(blobs, digest, st) as fd:
-            if _sha256(fd) != digest:
-                raise SandboxError(f"the export's file {digest} was changed: its hash fails")
-
-
-def _sha256(fd: int) -> str:
-    digest = hashlib.sha256()
-    offset = 0
-    while chunk := os.pread(fd, 1 << 20, offset):
-        digest.update(chunk)
-        offset += len(chunk)
-    return digest.hexdigest()
+        # Its content is hashed as it is copied (``_write_entries``): read once.
 
 
 def _write_entries(
     entries: list[dict[str, Any]], live: dict[str, int], blobs: int, owners: Owners
 ) -> None:
-    dirs: list[tuple[int, dict[str, Any]]] = []  # their metadata is set last (mtime)
-    opened: dict[tuple[str, str], int] = {}
+    """Write the checked ``entries`` (parents first) into the empty layers ``live``. Every
+    entry is owned by its final owner before any data goes in; a file's blob is hashed as
+    it is copied (read once); a directory's metadata is set last (its mtime). Holds one
+    descriptor per level of the path being written, never one per directory."""
+    dirs: list[tuple[str, str, dict[str, Any]]] = []
+    cursor = _DirCursor(live)
     try:
         for entry in entries:
             layer, path = entry["layer"], entry["path"]
             uid, gid = owners.ids[entry["uid"]], owners.ids[entry["gid"]]
             if not path:
-                dirs.append((live[layer], entry))
+                dirs.append((layer, path, entry))
                 continue
             parent_path, _, name = path.rpartition("/")
-            parent = opened[(layer, parent_path)] if parent_path else live[layer]
+            parent = cursor.get(layer, parent_path)
             kind = Kind(entry["kind"])
             xattrs = {k: base64.b64decode(v) for k, v in entry["xattrs"].items()}
             if kind is Kind.DIR:
                 os.mkdir(name, 0o700, dir_fd=parent)
-                fd = os.open(name, _fs.DIR_FLAGS, dir_fd=parent)
-                opened[(layer, path)] = fd
-                _fs.write_xattrs(fd, xattrs)
-                dirs.append((fd, entry))
+                os.chown(name, uid, gid, dir_fd=parent, follow_symlinks=False)
+                if xattrs:
+                    _fs.write_xattrs(_fs.proc_path(parent, name), xattrs)
+                dirs.append((layer, path, entry))
             elif kind is Kind.FILE and "link" in entry:
-                first_parent, _, first_name = entry["link"].rpartition("/")
-                source = opened[(layer, first_parent)] if first_parent else live[layer]
-                os.link(
-                    first_name, name, src_dir_fd=source, dst_dir_fd=parent, follow_symlinks=False
-                )
+                first = entry["link"].split("/")
+                with _fs.opened_path(live[layer], first[:-1]) as source:
+                    os.link(
+                        first[-1], name, src_dir_fd=source, dst_dir_fd=parent, follow_symlinks=False
+                    )
             elif kind is Kind.FILE:
                 with _fs.opened_file(blobs, entry["sha256"], _stat_at(blobs, entry)) as src:
                     dst = os.open(name, _fs.CREATE_FLAGS, 0o600, dir_fd=parent)
                     try:
-                        _fs.copy_data(src, dst)
+                        os.fchown(dst, uid, gid)
+                        if _copy_hashing(src, dst) != entry["sha256"]:
+                            raise SandboxError(
+                                f"the export's file {entry['sha256']} was changed: its hash fails"
+                            )
                         _fs.write_xattrs(dst, xattrs)
                         _meta_fd(dst, entry, uid, gid)
                     finally:
@@ -373,18 +407,87 @@ def _write_entries(
                     _fs.make_whiteout(parent, name)
                 else:
                     raise SandboxError(f"the export's entry {layer}/{path} is malformed")
+                os.chown(name, uid, gid, dir_fd=parent, follow_symlinks=False)
                 if xattrs:
                     _fs.write_xattrs(_fs.proc_path(parent, name), xattrs)
-                os.chown(name, uid, gid, dir_fd=parent, follow_symlinks=False)
                 if kind is Kind.WHITEOUT:
                     os.chmod(name, entry["mode"], dir_fd=parent, follow_symlinks=False)
                 times = (entry["atime_ns"], entry["mtime_ns"])
                 os.utime(name, ns=times, dir_fd=parent, follow_symlinks=False)
-        for fd, entry in reversed(dirs):
+        for layer, path, entry in reversed(dirs):
+            fd = cursor.get(layer, path)
             _meta_fd(fd, entry, owners.ids[entry["uid"]], owners.ids[entry["gid"]])
     finally:
-        for fd in opened.values():
-            os.close(fd)
+        cursor.close()
+
+
+class _DirCursor:
+    """One open directory of the layers being written, moved from one directory to the
+    next by ``..`` and names: one descriptor however wide or deep the tree (entries come
+    parents first, depth first, so each move is short). Safe on a fresh volume that no
+    sandbox runs on yet: nothing else changes its tree meanwhile."""
+
+    def __init__(self, live: dict[str, int]) -> None:
+        self._live = live
+        self._layer = ""
+        self._parts: list[str] = []
+        self._fd = -1  # ours when ``_parts`` is not empty
+
+    def get(self, layer: str, path: str) -> int:
+        """An fd of the directory ``layer``/``path``, valid until the next call."""
+        parts = path.split("/") if path else []
+        if layer != self._layer:
+            self.close()
+            self._layer = layer
+        common = 0
+        for mine, theirs in zip(self._parts, parts, strict=False):
+            if mine != theirs:
+                break
+            common += 1
+        if common == 0:
+            self.close()
+        for _ in range(len(self._parts) - common):
+            self._move("..")
+        for part in parts[common:]:
+            self._move(part)
+        return self._fd if self._parts else self._live[layer]
+
+    def _move(self, name: str) -> None:
+        here = self._fd if self._parts else self._live[self._layer]
+        fd = os.open(name, _fs.DIR_FLAGS, dir_fd=here)
+        if self._parts:
+            os.close(self._fd)
+        if name == "..":
+            self._parts.pop()
+        else:
+            self._parts.append(name)
+        if self._parts:
+            self._fd = fd
+        else:
+            os.close(fd)  # back at the layer's root: its own fd serves
+
+    def close(self) -> None:
+        if self._parts:
+            os.close(self._fd)
+        self._parts = []
+
+
+def _copy_hashing(src: int, dst: int) -> str:
+    """Copy ``src`` into ``dst`` from offset 0; the sha256 of the bytes written."""
+    digest = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(src, 1 << 20, offset):
+        digest.update(chunk)
+        os.pwrite(dst, chunk, offset)
+        offset += len(chunk)
+    return digest.hexdigest()
+
+
+def _clear(live: dict[str, int]) -> None:
+    """Remove everything a failed populate wrote (the layers were empty before it)."""
+    for fd in live.values():
+        for name in _fs.names(fd):
+            _fs.remove_tree(fd, name)
 
 
 def _stat_at(dir_fd: int, entry: dict[str, Any]) -> os.stat_result:

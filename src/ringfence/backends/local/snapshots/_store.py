@@ -220,9 +220,10 @@ class SnapshotStore:
                 _check_view(live_fd, view_fd, self.owners.ids[0], name)
             restorer.layer(live_fd, snap_fd, view_fd, name)
 
-    def export(self, checkpoint_id: str, target: Path) -> None:
+    def export(self, checkpoint_id: str, target: Path, context: bytes = b"") -> None:
         """Persist ``checkpoint_id`` as a sealed export in ``target`` (a new directory, off
-        the volume: plain copies, no links into it), for ``populate``.
+        the volume: plain copies, no links into it), for ``populate`` with the same
+        ``context`` (what it belongs to: the seal binds it).
 
         Raises:
             CheckpointNotFound: no such checkpoint.
@@ -230,7 +231,7 @@ class SnapshotStore:
         """
         with self.opened(checkpoint_id) as snap_fd:
             try:
-                export_snapshot(snap_fd, list(self.layers), self.owners, self._key, target)
+                export_snapshot(snap_fd, list(self.layers), self.owners, self._key, target, context)
             except OSError as exc:
                 raise SandboxError(f"cannot export {checkpoint_id} to {target}: {exc}") from exc
 
