@@ -142,6 +142,10 @@ def test_a_killed_paused_sandbox_is_gone(e2b_server: E2bServer) -> None:
         Sandbox.connect(sbx.sandbox_id)
     with pytest.raises(SandboxNotFoundException):
         sbx.pause()
+    frozen = Sandbox.create(metadata={"tag": tag})
+    assert frozen.pause() is True, "frozen, its processes stopped"
+    assert frozen.kill() is True, "a frozen sandbox is killed too"
+    assert _listed(tag) == {}
 
 
 def test_a_snapshot_starts_new_sandboxes_with_its_files_until_deleted(
