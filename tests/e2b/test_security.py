@@ -5,6 +5,7 @@ unmodified SDK, which must raise its own authentication or not-found exception."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
 import httpx
 import pytest
@@ -47,29 +48,31 @@ def _forged(
     )
 
 
+@pytest.mark.parametrize("user", ["user", "root"])  # root inside too (issue 16)
 @pytest.mark.parametrize("token", [None, "", "default.0000000000000000.AAAA", "garbage"])
 def test_envd_without_the_right_token_is_an_authentication_error(
-    victim: CodeSandbox, token: str | None
+    victim: CodeSandbox, token: str | None, user: Literal["user", "root"]
 ) -> None:
     forged = _forged(Sandbox, victim.sandbox_id, token)
     with pytest.raises(AuthenticationException):
-        forged.commands.run("cat /home/user/secret.txt")
+        forged.commands.run("cat /home/user/secret.txt", user=user)
     with pytest.raises(AuthenticationException):
-        forged.files.read("/home/user/secret.txt")
+        forged.files.read("/home/user/secret.txt", user=user)
     with pytest.raises(AuthenticationException):
-        forged.files.write("/home/user/planted.txt", "x")
+        forged.files.write("/home/user/planted.txt", "x", user=user)
     with pytest.raises(AuthenticationException):
-        forged.files.list("/home/user")
+        forged.files.list("/home/user", user=user)
     assert not victim.files.exists("/home/user/planted.txt")
 
 
+@pytest.mark.parametrize("user", ["user", "root"])
 def test_another_sandboxs_token_does_not_open_this_one(
-    e2b_server: E2bServer, victim: CodeSandbox
+    e2b_server: E2bServer, victim: CodeSandbox, user: Literal["user", "root"]
 ) -> None:
     with Sandbox.create() as mine:
         forged = _forged(Sandbox, victim.sandbox_id, mine._envd_access_token)
         with pytest.raises(AuthenticationException):
-            forged.commands.run("cat /home/user/secret.txt")
+            forged.commands.run("cat /home/user/secret.txt", user=user)
 
 
 def test_code_interpreter_without_the_right_tokens_is_refused(victim: CodeSandbox) -> None:

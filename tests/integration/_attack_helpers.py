@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ringfence.backends.local import LocalExecutor
 from ringfence.errors import ExecutionNotFound
 from ringfence.models import ExecutionRequest, ExecutionResult, Status
 
@@ -195,3 +196,16 @@ def host_ipv4_addresses() -> set[str]:
         for previous, line in itertools.pairwise(lines)
         if line.strip() == "/32 host LOCAL"
     }
+
+
+class RootInside(LocalExecutor):
+    """Runs every request as an interactive sandbox's command runs as root inside (issue
+    16): reserved, so in a two-id user namespace as ns root with Docker's capabilities, on
+    a volume with a writable root. The attack tests run on it too: the defences must hold."""
+
+    async def execute(self, request: ExecutionRequest, **kwargs: Any) -> ExecutionResult:
+        self.reserve(request.id)
+        try:
+            return await super().execute(request, **kwargs)
+        finally:
+            self.unreserve(request.id)

@@ -6,8 +6,16 @@ which no packet ever reaches: there is no route for one to leave by."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
+import pytest
+
+from ringfence.backends.local import LocalExecutor
+from ringfence.backends.local.probe import Host
+from ringfence.config import Config
+from ringfence.network.gateway import EgressGateway
 from ringfence.service.audit import AuditLog
-from tests.integration._attack_helpers import python, reported
+from tests.integration._attack_helpers import RootInside, python, reported
 from tests.network.conftest import Origin, audited
 from tests.network.test_egress import LOOPBACK, rules, run
 
@@ -75,8 +83,11 @@ async def test_nothing_leaves_but_through_the_proxy(
     # The host's own loopback services are not the sandbox's: its 127.0.0.1 is its own.
     assert out["host_loopback_service"] == "ECONNREFUSED"
     assert http_origin.connections == 0
-    for key in ("raw_icmp", "raw_ipv6"):  # no CAP_NET_RAW
-        assert out[key] == "socket:EPERM", (key, out[key])
+    # The user has no CAP_NET_RAW; root inside has it, in its own empty namespace: the
+    # socket opens and nothing has a route out.
+    raw = "ENETUNREACH" if isinstance(egress_executor, RootInside) else "socket:EPERM"
+    for key in ("raw_icmp", "raw_ipv6"):
+        assert out[key] == raw, (key, out[key])
     assert out["packet"] == "socket:EAFNOSUPPORT", "AF_PACKET is not an allowed family"
     assert out["bind_proxy_port"] == "EADDRINUSE", "the proxy holds its port before code runs"
     assert out["interfaces"] == ["lo"]
@@ -221,3 +232,15 @@ async def test_a_flood_of_proxy_connections_is_cut_at_the_in_flight_limit(
     """
     out = reported(await run(egress_executor, policy, python(script)))
     assert out == {"closed": 40, "after": "hello from origin\n"}
+
+
+@pytest.fixture(params=["user", "root"])
+async def egress_executor(
+    request: pytest.FixtureRequest, local_host: Host, gateway: EgressGateway
+) -> AsyncIterator[LocalExecutor]:
+    """Each attack as the sandbox user and again as root inside (issue 16): root's raw
+    sockets and low ports hold in the sandbox's own empty network namespace only."""
+    kind = LocalExecutor if request.param == "user" else RootInside
+    executor = kind(Config(), host=local_host, egress=gateway)
+    yield executor
+    await executor.aclose()

@@ -4,19 +4,23 @@ and must never be reached where the policy does not allow them."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
+from ringfence.backends.local import LocalExecutor
+from ringfence.backends.local.probe import Host
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import EgressRule, NetworkMode, NetworkPolicy
 from ringfence.network import Requester, Resolver
-from ringfence.network.gateway import LISTENING
+from ringfence.network.gateway import LISTENING, EgressGateway
 from ringfence.network.proxy import serve_client
 from ringfence.network.session import EgressSession
 from ringfence.policy.egress import Address, OwnEndpoints, own_endpoints
 from ringfence.policy.network import check_tenant_policy
 from ringfence.service.audit import AuditLog
-from tests.integration._attack_helpers import python, reported
+from tests.integration._attack_helpers import RootInside, python, reported
 from tests.network.conftest import Origin, audited
 from tests.network.test_egress import rules, run
 
@@ -292,3 +296,15 @@ async def test_one_sandboxs_slow_lookups_do_not_starve_another_sandboxs(
     finally:
         release.set()
         await asyncio.gather(*flood, return_exceptions=True)
+
+
+@pytest.fixture(params=["user", "root"])
+async def egress_executor(
+    request: pytest.FixtureRequest, local_host: Host, gateway: EgressGateway
+) -> AsyncIterator[LocalExecutor]:
+    """Each attack as the sandbox user and again as root inside (issue 16): root's raw
+    sockets and low ports hold in the sandbox's own empty network namespace only."""
+    kind = LocalExecutor if request.param == "user" else RootInside
+    executor = kind(Config(), host=local_host, egress=gateway)
+    yield executor
+    await executor.aclose()
