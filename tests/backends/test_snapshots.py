@@ -494,3 +494,160 @@ def test_file_capabilities_and_acls_are_not_kept(volume: Volume) -> None:
     with store.opened(checkpoint.id) as fd:
         kept = os.listxattr(f"/proc/self/fd/{fd}/workspace/tool")
     assert kept == ["user.kept"]  # no security.capability: it gives nothing on the host
+
+
+# -- review 16a: restores that cannot finish, mappings, devices, mounts --------------------
+
+
+def _owned_by_root(layers: dict[str, Path]) -> list[str]:
+    return [
+        path
+        for path, entry in state_of(layers).items()
+        if entry[1] == 0 or entry[2] == 0  # uid, gid
+    ]
+
+
+def test_a_rollback_the_volume_has_no_room_for_is_refused_before_it_writes(
+    tmp_path: Path,
+) -> None:
+    with tmpfs(tmp_path / "small", size="12m") as root:
+        volume = Volume.create(root, ("workspace",))
+        ws = volume.layers["workspace"]
+        make(ws / "big", os.urandom(5 << 20))
+        chown_tree(volume.root)
+        store = _store(volume)
+        first = store.take()  # 10 MiB used: the file and its copy
+        os.unlink(ws / "big")
+        make(ws / "filler", os.urandom(3400 << 10))
+        chown_tree(volume.root)
+        store.take()  # ~11.8 MiB: a rollback to first would need 5 MiB, frees 3.4
+        before = state_of(volume.layers)
+        with pytest.raises(SnapshotBudgetExceeded, match="nothing was changed"):
+            store.restore(first.id)
+        assert state_of(volume.layers) == before
+
+
+def test_a_rollback_that_fails_part_way_is_incomplete_and_leaves_no_root_file(
+    volume: Volume, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review I1: a volume full mid-rollback left a uid-0 directory and file behind (made
+    as root, chowned at the end), and the error read like any refusal."""
+    from ringfence.backends.local.snapshots import RestoreIncomplete, _fs
+
+    ws = volume.layers["workspace"]
+    make(ws / "dir" / "big", b"x" * 10_000)
+    make(ws / "dir" / "sub" / "f", b"f")
+    chown_tree(volume.root)
+    store = _store(volume)
+    checkpoint = store.take()
+    remove_tree(os.open(ws, os.O_RDONLY | os.O_DIRECTORY), "dir")
+
+    def full(src: int, dst: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_fs, "copy_data", full)
+    with pytest.raises(RestoreIncomplete) as exc:
+        store.restore(checkpoint.id)
+    assert isinstance(exc.value, SandboxError) and "must not run on" in str(exc.value)
+    assert (ws / "dir").exists() and _owned_by_root(volume.layers) == []
+
+
+def test_a_device_node_found_by_a_rollback_is_removed(volume: Volume) -> None:
+    ws = volume.layers["workspace"]
+    make(ws / "a", b"a")
+    chown_tree(volume.root)
+    store = _store(volume)
+    checkpoint = store.take()
+    os.mknod(ws / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    store.restore(checkpoint.id)
+    assert sorted(os.listdir(ws)) == ["a"]
+
+
+def test_a_view_walk_never_crosses_a_mount(volume: Volume, tmp_path: Path) -> None:
+    """Review I3: the removal through a view descended into a bind mount (as host root)."""
+    from ringfence.backends.local.snapshots._fs import mount_of
+
+    ws = volume.layers["workspace"]
+    (ws / "app" / "data").mkdir(parents=True)
+    host = tmp_path / "host"
+    make(host / "precious", b"the host's", mode=0o600)
+    subprocess.run(["mount", "--bind", str(host), str(ws / "app" / "data")], check=True)
+    try:
+        fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(SandboxError, match="mounted"):
+                remove_tree(fd, "app", mount_of(fd))
+        finally:
+            os.close(fd)
+        assert (host / "precious").read_bytes() == b"the host's"
+    finally:
+        subprocess.run(["umount", str(ws / "app" / "data")], check=True)
+
+
+def _snapshot_bytes(store: SnapshotStore, checkpoint_id: str, path: str) -> bytes:
+    with store.opened(checkpoint_id) as snap:
+        fd = os.open(path, os.O_RDONLY, dir_fd=snap)
+        try:
+            return os.pread(fd, 1 << 20, 0)
+        finally:
+            os.close(fd)
+
+
+MAPPER = """
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)  # then the sandbox's uid (the path is root's alone)
+uid = int(sys.argv[2])
+os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+print("mapped", flush=True)
+for line in sys.stdin:
+    m[0:4] = line.strip().encode()
+    print("written", flush=True)
+"""
+
+
+def test_writes_through_a_shared_mapping_are_seen(volume: Volume) -> None:
+    """Review I2: after its first write fault, a MAP_SHARED page of tmpfs stays writable:
+    later writes move no ctime, and the incremental test called the file unchanged."""
+    ws = volume.layers["workspace"]
+    make(ws / "db", b"\0" * 4096)
+    chown_tree(volume.root)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MAPPER, str(ws / "db"), str(U)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def write(data: str) -> None:
+        proc.stdin.write(data + "\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert proc.stdout.readline().strip() == "written"  # type: ignore[union-attr]
+
+    try:
+        assert proc.stdout.readline().strip() == "mapped"
+        write("BBBB")
+        ctime = os.stat(ws / "db").st_ctime_ns
+        deadline = time.monotonic() + 5
+        while time.clock_gettime_ns(5) <= ctime + 20_000_000:  # past the coarse tick
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        blind = _store(volume)  # without the processes: the attack as the review found it
+        seeing = SnapshotStore(
+            volume.snapshots, volume.layers, OWNERS, BIG, KEY, pids=lambda: [proc.pid]
+        )
+        blind.take()
+        first = seeing.take()
+        write("CCCC")
+        assert os.stat(ws / "db").st_ctime_ns == ctime  # the write moved no ctime
+        second = seeing.take()
+        assert _snapshot_bytes(seeing, second.id, "workspace/db")[:4] == b"CCCC"
+        missed = blind.take()  # the store was not told of the mapping: a stale copy
+        assert _snapshot_bytes(blind, missed.id, "workspace/db")[:4] == b"BBBB"
+        write("DDDD")
+        seeing.restore(first.id)
+        assert (ws / "db").read_bytes()[:4] == b"BBBB"
+    finally:
+        proc.kill()
+        proc.wait()

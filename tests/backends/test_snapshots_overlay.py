@@ -270,3 +270,53 @@ def test_a_symlink_in_the_path_of_the_view_is_not_followed(base: Path, lower: Pa
         with pytest.raises(SandboxError):
             store.restore(checkpoint.id, overlay_view={"usr": via_link})
         store.restore(checkpoint.id, overlay_view={"usr": sandbox.view})
+
+
+def test_a_refused_view_changes_no_layer(base: Path, lower: Path) -> None:
+    """Review I1: the plain layers were restored before the view was checked."""
+    from ringfence.backends.local.snapshots import RestoreIncomplete
+
+    with (
+        sandbox_with_overlay(base, lower, "one") as one,
+        sandbox_with_overlay(base, lower, "two") as two,
+    ):
+        plain = base / "vol" / "ws"
+        plain.mkdir()
+        make(plain / "f", b"at the checkpoint")
+        chown_tree(plain)
+        os.chown(plain, U, U)
+        layers = {"ws": plain, "usr": one.upper}
+        store = SnapshotStore(base / "vol" / "snapshots", layers, OWNERS, Budget(8, 1 << 30), KEY)
+        checkpoint = store.take()
+        (plain / "f").write_bytes(b"after it")
+        one.run(f"open({str(one.merged)!r} + '/new', 'w').write('n')")
+        with pytest.raises(SandboxError) as exc:
+            store.restore(checkpoint.id, overlay_view={"usr": two.view})
+        assert not isinstance(exc.value, RestoreIncomplete)
+        assert (plain / "f").read_bytes() == b"after it"
+        assert os.listdir(one.upper) == ["new"]
+
+
+def test_a_rollback_through_a_view_never_touches_a_mount_in_it(base: Path, lower: Path) -> None:
+    """Review I3 (repro e.py): removing a copied-up directory through the view descended
+    into a host directory bound below it and unlinked there as host root."""
+    from ringfence.backends.local.snapshots import RestoreIncomplete
+
+    host = base / "host"
+    make(host / "precious", b"the host's", mode=0o600)  # root's: the sandbox cannot remove it
+    with sandbox_with_overlay(base, lower) as sandbox:
+        store = SnapshotStore(
+            base / "vol" / "snapshots", {"usr": sandbox.upper}, OWNERS, Budget(8, 1 << 30), KEY
+        )
+        checkpoint = store.take()
+        m = repr(str(sandbox.merged))
+        sandbox.run(f"open({m} + '/d/new', 'w').write('copies d up')")
+        sandbox.run(
+            f"import subprocess; subprocess.run(['mount', '--bind', {str(host)!r}, {m} + '/d'],"
+            " check=True)"
+        )
+        with pytest.raises(SandboxError, match="mounted") as exc:
+            store.restore(checkpoint.id, overlay_view={"usr": sandbox.view})
+        assert not isinstance(exc.value, RestoreIncomplete)  # refused before any write
+        assert (host / "precious").read_bytes() == b"the host's"
+        assert sorted(os.listdir(sandbox.upper / "d")) == ["new"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfence.backends.local.snapshots._creds import run_as
+from ringfence.backends.local.snapshots._creds import KEPT, run_as
 
 U = 61_234
 
@@ -34,3 +34,28 @@ def test_an_exception_in_the_thread_reaches_the_caller() -> None:
 
     with pytest.raises(FileNotFoundError):
         run_as(U, U, fail)
+
+
+def _capabilities() -> tuple[int, int]:
+    with open("/proc/thread-self/status") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    return int(fields["CapEff"], 16), int(fields["CapPrm"], 16)
+
+
+def test_the_thread_keeps_only_the_capabilities_a_rollback_needs() -> None:
+    """Review I3: it had every capability of host root back in its effective set."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    effective, permitted = run_as(U, U, _capabilities)
+    wanted = sum(1 << cap for cap in KEPT)
+    assert effective == permitted == wanted
+    assert not effective & (1 << 21)  # CAP_SYS_ADMIN
+    assert _capabilities()[0] & (1 << 21)  # the caller's thread is unchanged
+
+
+def test_the_thread_cannot_write_where_only_admin_could(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    (tmp_path / "f").write_bytes(b"")
+    with pytest.raises(PermissionError):
+        run_as(U, U, lambda: os.setxattr(tmp_path / "f", "trusted.x", b"1"))

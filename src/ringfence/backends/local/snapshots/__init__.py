@@ -24,6 +24,7 @@ Budgets: a count and a byte total per sandbox (``SnapshotBudgetExceeded``); a ch
 """
 
 from ringfence.backends.local.snapshots._export import populate
+from ringfence.backends.local.snapshots._restore import RestoreIncomplete
 from ringfence.backends.local.snapshots._store import Budget, OverlayView, SnapshotStore
 
-__all__ = ["Budget", "OverlayView", "SnapshotStore", "populate"]
+__all__ = ["Budget", "OverlayView", "RestoreIncomplete", "SnapshotStore", "populate"]

@@ -9,6 +9,7 @@ one, with ``O_DIRECTORY | O_NOFOLLOW`` (a swap in between fails instead of escap
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import enum
 import errno
 import os
@@ -189,13 +190,16 @@ def make_whiteout(dir_fd: int, name: str) -> None:
     os.mknod(name, stat.S_IFCHR | 0o600, os.makedev(0, 0), dir_fd=dir_fd)
 
 
-def remove_tree(dir_fd: int, name: str) -> None:
+def remove_tree(dir_fd: int, name: str, mount: int | None = None) -> None:
     """Remove ``name`` from ``dir_fd`` whatever it is, never following a link. Iterative
     (a sandbox may nest directories far deeper than Python's recursion limit): one open
-    directory per level, each listed once."""
+    directory per level, each listed once. With ``mount``, every entry must be on that
+    mount (``check_same_mount``): nothing mounted in it is entered or removed."""
     st = lstat_at(dir_fd, name)
     if st is None:
         return
+    if mount is not None:
+        check_same_mount(dir_fd, name, mount, name)
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dir_fd)
         return
@@ -208,6 +212,8 @@ def remove_tree(dir_fd: int, name: str) -> None:
                 child_st = lstat_at(fd, child)
                 if child_st is None:
                     continue
+                if mount is not None:
+                    check_same_mount(fd, child, mount, f"{here}/{child}")
                 if stat.S_ISDIR(child_st.st_mode):
                     child_fd = os.open(child, DIR_FLAGS, dir_fd=fd)
                     stack.append((fd, child, child_fd, iter(names(child_fd))))
@@ -225,3 +231,38 @@ def remove_tree(dir_fd: int, name: str) -> None:
 def check_name(name: str, where: Sequence[str]) -> None:
     if not name or name in (".", "..") or "/" in name or "\0" in name:
         raise SandboxError(f"not a file name in {'/'.join(where) or '.'}: {name!r}")
+
+
+# -- mounts -----------------------------------------------------------------------------------
+
+_AT_SYMLINK_NOFOLLOW = 0x100
+_AT_EMPTY_PATH = 0x1000
+_STATX_MNT_ID = 0x1000
+_STATX_ATTR_MOUNT_ROOT = 0x2000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def mount_of(dir_fd: int, name: str = "") -> int:
+    """The id of the mount ``name`` in ``dir_fd`` is on (``dir_fd`` itself for ""), not
+    following a link: a name something is mounted on gives that mount's id. -1 when the
+    mount is the root of one (its root: only a mount point is)."""
+    buf = ctypes.create_string_buffer(256)  # struct statx
+    flags = _AT_SYMLINK_NOFOLLOW | (_AT_EMPTY_PATH if not name else 0)
+    if _libc.statx(dir_fd, name.encode(), flags, _STATX_MNT_ID, buf) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), name)
+    attributes = int.from_bytes(buf.raw[8:16], "little")
+    if attributes & _STATX_ATTR_MOUNT_ROOT and name:
+        return -1
+    return int.from_bytes(buf.raw[144:152], "little")
+
+
+def check_same_mount(dir_fd: int, name: str, mount: int, where: str) -> None:
+    """``SandboxError`` unless ``name`` in ``dir_fd`` (if it exists) is on ``mount`` and is
+    no mount point: a walk through a sandbox's view never crosses into a mount."""
+    try:
+        found = mount_of(dir_fd, name)
+    except FileNotFoundError:
+        return
+    if found != mount:
+        raise SandboxError(f"refusing {where}: something is mounted there in the sandbox")

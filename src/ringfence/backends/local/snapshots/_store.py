@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 import secrets
 import stat
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,7 +20,8 @@ from ringfence.backends.local.snapshots import _fs
 from ringfence.backends.local.snapshots._creds import run_as
 from ringfence.backends.local.snapshots._export import export_snapshot
 from ringfence.backends.local.snapshots._fs import Owners
-from ringfence.backends.local.snapshots._restore import Restorer
+from ringfence.backends.local.snapshots._mapped import Pids, shared_writable
+from ringfence.backends.local.snapshots._restore import RestoreIncomplete, Restorer
 from ringfence.backends.local.snapshots._take import Taken, Taker, coarse_now_ns
 from ringfence.errors import CheckpointNotFound, SandboxError, SnapshotBudgetExceeded
 
@@ -77,13 +79,18 @@ class SnapshotStore:
         owners: Sequence[int],
         budget: Budget,
         key: bytes,
+        pids: Pids | None = None,
     ) -> None:
+        """``pids`` gives the sandbox's processes (its cgroup's, read while frozen): files
+        they map shared and writable are treated as changed by ``take`` and ``restore``
+        (writes through such a mapping move no ctime: ``_mapped``)."""
         for name in layers:
             _fs.check_name(name, ())
         self.layers = dict(layers)
         self.owners = Owners(tuple(owners))
         self.budget = budget
         self._key = key  # seals exports (``populate`` checks it)
+        self._pids = pids
         self._root = _private_dir(root)
         self._held: dict[str, _Held] = {}  # oldest first
         self._blobs: dict[int, list[int]] = {}  # snapshot inode -> [size, checkpoints using it]
@@ -118,6 +125,7 @@ class SnapshotStore:
             floor,
             entries_room=self.budget.entries - self.used_entries,
         )
+        taker.mapped = shared_writable(self._pids)
         checkpoint_id = "ck" + secrets.token_hex(8)
         os.mkdir(checkpoint_id, 0o700, dir_fd=self._root)
         try:
@@ -174,51 +182,93 @@ class SnapshotStore:
         is mounted, where the sandbox sees it merged (see ``_restore``); a layer missing
         from it is changed directly (a plain bind, or an upper with nothing mounted).
 
+        Everything that can be checked is checked before the first write: each view is
+        its layer's overlay, no name the restore touches has a mount at or below it in
+        the sandbox, the volume has the room and inodes the restore will take.
+
         Raises:
-            CheckpointNotFound: no such checkpoint.
-            SandboxError: a view is not the overlay of its layer (nothing was changed), or
-                the files could not all be written: then they are partly restored, and the
-                sandbox must not run on (kill it, or restart it on the checkpoint).
+            CheckpointNotFound: no such checkpoint (nothing changed).
+            SandboxError: a check above failed: nothing was changed, the sandbox may run on.
+            SnapshotBudgetExceeded: the volume lacks the room or inodes (nothing changed).
+            RestoreIncomplete: the files could not all be written: they are partly
+                restored, and the sandbox must not run on (kill it, or restart it on the
+                checkpoint). Never thaw it then.
         """
         held = self._get(checkpoint_id)
         views = dict(overlay_view or {})
         unknown = set(views) - set(self.layers)
         if unknown:
             raise SandboxError(f"no such layer to restore through an overlay: {sorted(unknown)}")
-        restorer = Restorer(held.taken.live, held.taken.links, self.owners.ids[0])
         root = self.owners.ids[0]
-        try:
-            with _fs.opened_dir(self._root, checkpoint_id) as snap_root:
+        with contextlib.ExitStack() as stack:
+            try:
+                mapped = shared_writable(self._pids)
+                restorer = Restorer(held.taken.live, held.taken.links, root, mapped)
+                snap_root = stack.enter_context(_fs.opened_dir(self._root, checkpoint_id))
+                opened: dict[str, tuple[int, int, int | None]] = {}
                 for name in self.layers:
-                    if name not in views:
-                        self._restore_layer(restorer, snap_root, name, None)
-                if views:
+                    live_fd = stack.enter_context(_open_layer(self.layers[name]))
+                    snap_fd = stack.enter_context(_fs.opened_dir(snap_root, name))
+                    view_fd = None
+                    if name in views:
+                        view_fd = stack.enter_context(_open_view(views[name]))
+                        _check_view(live_fd, view_fd, root, name)
+                    opened[name] = (live_fd, snap_fd, view_fd)
+                self._check_plan(restorer, opened, views)
+            except OSError as exc:
+                raise SandboxError(
+                    f"the rollback to {checkpoint_id} was refused, nothing was changed: {exc}"
+                ) from exc
+            try:
+                for name, (live_fd, snap_fd, view_fd) in opened.items():
+                    if view_fd is None:
+                        restorer.layer(live_fd, snap_fd, None, name)
+                overlaid = {name: fds for name, fds in opened.items() if fds[2] is not None}
+                if overlaid:
                     # Names are made through overlays as the sandbox's root (_creds): one
                     # thread with its ids for every overlaid layer.
-                    run_as(root, root, partial(self._restore_overlays, restorer, snap_root, views))
-        except OSError as exc:
-            raise SandboxError(
-                f"the rollback to {checkpoint_id} failed part way ({exc}): the sandbox's files "
-                "are partly restored, it must not run on (restart it on the checkpoint)"
-            ) from exc
+                    run_as(root, root, partial(_restore_overlays, restorer, overlaid))
+            except Exception as exc:
+                raise RestoreIncomplete(
+                    f"the rollback to {checkpoint_id} failed part way ({exc}): the sandbox's "
+                    "files are partly restored, it must not run on (restart it on the "
+                    "checkpoint)"
+                ) from exc
 
-    def _restore_overlays(
-        self, restorer: Restorer, snap_root: int, views: Mapping[str, OverlayView]
+    def _check_plan(
+        self,
+        restorer: Restorer,
+        opened: Mapping[str, tuple[int, int, int | None]],
+        views: Mapping[str, OverlayView],
     ) -> None:
-        for name, view in views.items():
-            self._restore_layer(restorer, snap_root, name, view)
-
-    def _restore_layer(
-        self, restorer: Restorer, snap_root: int, name: str, view: OverlayView | None
-    ) -> None:
-        with contextlib.ExitStack() as stack:
-            live_fd = stack.enter_context(_open_layer(self.layers[name]))
-            snap_fd = stack.enter_context(_fs.opened_dir(snap_root, name))
-            view_fd = None
-            if view is not None:
-                view_fd = stack.enter_context(_open_view(view))
-                _check_view(live_fd, view_fd, self.owners.ids[0], name)
-            restorer.layer(live_fd, snap_fd, view_fd, name)
+        """Refuse (``SandboxError``, nothing written) a restore the volume has no room for
+        or whose names have a mount at or below them in the sandbox. The room is the net
+        need (copies less the live files they replace): a restore frees a directory's
+        names before it fills it, so its peak is near that, though not bounded by it (a
+        failure then is ``RestoreIncomplete``, never a root file: entries are owned first)."""
+        needed, entries = 0, 0
+        for name, (live_fd, snap_fd, _) in opened.items():
+            plan = restorer.plan(live_fd, snap_fd, name)
+            needed += plan.bytes - plan.freed
+            entries += plan.entries
+            if name in views:
+                mounted = _mounted_under(views[name])
+                for touched in plan.touched:
+                    if touched in mounted:
+                        where = views[name].path.joinpath(*touched)
+                        raise SandboxError(
+                            f"the rollback was refused, nothing was changed: {where} in the "
+                            "sandbox has something mounted at or below it"
+                        )
+        if not opened:
+            return
+        fs = os.fstatvfs(next(iter(opened.values()))[0])
+        if needed > fs.f_bavail * fs.f_frsize or entries > fs.f_favail:
+            raise SnapshotBudgetExceeded(
+                f"the rollback was refused, nothing was changed: it needs {needed} bytes and "
+                f"{entries} inodes, the sandbox's volume has {fs.f_bavail * fs.f_frsize} and "
+                f"{fs.f_favail} left"
+            )
 
     def export(self, checkpoint_id: str, target: Path, context: bytes = b"") -> None:
         """Persist ``checkpoint_id`` as a sealed export in ``target`` (a new directory, off
@@ -273,24 +323,66 @@ def _open_layer(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+def _restore_overlays(
+    restorer: Restorer, opened: Mapping[str, tuple[int, int, int | None]]
+) -> None:
+    for name, (live_fd, snap_fd, view_fd) in opened.items():
+        restorer.layer(live_fd, snap_fd, view_fd, name)
+
+
 @contextlib.contextmanager
 def _open_view(view: OverlayView) -> Iterator[int]:
-    fd = os.open(view.proc_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    """The merged directory ``view`` names (an overlayfs), reached without following a
+    link; ``SandboxError`` if it cannot be. Only the walk is guarded: an error of the
+    caller's, inside the ``with``, passes unchanged."""
     try:
-        for part in view.path.parts:
-            if part == "/":
-                continue
-            _fs.check_name(part, ())
-            child = os.open(part, _fs.DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        if _fs_magic(fd) != _OVERLAYFS_MAGIC:
+        fd = os.open(view.proc_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SandboxError(f"cannot reach the sandbox's root: {exc.strerror}") from exc
+    try:
+        try:
+            for part in view.path.parts:
+                if part == "/":
+                    continue
+                _fs.check_name(part, ())
+                child = os.open(part, _fs.DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = child
+            magic = _fs_magic(fd)
+        except OSError as exc:
+            raise SandboxError(f"cannot reach {view.path} in the sandbox: {exc.strerror}") from exc
+        if magic != _OVERLAYFS_MAGIC:
             raise SandboxError(f"{view.path} in the sandbox is not its overlay")
         yield fd
-    except OSError as exc:
-        raise SandboxError(f"cannot reach {view.path} in the sandbox: {exc.strerror}") from exc
     finally:
         os.close(fd)
+
+
+def _mounted_under(view: OverlayView) -> frozenset[tuple[str, ...]]:
+    """Every name under ``view.path`` (as components below it) that is a mount point in
+    the sandbox's mount namespace, or above one: what a restore must not touch."""
+    mountinfo = view.proc_root.parent / "mountinfo"
+    try:
+        lines = mountinfo.read_text(errors="surrogateescape").splitlines()
+    except OSError as exc:
+        raise SandboxError(f"cannot read the sandbox's mounts ({mountinfo}): {exc}") from exc
+    base = PurePosixPath(view.path)
+    found: set[tuple[str, ...]] = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        point = PurePosixPath(_unescape(fields[4]))
+        if point == base or base not in point.parents:
+            continue
+        below = point.relative_to(base).parts
+        found.update(below[:n] for n in range(1, len(below) + 1))
+    return frozenset(found)
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are written as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _check_view(live_fd: int, view_fd: int, owner: int, name: str) -> None:

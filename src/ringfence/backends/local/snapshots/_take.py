@@ -54,8 +54,10 @@ class Taker:
         room: int,
         floor_ns: int,
         entries_room: int,
+        mapped: frozenset[tuple[int, int]] = frozenset(),
     ) -> None:
         self.owners = owners
+        self.mapped = mapped  # files mapped shared+writable: changed whatever ctime says
         self.previous = previous or {}
         self.room = room  # bytes the budget has left
         self.entries_room = entries_room  # names the budget has left
@@ -107,7 +109,7 @@ class Taker:
                     snap_ino = self._file(live_fd, snap_fd, prev_fd, name, path, st)
                     if st.st_nlink > 1:
                         self._groups[(st.st_dev, st.st_ino)] = (path, snap_ino)
-                if st.st_ctime_ns < self.floor_ns:
+                if st.st_ctime_ns < self.floor_ns and (st.st_dev, st.st_ino) not in self.mapped:
                     self.taken.live[path] = (st.st_ino, st.st_ctime_ns, st.st_size, snap_ino)
             elif kind is Kind.DIR:
                 os.mkdir(name, 0o700, dir_fd=snap_fd)
@@ -161,7 +163,12 @@ class Taker:
         st: os.stat_result,
     ) -> int:
         before = self.previous.get(path)
-        if prev_fd is not None and before is not None and before[:3] == _live_id(st):
+        if (
+            prev_fd is not None
+            and before is not None
+            and before[:3] == _live_id(st)
+            and (st.st_dev, st.st_ino) not in self.mapped
+        ):
             try:
                 os.link(name, name, src_dir_fd=prev_fd, dst_dir_fd=snap_fd, follow_symlinks=False)
                 self.taken.blobs[before[3]] = st.st_size
