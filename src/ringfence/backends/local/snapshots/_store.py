@@ -361,7 +361,9 @@ def _open_view(view: OverlayView) -> Iterator[int]:
 def _mounted_under(view: OverlayView) -> frozenset[tuple[str, ...]]:
     """Every name under ``view.path`` (as components below it) that is a mount point in
     the sandbox's mount namespace, or above one: what a restore must not touch."""
-    mountinfo = view.proc_root.parent / "mountinfo"
+    # /proc/<pid>/root's mounts are /proc/<pid>/mountinfo; the host's own root, ours
+    root = view.proc_root
+    mountinfo = Path("/proc/self/mountinfo") if root == Path("/") else root.parent / "mountinfo"
     try:
         lines = mountinfo.read_text(errors="surrogateescape").splitlines()
     except OSError as exc:
