@@ -60,7 +60,12 @@ class LocalSandbox:
         if parts is not None and parts.volume is not None:
             volume = parts.volume
             self._store = SnapshotStore(
-                volume.snapshots, layers_of(volume), volume.owners, budget, key
+                volume.snapshots,
+                layers_of(volume),
+                volume.owners,
+                budget,
+                key,
+                pids=parts.cgroup.pids,  # frozen: whose shared writable mappings to count
             )
         self._lock = asyncio.Lock()
         self._paused = False  # frozen by ``freeze`` (not by a checkpoint in progress)
