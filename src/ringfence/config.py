@@ -115,9 +115,10 @@ class Config(BaseSettings):
     )
     sandbox_uid_range: str = Field(
         DEFAULT_SANDBOX_UIDS,
-        description="FIRST-LAST: the host uids sandboxes run as when Ringfence is root, one "
-        "of its own per live sandbox (its gid is the same number); the range bounds how many "
-        "sandboxes live at once. Keep it clear of real users and of /etc/subuid ranges; "
+        description="FIRST-LAST: the host uids sandboxes run as when Ringfence is root, of "
+        "their own per live sandbox (gids the same numbers): two for an interactive sandbox "
+        "(its root inside and its user), one for a one-shot execution; the range bounds how "
+        "many sandboxes live at once. Keep it clear of real users and of /etc/subuid ranges; "
         "replicas on one host share the runtime directory (their claims are locked there) or "
         "use ranges that do not overlap.",
     )
