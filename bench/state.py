@@ -161,7 +161,9 @@ def checkpoint_lines(
     with volume(work, f"vol-{dirs}x{files}") as root:
         layers = layers_in(root)
         made = fill(layers["workspace"], dirs, files, size)
-        store = SnapshotStore(root / "snapshots", layers, OWNERS, Budget(8, 8 << 30), KEY)
+        store = SnapshotStore(
+            root / "snapshots", layers, OWNERS, Budget(8, 8 << 30), KEY, pids=cgroup.pids
+        )  # as a sandbox's: its processes' shared writable mappings are read at each call
         time.sleep(0.02)  # past the clock tick the files were written in
         with cgroup.frozen():
             store.take()

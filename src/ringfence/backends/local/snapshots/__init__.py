@@ -15,12 +15,19 @@ root can enter and that no sandbox ever sees:
   link to one (restores copy), so a snapshot cannot be changed through the live tree.
 - ``restore(id, overlay_view=...)`` (frozen) makes every layer byte-identical to the
   checkpoint in place; running processes survive. For mounted overlays see ``_restore``.
+  It checks all it can first (the views, the volume's room, mounts in the way) and refuses
+  with nothing changed; a failure once it has written is ``RestoreIncomplete``: the
+  sandbox must then be killed, never thawed.
+- Files the sandbox's processes map shared and writable (``SnapshotStore(pids=...)``) are
+  treated as changed by both: writes through such a mapping move no ctime (``_mapped``).
 - ``export(id, target)`` persists a checkpoint off the volume, sealed (HMAC) with the
-  server's key; ``populate(source, layers, owners, key)`` checks an export whole, then
-  fills a fresh volume's layers with copies (a fork's children, a resumed sandbox).
+  server's key and bound to the caller's ``context``; ``populate(source, layers, owners,
+  key, context)`` checks an export whole, then fills a fresh volume's layers with copies
+  (a fork's children, a resumed sandbox), with one directory fd however large the tree.
 
-Budgets: a count and a byte total per sandbox (``SnapshotBudgetExceeded``); a checkpoint's
-``bytes`` are what it copied, shared files count once in the total.
+Budgets: a count, a byte total and an entry total per sandbox (``SnapshotBudgetExceeded``
+names the one passed); a checkpoint's ``bytes`` are what it copied, shared files count once
+in the total; its entries are every name it made (each costs the server kernel memory).
 """
 
 from ringfence.backends.local.snapshots._export import populate
