@@ -651,3 +651,23 @@ def test_writes_through_a_shared_mapping_are_seen(volume: Volume) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_metadata_alone_changed_deep_in_a_tree_is_rolled_back(volume: Volume) -> None:
+    """The apply walks only the directories the plan found changes in: a change of a
+    directory's or a symlink's metadata alone (no file changed) is such a change."""
+    ws = volume.layers["workspace"]
+    make(ws / "a" / "b" / "c" / "f", b"f")
+    os.symlink("f", ws / "a" / "b" / "c" / "s")
+    make(ws / "other" / "g", b"g")
+    chown_tree(volume.root)
+    store = _store(volume)
+    before = state_of(volume.layers)
+    checkpoint = store.take()
+    os.chmod(ws / "a" / "b", 0o700)
+    os.setxattr(ws / "a" / "b" / "c", "user.x", b"1")
+    os.chown(ws / "a" / "b" / "c" / "s", U + 1, U + 1, follow_symlinks=False)
+    os.utime(ws / "other", ns=(1, 1))
+    assert state_of(volume.layers) != before
+    store.restore(checkpoint.id)
+    assert state_of(volume.layers) == before

@@ -60,6 +60,7 @@ class Plan:
     freed: int = 0  # pages of the live files it removes or shrinks (not linked elsewhere)
     entries: int = 0  # names it makes
     touched: list[tuple[str, ...]] = field(default_factory=list)  # names it removes or makes
+    dirty: set[str] = field(default_factory=set)  # "layer/path" of directories to walk again
 
 
 class Restorer:
@@ -78,6 +79,7 @@ class Restorer:
         self.owner = owner  # owns the transient files the overlay's dentries are flushed with
         self.mapped = mapped  # files mapped shared+writable: changed whatever ctime says
         self._mount = -1  # the view's mount (while a layer with a view is restored)
+        self._dirty: set[str] | None = None  # directories ``plan`` found changes in
 
     def _unchanged(self, path: str, live: os.stat_result) -> bool:
         return (live.st_dev, live.st_ino) not in self.mapped and unchanged(
@@ -88,6 +90,7 @@ class Restorer:
         """What ``layer`` would do, read only (the sandbox frozen: it stays so)."""
         plan = Plan()
         self._plan_dir(live_fd, snap_fd, name, (), plan)
+        self._dirty = (self._dirty or set()) | plan.dirty  # ``layer`` walks only those
         for path in self.links:
             if path.startswith(name + "/"):
                 plan.entries += 1
@@ -96,13 +99,17 @@ class Restorer:
 
     def _plan_dir(
         self, live_fd: int, snap_fd: int, where: str, rel: tuple[str, ...], plan: Plan
-    ) -> None:
+    ) -> bool:
+        """Plan one directory; whether the restore has anything to do in it (then it is
+        ``plan.dirty``, and so are its parents: only those are walked again)."""
+        dirty = False
         wanted = _fs.names(snap_fd)
         for name in set(_fs.names(live_fd)) - set(wanted):
             st = _fs.lstat_at(live_fd, name)
             if st is not None and not _left_alone(st):
                 plan.touched.append((*rel, name))
                 plan.freed += _freed(st)
+                dirty = True
         for name in wanted:
             path = f"{where}/{name}"
             live = _fs.lstat_at(live_fd, name)
@@ -114,14 +121,24 @@ class Restorer:
                 if kind is Kind.FILE:
                     plan.bytes += _pages(snap.st_size)
                     plan.freed += _freed(live)
+                    dirty = True
                 elif kind is Kind.DIR:
                     with _fs.opened_dir(live_fd, name) as lc, _fs.opened_dir(snap_fd, name) as sc:
-                        self._plan_dir(lc, sc, path, (*rel, name), plan)
+                        inner = self._plan_dir(lc, sc, path, (*rel, name), plan)
+                        if inner or not _same_meta(live, snap, lc, sc):
+                            plan.dirty.add(path)
+                            dirty = True
+                elif not _same_meta(
+                    live, snap, _fs.proc_path(live_fd, name), _fs.proc_path(snap_fd, name)
+                ):
+                    dirty = True
                 continue
             plan.touched.append((*rel, name))
             if live is not None:
                 plan.freed += _freed(live)
             _plan_create(snap_fd, name, snap, plan)
+            dirty = True
+        return dirty
 
     def layer(self, live_fd: int, snap_fd: int, view_fd: int | None, name: str) -> None:
         if view_fd is not None:
@@ -150,6 +167,8 @@ class Restorer:
             snap = os.stat(name, dir_fd=snap_fd, follow_symlinks=False)
             kind = _fs.kind_of(snap, path)
             if live is not None and self._same_kind(live_fd, snap_fd, name, live, snap, kind):
+                if kind is Kind.DIR and self._dirty is not None and path not in self._dirty:
+                    continue  # the plan found it and all below it as the snapshot has them
                 self._update(live_fd, snap_fd, name, live, snap, kind)
                 if kind is Kind.DIR:
                     with self._children(live_fd, snap_fd, view_fd, name) as (lc, sc, vc):
@@ -349,6 +368,19 @@ def _plan_create(snap_fd: int, name: str, st: os.stat_result, plan: Plan) -> Non
     finally:
         for fd, _ in stack:
             os.close(fd)
+
+
+def _same_meta(
+    live: os.stat_result, snap: os.stat_result, live_at: int | str, snap_at: int | str
+) -> bool:
+    """Whether a directory, symlink or whiteout already has the snapshot's metadata (what
+    a restore would set: mode, owner, mtime, kept xattrs; atime is not compared)."""
+    return (live.st_mode, live.st_uid, live.st_gid, live.st_mtime_ns) == (
+        snap.st_mode,
+        snap.st_uid,
+        snap.st_gid,
+        snap.st_mtime_ns,
+    ) and _fs.read_xattrs(live_at) == _fs.read_xattrs(snap_at)
 
 
 def _freed(live: os.stat_result) -> int:

@@ -394,6 +394,9 @@ def _check_view(live_fd: int, view_fd: int, owner: int, name: str) -> None:
     fd = os.open(probe, _fs.CREATE_FLAGS, 0o600, dir_fd=live_fd)
     try:
         os.fchown(fd, owner, owner)
+    except OSError:
+        os.unlink(probe, dir_fd=live_fd)  # never left behind as root's
+        raise
     finally:
         os.close(fd)
     seen = _fs.lstat_at(view_fd, probe)
