@@ -60,7 +60,7 @@ class Plan:
     freed: int = 0  # pages of the live files it removes or shrinks (not linked elsewhere)
     entries: int = 0  # names it makes
     touched: list[tuple[str, ...]] = field(default_factory=list)  # names it removes or makes
-    dirty: set[str] = field(default_factory=set)  # "layer/path" of directories to walk again
+    todo: dict[str, set[str]] = field(default_factory=dict)  # "layer/dir" -> its names to do
 
 
 class Restorer:
@@ -79,7 +79,7 @@ class Restorer:
         self.owner = owner  # owns the transient files the overlay's dentries are flushed with
         self.mapped = mapped  # files mapped shared+writable: changed whatever ctime says
         self._mount = -1  # the view's mount (while a layer with a view is restored)
-        self._dirty: set[str] | None = None  # directories ``plan`` found changes in
+        self._todo: dict[str, set[str]] | None = None  # what ``plan`` found to do, by dir
 
     def _unchanged(self, path: str, live: os.stat_result) -> bool:
         return (live.st_dev, live.st_ino) not in self.mapped and unchanged(
@@ -90,7 +90,7 @@ class Restorer:
         """What ``layer`` would do, read only (the sandbox frozen: it stays so)."""
         plan = Plan()
         self._plan_dir(live_fd, snap_fd, name, (), plan)
-        self._dirty = (self._dirty or set()) | plan.dirty  # ``layer`` walks only those
+        self._todo = {**(self._todo or {}), **plan.todo}  # ``layer`` does only those
         for path in self.links:
             if path.startswith(name + "/"):
                 plan.entries += 1
@@ -100,9 +100,11 @@ class Restorer:
     def _plan_dir(
         self, live_fd: int, snap_fd: int, where: str, rel: tuple[str, ...], plan: Plan
     ) -> bool:
-        """Plan one directory; whether the restore has anything to do in it (then it is
-        ``plan.dirty``, and so are its parents: only those are walked again)."""
+        """Plan one directory; whether the restore has anything to do in it. The names of
+        the snapshot's entries it must restore go to ``plan.todo`` (a directory with
+        anything to do is one of its parent's): the apply looks at no other."""
         dirty = False
+        todo: set[str] = set()
         wanted = _fs.names(snap_fd)
         for name in set(_fs.names(live_fd)) - set(wanted):
             st = _fs.lstat_at(live_fd, name)
@@ -121,24 +123,25 @@ class Restorer:
                 if kind is Kind.FILE:
                     plan.bytes += _pages(snap.st_size)
                     plan.freed += _freed(live)
-                    dirty = True
+                    todo.add(name)
                 elif kind is Kind.DIR:
                     with _fs.opened_dir(live_fd, name) as lc, _fs.opened_dir(snap_fd, name) as sc:
                         inner = self._plan_dir(lc, sc, path, (*rel, name), plan)
                         if inner or not _same_meta(live, snap, lc, sc):
-                            plan.dirty.add(path)
-                            dirty = True
+                            todo.add(name)
                 elif not _same_meta(
                     live, snap, _fs.proc_path(live_fd, name), _fs.proc_path(snap_fd, name)
                 ):
-                    dirty = True
+                    todo.add(name)
                 continue
             plan.touched.append((*rel, name))
             if live is not None:
                 plan.freed += _freed(live)
             _plan_create(snap_fd, name, snap, plan)
-            dirty = True
-        return dirty
+            todo.add(name)
+        if todo:
+            plan.todo[where] = todo
+        return dirty or bool(todo)
 
     def layer(self, live_fd: int, snap_fd: int, view_fd: int | None, name: str) -> None:
         if view_fd is not None:
@@ -159,7 +162,10 @@ class Restorer:
             if st is None or _left_alone(st):
                 continue  # fifos and sockets are not captured: a rollback leaves them be
             self._remove(live_fd, view_fd, name, st)  # device nodes too: never kept
+        todo = None if self._todo is None else self._todo.get(where, set())
         for name in wanted:
+            if todo is not None and name not in todo:
+                continue  # the plan found it (and all below it) as the snapshot has it
             path = f"{where}/{name}"
             live = _fs.lstat_at(live_fd, name)
             if live is not None and self._unchanged(path, live):
@@ -167,8 +173,6 @@ class Restorer:
             snap = os.stat(name, dir_fd=snap_fd, follow_symlinks=False)
             kind = _fs.kind_of(snap, path)
             if live is not None and self._same_kind(live_fd, snap_fd, name, live, snap, kind):
-                if kind is Kind.DIR and self._dirty is not None and path not in self._dirty:
-                    continue  # the plan found it and all below it as the snapshot has them
                 self._update(live_fd, snap_fd, name, live, snap, kind)
                 if kind is Kind.DIR:
                     with self._children(live_fd, snap_fd, view_fd, name) as (lc, sc, vc):
