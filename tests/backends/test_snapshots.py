@@ -671,3 +671,25 @@ def test_metadata_alone_changed_deep_in_a_tree_is_rolled_back(volume: Volume) ->
     assert state_of(volume.layers) != before
     store.restore(checkpoint.id)
     assert state_of(volume.layers) == before
+
+
+def test_an_error_inside_a_view_is_not_called_unreachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review I1: ``_open_view`` wrapped its ``yield``: a failure part way through a layer
+    read as "cannot reach the view" (a refusal), hiding that files had changed."""
+    from pathlib import PurePosixPath
+
+    from ringfence.backends.local.snapshots import OverlayView, _store
+
+    (tmp_path / "merged").mkdir()
+    monkeypatch.setattr(_store, "_fs_magic", lambda fd: _store._OVERLAYFS_MAGIC)
+    view = OverlayView(Path("/"), PurePosixPath(str(tmp_path / "merged")))
+    with pytest.raises(OSError, match="mid-layer") as exc, _store._open_view(view):
+        raise OSError(28, "mid-layer")
+    assert not isinstance(exc.value, SandboxError)
+    with (
+        pytest.raises(SandboxError, match="cannot reach"),
+        _store._open_view(OverlayView(Path("/"), PurePosixPath(str(tmp_path / "absent")))),
+    ):
+        pass
