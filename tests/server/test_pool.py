@@ -7,15 +7,16 @@ import asyncio
 import contextlib
 import json
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import pytest
 
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
+from ringfence.backends.local.sandbox import LocalSandbox
 from ringfence.config import Config
 from ringfence.errors import SandboxNotFound, SandboxNotRunning, StoreError
-from ringfence.models import ResourceLimits, Sandbox, SandboxSpec, SandboxState
+from ringfence.models import ExecutionResult, ResourceLimits, Sandbox, SandboxSpec, SandboxState
 from ringfence.service.budget import Budget
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.pool import WarmPool
@@ -177,6 +178,51 @@ async def test_a_claim_whose_environment_fails_is_killed_and_runs_nothing(
         await _run(pooled, sandbox.id, "echo ran")
     await _until_none_run(pooled)
     assert (await pooled.get("acme", sandbox.id)).state is SandboxState.FAILED
+
+
+async def test_a_kill_that_interrupts_a_claims_init_ends_it_killed(
+    pooled: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18, difference 13: the claim is answered with its ``/init`` in flight; a kill
+    then makes ``/init`` fail (the daemon's connection reset). That failure is the kill's,
+    not the sandbox's: it ends killed (E2B's DELETE answered 404, the SDK's False)."""
+    await _until_ready(pooled, 1)
+    killing = asyncio.Event()
+    inits: list[asyncio.Task[None]] = []
+    start_init, kill = DaemonClient.start_init, LocalSandbox.kill
+
+    def started(self: DaemonClient, env: Mapping[str, str]) -> asyncio.Task[None]:
+        inits.append(start_init(self, env))
+        return inits[-1]
+
+    async def reset(self: DaemonClient, env: object) -> None:
+        await killing.wait()
+        raise SandboxNotRunning("its daemon cannot be reached: Connection reset by peer")
+
+    async def killed(self: LocalSandbox) -> ExecutionResult:
+        killing.set()
+        await asyncio.wait(inits)  # /init fails first, as the kill's reset makes it
+        return await kill(self)
+
+    monkeypatch.setattr(DaemonClient, "start_init", started)
+    monkeypatch.setattr(DaemonClient, "init", reset)
+    monkeypatch.setattr(LocalSandbox, "kill", killed)
+    sandbox = await pooled.create("acme", SandboxSpec())
+    assert inits and not inits[0].done(), "the claim was answered before its /init"
+    ended = await asyncio.wait_for(pooled.kill("acme", sandbox.id), 30)
+    assert (ended.state, ended.error) == (SandboxState.KILLED, None)
+    assert (await pooled.get("acme", sandbox.id)).state is SandboxState.KILLED
+
+
+async def test_a_kill_waits_for_a_claims_record(pooled: SandboxService, store: GatedStore) -> None:
+    await _until_ready(pooled, 1)
+    store.gate.clear()
+    sandbox = await pooled.create("acme", SandboxSpec())
+    killing = asyncio.create_task(pooled.kill("acme", sandbox.id))
+    await asyncio.sleep(0.1)  # not an order: a kill that did not wait would be done by now
+    assert not killing.done() and pooled.running_count() == 1, "killed before its record"
+    store.gate.set()
+    assert (await asyncio.wait_for(killing, 30)).state is SandboxState.KILLED
 
 
 async def _until_none_run(service: SandboxService) -> None:

@@ -78,6 +78,7 @@ class LiveEntry:
     deadline: float  # when its timeout passes (the event loop's clock)
     failure: str | None = None  # why it is being killed, when that is a failure
     ending: bool = False  # the watcher is storing its end
+    killing: bool = False  # a kill was asked for: its end is stored as killed
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one store write at a time
     # A pooled sandbox's record, still being written after its claim was answered.
     recorded: asyncio.Task[None] | None = None

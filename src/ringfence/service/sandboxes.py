@@ -479,6 +479,8 @@ class SandboxService(Pausing):
         failure = _failure(step)
         if failure is None:
             return
+        if entry.killing:  # the kill asked for interrupted it: no failure of its own
+            return
         log.error("a pooled sandbox's %s failed; killing it: %s", what, failure)
         entry.failure = entry.failure or f"{what} could not be set up: {failure}"
         killing = asyncio.create_task(_kill(entry.live))
@@ -595,19 +597,37 @@ class SandboxService(Pausing):
         """
         async with self._lock(sandbox_id):  # not while it is being paused or resumed
             entry = self._live.get(sandbox_id)
-            if entry is None or entry.tenant != tenant:
-                sandbox = await self.get(tenant, sandbox_id)
-                if sandbox.state is not SandboxState.PAUSED or sandbox.memory:
-                    return ended_here(sandbox)
-                self.record(tenant, actor, "sandbox.kill", sandbox_id, details={"paused": True})
-                killed = sandbox.ended(SandboxState.KILLED)
-                await self._store.update_sandbox(tenant, killed)
-                self.files.forget_paused(sandbox_id)
-                return killed
-            self.record(tenant, actor, "sandbox.kill", sandbox_id)
+            if entry is not None and entry.tenant == tenant:
+                ended = await self._kill_live(entry, sandbox_id, actor)
+                if ended.state is not SandboxState.PAUSED:
+                    return ended
+                # A resume that failed left it paused to disk: its saved files go too.
+            sandbox = await self.get(tenant, sandbox_id)
+            if sandbox.state is not SandboxState.PAUSED or sandbox.memory:
+                return ended_here(sandbox)
+            self.record(tenant, actor, "sandbox.kill", sandbox_id, details={"paused": True})
+            killed = sandbox.ended(SandboxState.KILLED)
+            await self._store.update_sandbox(tenant, killed)
+            self.files.forget_paused(sandbox_id)
+            return killed
+
+    async def _kill_live(self, entry: LiveEntry, sandbox_id: str, actor: str) -> Sandbox:
+        """Kill a sandbox of the live table (its lock held) and return its stored end.
+
+        The intent is set before anything is awaited, so whatever the kill interrupts (a
+        claimed sandbox's record or ``/init`` still in flight) ends it as killed, not as
+        that step's failure; the record is awaited first, so the end has one to update.
+        """
+        if not entry.ended.done():
+            entry.killing = True
+            await entry.record_written()
+            self.record(entry.tenant, actor, "sandbox.kill", sandbox_id)
             await entry.live.thaw()  # a frozen process dies only once it runs again
             await entry.live.kill()
-        return await asyncio.shield(entry.ended)
+        ended = await asyncio.shield(entry.ended)
+        if ended.state is SandboxState.KILLED:
+            self.files.forget_paused(sandbox_id)  # a failed resume's files, if it left any
+        return ended
 
     async def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient:
         """The client of a running sandbox's daemon; a paused sandbox is resumed first
@@ -715,12 +735,15 @@ class SandboxService(Pausing):
         try:
             result = await entry.live.ended()
             state, error = _ending(result)
-            if entry.failure is not None:
+            killed = entry.killing  # asked for before it ended: killed, however it died
+            if entry.failure is not None:  # failing before any kill was asked for
                 state, error = SandboxState.FAILED, entry.failure
+            elif killed:
+                state, error = SandboxState.KILLED, None
             await entry.record_written()
             async with entry.writing:
                 entry.ending = True
-                if entry.pausing is not None and entry.failure is None:  # saved: not ended
+                if entry.pausing is not None and entry.failure is None and not killed:  # saved
                     ended = entry.pausing
                 else:
                     current = await self._store.get_sandbox(entry.tenant, sandbox.id) or sandbox
