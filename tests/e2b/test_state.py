@@ -279,7 +279,7 @@ def test_js_sdk_state_scenario(e2b_server: E2bServer) -> None:
         cwd=JS_SCENARIO.parent,
         env={**os.environ, "E2B_API_URL": e2b_server.url, "E2B_SANDBOX_URL": e2b_server.url,
              "E2B_API_KEY": e2b_server.key},
-        capture_output=True, text=True, timeout=180,
+        capture_output=True, text=True, timeout=110,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
