@@ -117,11 +117,12 @@ def test_a_filesystem_pause_and_a_reboot_keep_the_files_and_restart_the_processe
 
 
 def test_on_timeout_pause_then_a_request_resumes_it(e2b_server: E2bServer) -> None:
-    sbx = Sandbox.create(timeout=3, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    sbx = Sandbox.create(timeout=300, lifecycle={"on_timeout": "pause", "auto_resume": True})
     try:
         sbx.files.write("/home/user/kept.txt", "through the timeout")
         assert sbx.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": True}
-        _until(lambda: sbx.get_info().state is SandboxState.PAUSED)
+        sbx.set_timeout(2)  # a shorter timeout moves the pause too
+        _until(lambda: sbx.get_info().state is SandboxState.PAUSED, seconds=30)
         assert sbx.files.read("/home/user/kept.txt") == "through the timeout"
         info = sbx.get_info()
         assert info.state is SandboxState.RUNNING, "the request resumed it"

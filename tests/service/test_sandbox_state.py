@@ -297,6 +297,15 @@ async def test_on_timeout_pause_pauses_instead_of_killing(world: World) -> None:
     assert lives > world.service.config.default_sandbox_timeout - 30
 
 
+async def test_a_shorter_timeout_pauses_an_on_timeout_pause_sandbox_then(world: World) -> None:
+    """set_timeout moves the pause too: the lifecycle does not sleep until the old deadline
+    (the runtime's own deadline, a minute after the new one, would kill it first)."""
+    sandbox = await world.service.create("acme", SandboxSpec(timeout=3000, on_timeout="pause"))
+    await write(world.service, sandbox.id, "/home/user/f", b"x")  # its lifecycle waits by now
+    await world.service.set_timeout("acme", sandbox.id, 1)
+    await _until(lambda: _state(world, sandbox.id), SandboxState.PAUSED, seconds=10)
+
+
 async def test_snapshots_start_new_sandboxes_and_belong_to_their_tenant(world: World) -> None:
     sandbox = await world.service.create("acme", SandboxSpec(metadata={"m": "1"}))
     await write(world.service, sandbox.id, "/home/user/base", b"from the snapshot")

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ringfence.audit.chain import SYSTEM
 from ringfence.backends import LaunchSpec, LiveSandbox, SandboxRuntime, StateSupport
@@ -87,6 +87,8 @@ class LiveEntry:
     frozen: list[Reservation] | None = None  # paused keeping memory: what it held running
     pausing: Sandbox | None = None  # paused to disk: the record its watcher stores at its end
     touched: float = 0.0  # its last request (the event loop's clock), for auto_pause
+    # Set when ``deadline`` moves (set_timeout): its lifecycle looks again at once.
+    moved: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def awake(self) -> bool:
@@ -391,7 +393,17 @@ class Pausing:
             wake, reason = min(due)
             if entry.frozen is not None or entry.pausing is not None:
                 wake, reason = loop.time() + _LIFECYCLE_POLL_SECONDS, ""
-            await asyncio.wait({entry.ended}, timeout=max(0.0, wake - loop.time()))
+            moved = asyncio.ensure_future(entry.moved.wait())
+            waits: set[asyncio.Future[Any]] = {entry.ended, moved}
+            try:
+                await asyncio.wait(
+                    waits, timeout=max(0.0, wake - loop.time()), return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                moved.cancel()
+            if entry.moved.is_set():  # a sooner deadline must not wait for the later one
+                entry.moved.clear()
+                continue
             if entry.ended.done() or not reason or not entry.awake:
                 continue
             if reason == "idle" and entry.touched + (sandbox.auto_pause or 0) > loop.time():

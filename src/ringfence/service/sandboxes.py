@@ -544,6 +544,7 @@ class SandboxService(Pausing):
             except ExecutionNotFound:  # its run ended (and was forgotten) just now
                 raise SandboxNotRunning(f"sandbox {sandbox_id} has ended") from None
             entry.deadline = asyncio.get_running_loop().time() + timeout
+            entry.moved.set()  # on_timeout="pause": its lifecycle wakes for the new deadline
             moved = sandbox.model_copy(
                 update={"expires_at": datetime.now(UTC) + timedelta(seconds=timeout)}
             )
