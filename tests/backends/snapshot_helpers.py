@@ -10,11 +10,34 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringfence.backends.local.snapshots import SnapshotStore
 
 U = 61_234  # the sandbox's host ids (its root, and its user)
 OWNERS = (U, U + 1)
 KEY = b"k" * 32
 KEPT = ("user.", "trusted.overlay.")
+
+
+@pytest.fixture(autouse=True)
+def stores_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every store a test makes is closed after it (import this into a test module): an
+    open store keeps its detached tmpfs alive, which later tests in the same process see
+    (tests/integration/test_local_state.py counts the server's descriptors into one)."""
+    made: list[SnapshotStore] = []
+    original = SnapshotStore.__init__
+
+    def init(self: SnapshotStore, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(SnapshotStore, "__init__", init)
+    yield
+    for store in made:
+        store.close()
 
 
 @contextlib.contextmanager

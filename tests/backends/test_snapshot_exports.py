@@ -16,7 +16,7 @@ import pytest
 
 from ringfence.backends.local.snapshots import Budget, SnapshotStore, populate
 from ringfence.errors import SandboxError
-from tests.backends.snapshot_helpers import (
+from tests.backends.snapshot_helpers import (  # noqa: F401 (stores_closed: autouse)
     KEY,
     OWNERS,
     U,
@@ -24,6 +24,7 @@ from tests.backends.snapshot_helpers import (
     chown_tree,
     make,
     state_of,
+    stores_closed,
     tmpfs,
 )
 

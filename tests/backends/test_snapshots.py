@@ -21,7 +21,7 @@ from ringfence.backends.local.cgroups import _V2Cgroup, parse_mountinfo, parse_p
 from ringfence.backends.local.snapshots import Budget, SnapshotStore
 from ringfence.backends.local.snapshots._fs import remove_tree
 from ringfence.errors import CheckpointNotFound, SandboxError, SnapshotBudgetExceeded
-from tests.backends.snapshot_helpers import (
+from tests.backends.snapshot_helpers import (  # noqa: F401 (stores_closed: autouse)
     KEY,
     OWNERS,
     U,
@@ -29,6 +29,7 @@ from tests.backends.snapshot_helpers import (
     chown_tree,
     make,
     state_of,
+    stores_closed,
     tmpfs,
 )
 

@@ -22,7 +22,16 @@ import pytest
 
 from ringfence.backends.local.snapshots import Budget, OverlayView, SnapshotStore
 from ringfence.errors import SandboxError
-from tests.backends.snapshot_helpers import KEY, OWNERS, U, chown_tree, make, state_of, tmpfs
+from tests.backends.snapshot_helpers import (
+    KEY,
+    OWNERS,
+    U,
+    chown_tree,
+    make,
+    state_of,
+    stores_closed,  # noqa: F401 (autouse)
+    tmpfs,
+)
 
 REPL = """
 import os, shutil, sys

@@ -155,6 +155,13 @@ class SnapshotStore:
         self._held[checkpoint_id] = _Held(checkpoint, taken)
         return checkpoint
 
+    def close(self) -> None:
+        """Let go of the snapshot directory's descriptor (it keeps the volume's tmpfs
+        alive once unmounted). Idempotent; the store is unusable afterwards."""
+        fd, self._root = self._root, -1
+        if fd >= 0:
+            os.close(fd)
+
     def list(self) -> list[Checkpoint]:
         """The checkpoints held, oldest first."""
         return [held.checkpoint for held in self._held.values()]
