@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -298,3 +299,100 @@ async def test_without_overlays_a_sandbox_says_why_it_has_no_state_and_still_fre
             await sandbox.kill()
     finally:
         await runtime.aclose()
+
+
+async def test_a_rollback_failing_part_way_kills_the_sandbox_frozen_never_thawing_it(
+    runtime: LocalSandboxRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = await runtime.start(_spec())
+    try:
+        await _start_beating(sandbox)
+        checkpoint = await sandbox.checkpoint()
+        parts = runtime._executor.parts(sandbox._inner._run_id)
+        assert parts is not None and parts.volume is not None and sandbox._store is not None
+        thawed: list[bool] = []
+        real_thaw = parts.cgroup.thaw
+        monkeypatch.setattr(parts.cgroup, "thaw", lambda: (thawed.append(True), real_thaw()))
+        beat = parts.volume.tmp / "beat"
+        at_failure: list[str] = []
+
+        def restore_half(checkpoint_id: str, overlay_view: object = None) -> None:
+            (parts.volume.workspace / "half").write_text("mixed")  # a first write
+            at_failure.append(beat.read_text())
+            raise SandboxError("the volume is full (a copy of 'big' failed)")
+
+        monkeypatch.setattr(sandbox._store, "restore", restore_half)
+        with pytest.raises(SandboxError, match=r"failed part way.*killed"):
+            await sandbox.rollback(checkpoint.id)
+        assert thawed == [], "never thawed into mixed files"
+        assert not sandbox.running and parts.cgroup.pids() == []
+        ended = await sandbox.ended()
+        assert ended.status.value == "failed"
+        assert ended.error == (
+            "rollback failed part way: the volume is full (a copy of 'big' failed)"
+        )
+        assert at_failure and at_failure[0].strip().isdigit()
+    finally:
+        await sandbox.kill()
+
+
+async def test_a_refused_rollback_thaws_and_the_sandbox_runs_on(
+    runtime: LocalSandboxRuntime,
+) -> None:
+    sandbox = await runtime.start(_spec())
+    try:
+        await _start_beating(sandbox)
+        with pytest.raises(CheckpointNotFound):
+            await sandbox.rollback("ck0000")
+        assert sandbox.running and await _beat_advances(sandbox)
+    finally:
+        await sandbox.kill()
+
+
+async def test_a_kill_during_a_checkpoint_does_not_hide_its_error(
+    runtime: LocalSandboxRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = await runtime.start(_spec())
+    try:
+        parts = runtime._executor.parts(sandbox._inner._run_id)
+        assert parts is not None and sandbox._store is not None
+
+        def killed_meanwhile() -> None:
+            parts.cgroup.remove()  # what a kill does under the operation's feet
+            raise SandboxError("the take failed on its own")
+
+        monkeypatch.setattr(sandbox._store, "take", killed_meanwhile)
+        with pytest.raises(SandboxError, match="the take failed on its own"):
+            await sandbox.checkpoint()
+    finally:
+        await sandbox.kill()
+
+
+async def test_freeze_thaw_and_delete_run_off_the_event_loop(
+    runtime: LocalSandboxRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = await runtime.start(_spec())
+    try:
+        parts = runtime._executor.parts(sandbox._inner._run_id)
+        assert parts is not None and sandbox._store is not None
+        loop_thread = threading.get_ident()
+        ran_in: dict[str, int] = {}
+
+        def spy(name: str, real: Callable[..., object]) -> Callable[..., object]:
+            def called(*args: object) -> object:
+                ran_in[name] = threading.get_ident()
+                return real(*args)
+
+            return called
+
+        monkeypatch.setattr(parts.cgroup, "freeze", spy("freeze", parts.cgroup.freeze))
+        monkeypatch.setattr(parts.cgroup, "thaw", spy("thaw", parts.cgroup.thaw))
+        monkeypatch.setattr(sandbox._store, "delete", spy("delete", sandbox._store.delete))
+        checkpoint = await sandbox.checkpoint()
+        await sandbox.freeze()
+        await sandbox.thaw()
+        await sandbox.delete_checkpoint(checkpoint.id)
+        assert set(ran_in) == {"freeze", "thaw", "delete"}
+        assert loop_thread not in ran_in.values(), ran_in
+    finally:
+        await sandbox.kill()

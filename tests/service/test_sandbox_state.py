@@ -5,6 +5,7 @@ local backend captures is tested on real sandboxes (tests/server/test_sandbox_st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from ringfence.service.credentials import CredentialKey
 from ringfence.service.sandboxes import FROZEN_LOST_ERROR, SandboxService
 from ringfence.store import MemoryStore, Store
 from ringfence.testing.fakes import FakeSandboxRuntime
+from ringfence.testing.fakes.state import FakeStatefulSandbox
 
 OCTETS = {"content-type": "application/octet-stream"}
 KEY = b"k" * 32
@@ -443,3 +445,49 @@ async def test_a_backend_without_state_refuses_clearly(tmp_path: Path) -> None:
             with pytest.raises(StateUnsupported, match="no writable layer here"):
                 await world.service.pause("acme", sandbox.id, memory=memory)
         assert (await world.service.get("acme", sandbox.id)).state is SandboxState.RUNNING
+
+
+WRITER = """
+import os, time
+n = 0
+while True:
+    n += 1
+    with open('/home/user/n.new', 'w') as f:
+        f.write(str(n))
+    os.replace('/home/user/n.new', '/home/user/n')
+    with open({ack!r} + '.new', 'w') as f:  # outside its files: what it has written
+        f.write(str(n))
+    os.replace({ack!r} + '.new', {ack!r})
+    time.sleep(0.001)
+"""
+
+
+async def test_pause_to_disk_keeps_the_last_write_made_before_it(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = await world.service.create("acme", SandboxSpec())
+    acked = tmp_path / "acked"
+    writer = asyncio.create_task(python(world.service, sandbox.id, WRITER.format(ack=str(acked))))
+    for _ in range(500):
+        if acked.exists():
+            break
+        await asyncio.sleep(0.01)
+    real_export = FakeStatefulSandbox.export
+
+    async def slow_export(self: FakeStatefulSandbox, checkpoint_id: str, target: Path) -> None:
+        seen = acked.read_text()  # a running writer moves on within milliseconds
+        for _ in range(50):
+            if acked.read_text() != seen:
+                break
+            await asyncio.sleep(0.01)
+        await real_export(self, checkpoint_id, target)
+
+    monkeypatch.setattr(FakeStatefulSandbox, "export", slow_export)
+    await world.service.pause("acme", sandbox.id, memory=False)
+    last = int(acked.read_text())
+    with contextlib.suppress(Exception):
+        await writer  # killed by the pause
+    await world.service.resume("acme", sandbox.id)
+    kept = await read(world.service, sandbox.id, "/home/user/n")
+    assert kept is not None and int(kept) >= last, (kept, last)
+

@@ -87,7 +87,8 @@ class LiveSandbox(Protocol):
         ...
 
     async def kill(self) -> ExecutionResult:
-        """Kill every process and wait until nothing of the sandbox remains."""
+        """Kill every process and wait until nothing of the sandbox remains; a frozen
+        sandbox's too, without letting them run first (a pause to disk relies on it)."""
         ...
 
     async def ended(self) -> ExecutionResult:

@@ -211,10 +211,17 @@ class Pausing:
 
     async def _save(self, entry: LiveEntry, sandbox: Sandbox, left: float) -> Sandbox:
         """Export its files (a checkpoint), keep its launch sealed, and kill it: its
-        watcher stores it paused, and gives back all it held."""
+        watcher stores it paused, and gives back all it held. It is frozen from before the
+        checkpoint until the kill (a checkpoint of a frozen sandbox leaves it frozen), so
+        no write after the checkpoint is lost; a failed save thaws it again (it runs on).
+        A backend without a freezer is checkpointed running: what it writes between the
+        checkpoint and the kill is lost (``LiveSandbox.state.freeze`` says which)."""
         self.files.forget_paused(sandbox.id)  # a leftover of an earlier, failed pause
         export = self.files.paused_export(sandbox.id)
+        was_frozen = entry.frozen is not None
         try:
+            if entry.live.state.freeze:
+                await entry.live.freeze()
             checkpoint = await entry.live.checkpoint()
             try:
                 await entry.live.export(checkpoint.id, export)
@@ -225,6 +232,9 @@ class Pausing:
             await asyncio.to_thread(self.files.save_launch, entry.tenant, sandbox.id, launch)
         except BaseException:
             self.files.forget_paused(sandbox.id)
+            if not was_frozen:
+                with contextlib.suppress(RingfenceError):
+                    await entry.live.thaw()
             raise
         paused = _paused(sandbox, memory=False, left=left)
         async with entry.writing:
@@ -232,8 +242,7 @@ class Pausing:
                 self.files.forget_paused(sandbox.id)
                 raise SandboxNotRunning(f"sandbox {sandbox.id} ended while it was being paused")
             entry.pausing = paused
-        await entry.live.thaw()  # a frozen process dies only once it runs again
-        await entry.live.kill()
+        await entry.live.kill()  # still frozen: a thaw first would let it write on, lost
         stored = await asyncio.shield(entry.ended)
         if stored.state is not SandboxState.PAUSED:  # it failed meanwhile: nothing to resume
             self.files.forget_paused(sandbox.id)

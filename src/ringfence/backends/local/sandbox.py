@@ -7,7 +7,12 @@ of its cgroup, and exports a new sandbox is restored from (``LaunchSpec.restore`
 its processes survive and see the checkpoint's files when they run again (the root's upper
 layers are changed through the sandbox's own view of its overlays where the overlay would
 not see a change made behind it). Process memory is not captured (``memory: false``).
-Operations on one sandbox run one at a time.
+Operations on one sandbox run one at a time, each off the event loop (a freeze may wait
+for the kernel, a large tree takes a while).
+
+A rollback that fails after its first write never lets the sandbox run again: its files
+would be partly the checkpoint's and partly the present's. It is killed while still frozen,
+and it ends failed with why ("rollback failed part way: ...").
 """
 
 from __future__ import annotations
@@ -21,11 +26,19 @@ from typing import TypeVar
 
 from ringfence.backends._interactive import Checkpoint, StateSupport
 from ringfence.backends.daemon_sandbox import DaemonSandbox
+from ringfence.backends.local import snapshots
 from ringfence.backends.local.backend import SandboxParts
 from ringfence.backends.local.snapshots import Budget, OverlayView, SnapshotStore
 from ringfence.backends.local.volume import Volume
-from ringfence.errors import SandboxNotRunning, StateUnsupported
-from ringfence.models import ExecutionResult
+from ringfence.errors import (
+    CheckpointNotFound,
+    RingfenceError,
+    SandboxError,
+    SandboxNotRunning,
+    SnapshotBudgetExceeded,
+    StateUnsupported,
+)
+from ringfence.models import ExecutionResult, Status
 
 __all__ = ["LocalSandbox", "layers_of"]
 
@@ -69,6 +82,7 @@ class LocalSandbox:
             )
         self._lock = asyncio.Lock()
         self._paused = False  # frozen by ``freeze`` (not by a checkpoint in progress)
+        self._failure: str | None = None  # why it was killed, when it had to be
         self._closer = asyncio.ensure_future(self._close_store_at_end())
 
     async def released(self) -> None:
@@ -96,10 +110,16 @@ class LocalSandbox:
         await self._inner.set_timeout(seconds)
 
     async def kill(self) -> ExecutionResult:
-        return await self._inner.kill()  # the cgroup's kill reaches frozen processes too
+        return self._as_ended(await self._inner.kill())  # it reaches frozen processes too
 
     async def ended(self) -> ExecutionResult:
-        return await self._inner.ended()
+        return self._as_ended(await self._inner.ended())
+
+    def _as_ended(self, result: ExecutionResult) -> ExecutionResult:
+        """The end, failed with why when this sandbox killed itself (a broken rollback)."""
+        if self._failure is None:
+            return result
+        return result.model_copy(update={"status": Status.FAILED, "error": self._failure})
 
     @property
     def state(self) -> StateSupport:
@@ -129,6 +149,15 @@ class LocalSandbox:
         return self._store.list()
 
     async def rollback(self, checkpoint_id: str) -> None:
+        """Restore its files to ``checkpoint_id`` in place.
+
+        Raises:
+            CheckpointNotFound, SnapshotBudgetExceeded, SandboxError: refused before any
+                write; it runs on (or stays paused) as it was.
+            SandboxError: the restore failed part way; the sandbox was killed while still
+                frozen (it ends failed, "rollback failed part way: ..."), never thawed
+                into files that never existed together.
+        """
         store, parts = self._stateful()
         async with self._lock:
             self._check_running()
@@ -138,28 +167,42 @@ class LocalSandbox:
                 )
                 for layer in _volume(parts).layers
             }
-            await asyncio.to_thread(
-                self._in_frozen, parts, lambda: store.restore(checkpoint_id, overlay_view=views)
-            )
+            try:
+                await asyncio.to_thread(
+                    self._in_frozen,
+                    parts,
+                    lambda: store.restore(checkpoint_id, overlay_view=views),
+                    thaw_after=_changed_nothing,
+                )
+            except BaseException as exc:
+                if _changed_nothing(exc):
+                    raise
+                why = exc.message if isinstance(exc, RingfenceError) else repr(exc)
+                self._failure = f"rollback failed part way: {why}"
+                await self._inner.kill()  # frozen still: it never runs on mixed files
+                raise SandboxError(
+                    f"the rollback to {checkpoint_id} failed part way, so the sandbox was "
+                    f"killed (its files were partly restored): {why}"
+                ) from exc
 
     async def delete_checkpoint(self, checkpoint_id: str) -> None:
         store, _ = self._stateful()
         async with self._lock:
             self._check_running()
-            store.delete(checkpoint_id)
+            await asyncio.to_thread(store.delete, checkpoint_id)
 
     async def freeze(self) -> None:
         parts = self._cgroup_parts()
         async with self._lock:
             self._check_running()
-            parts.cgroup.freeze()
+            await asyncio.to_thread(parts.cgroup.freeze)
             self._paused = True
 
     async def thaw(self) -> None:
         if self._parts is None or not self._paused:
             return
         async with self._lock:
-            self._parts.cgroup.thaw()
+            await asyncio.to_thread(self._parts.cgroup.thaw)
             self._paused = False
 
     async def export(self, checkpoint_id: str, target: Path) -> None:
@@ -168,13 +211,34 @@ class LocalSandbox:
             self._check_running()
             await asyncio.to_thread(store.export, checkpoint_id, target)
 
-    def _in_frozen(self, parts: SandboxParts, work: Callable[[], T]) -> T:
+    def _in_frozen(
+        self,
+        parts: SandboxParts,
+        work: Callable[[], T],
+        thaw_after: Callable[[BaseException], bool] = lambda _: True,
+    ) -> T:
         """``work()`` with the sandbox frozen (in a worker thread: a large tree takes a
-        while); a sandbox paused by ``freeze`` stays frozen after it."""
+        while); a sandbox paused by ``freeze`` stays frozen after it. When ``work`` raises,
+        the sandbox is thawed only if ``thaw_after(error)`` (else it stays frozen, for the
+        caller to kill), and a thaw that fails then (a kill removed the cgroup meanwhile)
+        never hides ``work``'s own error."""
         if self._paused:
             return work()
-        with parts.cgroup.frozen():
-            return work()
+        parts.cgroup.freeze()
+        try:
+            done = work()
+        except BaseException as exc:
+            if thaw_after(exc):
+                with contextlib.suppress(SandboxError, OSError):
+                    parts.cgroup.thaw()
+            raise
+        try:
+            parts.cgroup.thaw()
+        except (SandboxError, OSError) as exc:
+            if self._inner.running and _cgroup_exists(parts):
+                raise
+            raise SandboxNotRunning("the sandbox was killed during the operation") from exc
+        return done
 
     def _stateful(self) -> tuple[SnapshotStore, SandboxParts]:
         if self._store is None or self._parts is None:
@@ -206,6 +270,21 @@ def _close(store: SnapshotStore) -> None:
     fd, store._root = store._root, -1
     if fd >= 0:
         os.close(fd)
+
+
+def _changed_nothing(error: BaseException) -> bool:
+    """Whether a failed restore is known to have written nothing (a refusal). Anything else
+    counts as part way, fail closed: once the snapshot engine has ``RestoreIncomplete``
+    (raised after the first write), every other ``SandboxError`` is a refusal; until then
+    only the missing checkpoint and the budget's refusal are."""
+    incomplete = getattr(snapshots, "RestoreIncomplete", None)
+    if incomplete is not None:
+        return isinstance(error, SandboxError) and not isinstance(error, incomplete)
+    return isinstance(error, CheckpointNotFound | SnapshotBudgetExceeded)
+
+
+def _cgroup_exists(parts: SandboxParts) -> bool:
+    return all(directory.exists() for directory in parts.cgroup._dirs())
 
 
 def _volume(parts: SandboxParts) -> Volume:

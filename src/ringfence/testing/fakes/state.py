@@ -9,6 +9,7 @@ anything else the daemon's commands write (the host's ``/tmp``, say), nor proces
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -18,6 +19,7 @@ import secrets
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,6 +120,7 @@ class FakeStatefulSandbox:
             raise StateUnsupported("sandbox state cannot be captured: the fake has no freezer")
         self._check_running()
         self._signal(signal.SIGSTOP)
+        await asyncio.to_thread(_wait_stopped, self._pids())  # a signal lands later
         self.frozen = True
 
     async def thaw(self) -> None:
@@ -144,6 +147,29 @@ class FakeStatefulSandbox:
         for pid in self._pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
+
+
+def _wait_stopped(pids: list[int]) -> None:
+    """Return once every one of ``pids`` is stopped (or gone), as a freezer does: ``kill``
+    returns before the signal has stopped a process running on another core.
+
+    Raises:
+        SandboxError: one did not stop within 2 s.
+    """
+    deadline = time.monotonic() + 2
+    for pid in pids:
+        while _run_state(pid) not in ("T", "t", "Z", "X", None):
+            if time.monotonic() > deadline:
+                raise SandboxError(f"process {pid} did not stop within 2 s")
+            time.sleep(0.001)
+
+
+def _run_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None  # gone
+    return stat.rpartition(")")[2].split()[0]
 
 
 def seal_export(target: Path, key: bytes) -> None:
