@@ -21,6 +21,7 @@ from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local.interactive import LocalSandboxRuntime
 from ringfence.backends.local.probe import Host, require
 from ringfence.backends.local.sandbox import LocalSandbox
+from ringfence.backends.local.snapshots import RestoreIncomplete
 from ringfence.config import Config
 from ringfence.errors import (
     CheckpointNotFound,
@@ -319,7 +320,7 @@ async def test_a_rollback_failing_part_way_kills_the_sandbox_frozen_never_thawin
         def restore_half(checkpoint_id: str, overlay_view: object = None) -> None:
             (parts.volume.workspace / "half").write_text("mixed")  # a first write
             at_failure.append(beat.read_text())
-            raise SandboxError("the volume is full (a copy of 'big' failed)")
+            raise RestoreIncomplete("the volume is full (a copy of 'big' failed)")
 
         monkeypatch.setattr(sandbox._store, "restore", restore_half)
         with pytest.raises(SandboxError, match=r"failed part way.*killed"):
@@ -337,13 +338,23 @@ async def test_a_rollback_failing_part_way_kills_the_sandbox_frozen_never_thawin
 
 
 async def test_a_refused_rollback_thaws_and_the_sandbox_runs_on(
-    runtime: LocalSandboxRuntime,
+    runtime: LocalSandboxRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sandbox = await runtime.start(_spec())
     try:
         await _start_beating(sandbox)
         with pytest.raises(CheckpointNotFound):
             await sandbox.rollback("ck0000")
+        assert sandbox.running and await _beat_advances(sandbox)
+        checkpoint = await sandbox.checkpoint()
+        assert sandbox._store is not None
+
+        def refuse(checkpoint_id: str, overlay_view: object = None) -> None:
+            raise SandboxError("/usr in the sandbox is not its overlay")  # before any write
+
+        monkeypatch.setattr(sandbox._store, "restore", refuse)
+        with pytest.raises(SandboxError, match="not its overlay"):
+            await sandbox.rollback(checkpoint.id)
         assert sandbox.running and await _beat_advances(sandbox)
     finally:
         await sandbox.kill()

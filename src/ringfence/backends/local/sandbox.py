@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from ringfence.backends._interactive import Checkpoint, StateSupport
 from ringfence.backends.daemon_sandbox import DaemonSandbox
-from ringfence.backends.local import snapshots
 from ringfence.backends.local.backend import SandboxParts
-from ringfence.backends.local.snapshots import Budget, OverlayView, SnapshotStore
+from ringfence.backends.local.snapshots import (
+    Budget,
+    OverlayView,
+    RestoreIncomplete,
+    SnapshotStore,
+)
 from ringfence.backends.local.volume import Volume
 from ringfence.errors import (
     CheckpointNotFound,
@@ -96,7 +99,7 @@ class LocalSandbox:
             await self._inner.ended()
         async with self._lock:  # never under an operation's feet (its fds)
             if self._store is not None:
-                _close(self._store)
+                self._store.close()
 
     @property
     def socket_path(self) -> Path:
@@ -260,27 +263,14 @@ class LocalSandbox:
             raise SandboxNotRunning("the sandbox has ended")
 
 
-def _close(store: SnapshotStore) -> None:
-    """Close the store's descriptor of its snapshot directory. ``SnapshotStore`` has no
-    ``close`` yet: until it does, its root descriptor is closed here."""
-    close = getattr(store, "close", None)
-    if close is not None:
-        close()
-        return
-    fd, store._root = store._root, -1
-    if fd >= 0:
-        os.close(fd)
-
-
 def _changed_nothing(error: BaseException) -> bool:
-    """Whether a failed restore is known to have written nothing (a refusal). Anything else
-    counts as part way, fail closed: once the snapshot engine has ``RestoreIncomplete``
-    (raised after the first write), every other ``SandboxError`` is a refusal; until then
-    only the missing checkpoint and the budget's refusal are."""
-    incomplete = getattr(snapshots, "RestoreIncomplete", None)
-    if incomplete is not None:
-        return isinstance(error, SandboxError) and not isinstance(error, incomplete)
-    return isinstance(error, CheckpointNotFound | SnapshotBudgetExceeded)
+    """Whether a failed restore is known to have written nothing (a refusal: the missing
+    checkpoint, the budget, a view that is not its overlay...). ``RestoreIncomplete`` is
+    raised once it has written; anything else unexpected counts as part way too (fail
+    closed)."""
+    if isinstance(error, RestoreIncomplete):
+        return False
+    return isinstance(error, SandboxError | CheckpointNotFound | SnapshotBudgetExceeded)
 
 
 def _cgroup_exists(parts: SandboxParts) -> bool:
