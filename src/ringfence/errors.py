@@ -10,7 +10,7 @@ apart without matching message text.
     │   ├── ExecutionNotFound   no execution with that id
     │   ├── SandboxNotFound     no sandbox with that id
     │   ├── ProposalNotFound    no proposal with that id
-    │   └── CheckpointNotFound  no checkpoint (snapshot) with that id
+    │   └── CheckpointNotFound  no checkpoint (snapshot) with that id (checkpoint_not_found)
     ├── DuplicateExecution      an execution with that id already exists  (duplicate_id)
     ├── Conflict                the object's state does not allow it now  (conflict)
     ├── StateUnsupported        no state capture here (checkpoint, pause) (state_unsupported)
@@ -100,7 +100,11 @@ class ProposalNotFound(NotFound):
 
 
 class CheckpointNotFound(NotFound):
-    """No checkpoint (or snapshot) with that id in this sandbox or tenant."""
+    """No checkpoint (or snapshot) with that id in this sandbox or tenant. Its own code:
+    a rollback's 404 may be either the sandbox's or the checkpoint's, and the SDK must
+    tell them apart."""
+
+    code = "checkpoint_not_found"
 
 
 class StateUnsupported(RingfenceError):
@@ -216,6 +220,7 @@ HTTP_STATUS: dict[str, int] = {
     RingfenceError.code: 500,
     InvalidRequest.code: 400,
     NotFound.code: 404,
+    CheckpointNotFound.code: 404,
     DuplicateExecution.code: 409,
     Conflict.code: 409,
     StateUnsupported.code: 409,
@@ -238,5 +243,5 @@ _ALL: tuple[type[RingfenceError], ...] = (
     SandboxError, SandboxNotRunning, SandboxElsewhere, TooManyRequests, ServerAtCapacity,
     StoreError,
     Unauthenticated, Forbidden, ServerUnreachable, SandboxUidsExhausted, StateUnsupported,
-    SnapshotBudgetExceeded,
+    SnapshotBudgetExceeded, CheckpointNotFound,
 )  # fmt: skip

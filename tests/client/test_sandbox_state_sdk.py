@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringfence.client import AsyncRingfence, AsyncSandbox, Ringfence, Sandbox, SandboxNotFound
+from ringfence.client import AsyncRingfence, AsyncSandbox, Ringfence, Sandbox
 from ringfence.errors import CheckpointNotFound
 from ringfence.models import SandboxState
 from tests.client.conftest import LiveServer
@@ -22,8 +22,10 @@ async def test_checkpoint_rollback_pause_connect_fork_and_snapshots(live: LiveSe
         await sbx.rollback(checkpoint.id)
         assert await sbx.files.read("/home/user/f") == "one"
         assert not await sbx.files.exists("/home/user/new")
-        with pytest.raises(SandboxNotFound):  # no such checkpoint of it
+        with pytest.raises(CheckpointNotFound):  # no such checkpoint of it
             await sbx.rollback("ck0")
+        with pytest.raises(CheckpointNotFound):
+            await sbx.delete_checkpoint("ck0")
         await sbx.delete_checkpoint(checkpoint.id)
 
         paused = await sbx.pause()

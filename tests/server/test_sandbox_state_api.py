@@ -71,7 +71,8 @@ async def test_checkpoints_and_rollback_over_the_api(api: Api) -> None:
     unknown = await api.client.post(
         f"{base}/rollback", headers=api.acme, json={"checkpoint": "ck0"}
     )
-    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+    assert unknown.status_code == 404  # the checkpoint's 404, not the sandbox's
+    assert unknown.json()["error"]["code"] == "checkpoint_not_found"
     bad = await api.client.post(f"{base}/rollback", headers=api.acme, json={"checkpoint": "../x"})
     assert bad.status_code == 400
     gone = await api.client.delete(f"{base}/checkpoints/{checkpoint}", headers=api.acme)

@@ -490,4 +490,3 @@ async def test_pause_to_disk_keeps_the_last_write_made_before_it(
     await world.service.resume("acme", sandbox.id)
     kept = await read(world.service, sandbox.id, "/home/user/n")
     assert kept is not None and int(kept) >= last, (kept, last)
-

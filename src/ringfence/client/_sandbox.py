@@ -310,12 +310,14 @@ class AsyncSandbox:
         made since removed, deleted ones back; its processes keep running.
 
         Raises:
-            SandboxNotFound: no such sandbox, or no such checkpoint of it.
+            SandboxNotFound: no such sandbox.
+            CheckpointNotFound: no such checkpoint of it (a server before
+                ``checkpoint_not_found`` answers ``SandboxNotFound`` here).
         """
         await self._link.rest("POST", "/rollback", {"checkpoint": checkpoint_id})
 
     async def delete_checkpoint(self, checkpoint_id: str) -> None:
-        """Free a checkpoint. Raises ``SandboxNotFound`` (no such checkpoint of it)."""
+        """Free a checkpoint. Raises ``CheckpointNotFound`` (no such checkpoint of it)."""
         await self._link.rest("DELETE", f"/checkpoints/{quote(checkpoint_id, safe='')}")
 
     async def fork(self, count: int = 1) -> builtins.list[AsyncSandbox]:
