@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ import pytest
 from ringfence.backends.local import LocalExecutor
 from ringfence.backends.local._mounts import mount_tmpfs, mounts_under
 from ringfence.backends.local.probe import Host
-from ringfence.backends.local.volume import VOLUMES, Volumes
+from ringfence.backends.local.volume import BYTES_PER_INODE, MIN_INODES, VOLUMES, Volumes
 from ringfence.config import Config
 from ringfence.models import ExecutionRequest, ExecutionResult, ResourceLimits, Status
 
@@ -44,6 +45,13 @@ async def executor(host: Host) -> AsyncIterator[LocalExecutor]:
 def _ours(executor: LocalExecutor) -> Path:
     """This process's volumes (other servers on the host have theirs beside them)."""
     return executor.config.runtime_dir / VOLUMES / f"i{os.getpid()}"
+
+
+def _volumes_mounted(executor: LocalExecutor) -> list[str]:
+    """The mounts under this process's volumes directory (itself, an unbindable mount
+    point of its own, aside)."""
+    ours = str(_ours(executor).resolve())
+    return [point for point in mounts_under(ours) if point != ours]
 
 
 def _sh(script: str, disk: int | None = None) -> ExecutionRequest:
@@ -164,7 +172,7 @@ async def test_the_volume_is_unmounted_and_removed_when_the_sandbox_ends(
         assert parts is not None and parts.volume is not None and parts.volume.path.is_dir()
         assert mounts_under(str(parts.volume.path))
     assert executor.parts(request.id) is None
-    assert not mounts_under(str(_ours(executor))) and not parts.volume.path.exists()
+    assert not _volumes_mounted(executor) and not parts.volume.path.exists()
 
 
 async def test_another_uid_cannot_enter_a_volume_and_no_sandbox_sees_the_host_paths(
@@ -212,7 +220,7 @@ async def test_symlinks_planted_in_the_volume_are_never_followed_by_the_host(
     async with _running(executor, request):
         pass
     assert target.read_text() == "host" and target.exists()
-    assert not mounts_under(str(_ours(executor)))
+    assert not _volumes_mounted(executor)
 
 
 def test_volumes_of_a_dead_server_are_swept_at_start(open_tmp: Path) -> None:
@@ -223,7 +231,7 @@ def test_volumes_of_a_dead_server_are_swept_at_start(open_tmp: Path) -> None:
     (stale / "file").write_text("left behind")
     volumes = Volumes(runtime)
     try:
-        assert not mounts_under(str(runtime)), "unmounted"
+        assert not mounts_under(str(stale.parent)), "unmounted"
         assert not stale.parent.exists(), "and removed"
     finally:
         volumes.close()
@@ -266,3 +274,24 @@ def test_closing_one_volumes_keeps_anothers_of_the_same_process_working(
     finally:
         second.close()
     assert not mounts_under(str(runtime))
+
+
+def test_a_volume_bounds_its_inodes_not_only_its_bytes(open_tmp: Path) -> None:
+    """Directories, symlinks and hard links take no blocks: without nr_inodes a volume of
+    16 MiB would take inodes (kernel memory) up to half of RAM."""
+    runtime = open_tmp / "run"
+    runtime.mkdir()
+    volumes = Volumes(runtime)
+    try:
+        volume = volumes.create("rf-inodes", 16 << 20, (), root_uid=65000, user_uid=65000)
+        try:
+            assert os.statvfs(volume.path).f_files == max(MIN_INODES, (16 << 20) // BYTES_PER_INODE)
+            made = 0
+            with pytest.raises(OSError) as full:
+                for made in range(100_000):
+                    os.mkdir(volume.workspace / f"d{made}")
+            assert full.value.errno == errno.ENOSPC and made < MIN_INODES + 1, made
+        finally:
+            volume.close()
+    finally:
+        volumes.close()

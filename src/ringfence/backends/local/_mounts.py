@@ -46,12 +46,19 @@ def _check(result: int, what: str) -> int:
     return result
 
 
-def mount_tmpfs(target: str, size: int, mode: int, gid: int) -> None:
+def mount_tmpfs(target: str, size: int, mode: int, gid: int, inodes: int | None = None) -> None:
     """Mount a tmpfs of ``size`` bytes at ``target`` (nosuid, nodev), its root owned by
-    root and group ``gid`` with ``mode``. Raises ``OSError``."""
-    options = f"size={size},mode={mode:o},uid=0,gid={gid}".encode()
+    root and group ``gid`` with ``mode``; at most ``inodes`` inodes (hard links count:
+    tmpfs reserves one per link) when given, else the kernel's default (half of RAM in
+    pages, which ``size`` does not bound). Raises ``OSError``."""
+    options = f"size={size},mode={mode:o},uid=0,gid={gid}"
+    if inodes is not None:
+        options += f",nr_inodes={inodes}"
     flags = _MS_NOSUID | _MS_NODEV
-    _check(_libc.mount(b"tmpfs", target.encode(), b"tmpfs", flags, options), f"mount {target}")
+    _check(
+        _libc.mount(b"tmpfs", target.encode(), b"tmpfs", flags, options.encode()),
+        f"mount {target}",
+    )
 
 
 def unmount(target: str) -> None:

@@ -26,6 +26,14 @@ The parents (``volumes/``, ``volumes/i<pid>/``) are root's, 0711: sandbox uids t
 them to reach their own volume (bwrap binds its paths as that uid) but cannot list them.
 A volume is unmounted (with every mount under it) and removed once its sandbox's cgroup is
 gone; volumes of server processes that are gone are swept when a server starts.
+
+Inodes are bounded as well as bytes: tmpfs's ``size`` does not count directories,
+symlinks or hard links (each checkpoint re-makes every directory and links every unchanged
+file), and its default inode limit is half of RAM in pages. A volume gets one inode per
+``BYTES_PER_INODE`` of its size (at least ``MIN_INODES``): a 64 MiB disk limit plus the
+default 256 MiB checkpoint budget is 81,920 inodes, about 80 MB of kernel memory at most
+(an inode and a dentry are near 1 KiB). A full table is ENOSPC: a checkpoint is then
+refused (``SnapshotBudgetExceeded``), a live write fails as on a full disk.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ from ringfence.backends.local.bwrap import Overlay, Writable
 __all__ = ["Layer", "Volume", "Volumes"]
 
 VOLUMES = "volumes"
+BYTES_PER_INODE = 4096  # one inode per page of the volume's size
+MIN_INODES = 4096
 
 
 @dataclass(frozen=True)
@@ -138,7 +148,8 @@ class Volumes:
         path = self._dir / name
         path.mkdir(mode=0o700)
         try:
-            _mounts.mount_tmpfs(str(path), size, 0o710, gid=root_uid)
+            inodes = max(MIN_INODES, size // BYTES_PER_INODE)
+            _mounts.mount_tmpfs(str(path), size, 0o710, gid=root_uid, inodes=inodes)
         except OSError:
             path.rmdir()
             raise
