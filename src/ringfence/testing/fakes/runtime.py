@@ -158,11 +158,7 @@ class _DaemonExecutor(ProcessExecutor):
             # test of logic must not write into the host (a PUT of /usr/x answered 200 on a
             # writable view). HOME is the sandbox's own; /dev and /tmp stay the host's (a
             # checkout under /tmp, as CI's, holds the interpreter and the daemon it runs).
-            view = [
-                "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--bind", "/tmp", "/tmp",
-                "--tmpfs", "/home", "--bind", str(home), SANDBOX_HOME,
-            ]  # fmt: skip
-            command = [self._bwrap, *view, "--chdir", SANDBOX_HOME, "--", *request.command]
+            command = [*host_view(self._bwrap, home), "--", *request.command]
         daemon = request.model_copy(update={"command": command, "env": env})
         try:
             launched = await super()._launch(daemon, limits, pass_fds)
@@ -172,6 +168,35 @@ class _DaemonExecutor(ProcessExecutor):
         tree = self.trees[request.id] = _DaemonTree(launched, home)
         tree.forget = lambda: self.trees.pop(request.id, None)
         return tree
+
+
+# Run in a mount namespace of its own: every real sandbox's volume detached, then bwrap.
+_WITHOUT_VOLUMES = (
+    "for point in $(awk '$5 ~ /\\/volumes\\/i[0-9]+\\// {print $5}' /proc/self/mountinfo "
+    '| sort -r); do umount -l "$point" 2>/dev/null; done; exec "$@"'
+)
+
+
+def host_view(bwrap: str, home: Path) -> list[str]:
+    """The command that runs what follows it (after ``--``) in the fake's view: the host's
+    root read-only, /dev and /tmp the host's, ``home`` at /home/user.
+
+    ``--ro-bind / /`` copies every mount of the host, then remounts each copy read-only
+    one by one; a real sandbox's volume (``backends/local/volume.py``) whose mount point
+    the server removes meanwhile vanishes from the copy too, and bwrap failed ("Can't bind
+    mount /oldroot/ ... remount ...: No such file or directory", ~1 start in 75 while
+    real sandboxes came and went). As root, bwrap runs in a mount namespace of its own in
+    which every volume is detached first (``unshare -m``, ``umount -l``; one that is gone
+    already is skipped), so its walk never meets one; the fake's sandboxes see none."""
+    view = [
+        bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--bind", "/tmp", "/tmp",
+        "--tmpfs", "/home", "--bind", str(home), SANDBOX_HOME, "--chdir", SANDBOX_HOME,
+    ]  # fmt: skip
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or unshare is None:  # no volumes to meet without root
+        return view
+    return [unshare, "--mount", "--propagation", "slave", "sh", "-c", _WITHOUT_VOLUMES,
+            "sh", *view]  # fmt: skip
 
 
 class _DaemonTree:
