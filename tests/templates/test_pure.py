@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ringfence.errors import InvalidRequest
-from ringfence.templates.build import Progress, host_mirror
+from ringfence.templates.build import Progress, host_mirror, private_files
 from ringfence.templates.layers import entry_parts
 
 
@@ -66,3 +66,19 @@ def test_entry_names_are_normalised(name: str, parts: list[str]) -> None:
 def test_entry_names_that_leave_the_root_are_refused(name: str) -> None:
     with pytest.raises(InvalidRequest):
         entry_parts(name)
+
+
+def test_a_build_names_the_files_others_may_not_read(tmp_path: Path) -> None:
+    """The sandbox's root owns a template's files (idmapped lower layers): what is not
+    world-readable (a secret baked in) is readable by every sandbox anyway."""
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "shadow").write_text("root:$6$...")
+    (tmp_path / "etc" / "shadow").chmod(0o640)
+    (tmp_path / "etc" / "passwd").write_text("root:x:0:0")
+    (tmp_path / "etc" / "passwd").chmod(0o644)
+    (tmp_path / "root").mkdir(mode=0o700)
+    (tmp_path / "root").chmod(0o700)
+    (tmp_path / "root" / "key").write_text("secret")
+    (tmp_path / "root" / "key").chmod(0o600)
+    (tmp_path / "etc" / "link").symlink_to("shadow")  # a link's own mode means nothing
+    assert private_files(tmp_path) == ["/etc/shadow", "/root", "/root/key"]

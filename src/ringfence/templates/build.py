@@ -186,6 +186,14 @@ def build_template(
             on_progress("template: cleaning up and sealing")
             _clean(rootfs)
             stripped = strip_setuid(rootfs)
+            private = private_files(rootfs)
+            if private:
+                on_progress(
+                    f"template: warning: {len(private)} entries are not world-readable "
+                    f"({', '.join(private[:5])}{', ...' if len(private) > 5 else ''}): the "
+                    "sandbox's root owns the template's files (idmapped lower layers) and "
+                    "can read them all, so a template must hold no secret"
+                )
             metadata: dict[str, Any] = {
                 "source": "build",
                 "recipe": recipe,
@@ -257,6 +265,22 @@ def _clean(rootfs: Path) -> None:
         entry.unlink()
     for entry in (rootfs / "var/cache/debconf").glob("*-old"):
         entry.unlink()
+
+
+def private_files(root: Path) -> list[str]:
+    """The files and directories under ``root`` that others may not read, as paths inside
+    the template, sorted. Every sandbox's root can read them anyway (the idmapped lower
+    layers make it their owner): what a build warns about."""
+    found = []
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            st = os.lstat(path)
+            if (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) and not (
+                st.st_mode & stat.S_IROTH
+            ):
+                found.append("/" + os.path.relpath(path, root))
+    return sorted(found)
 
 
 def strip_setuid(root: Path) -> int:
