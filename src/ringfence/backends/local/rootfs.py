@@ -32,6 +32,7 @@ __all__ = [
     "layout_for",
     "materialize",
     "overlaid",
+    "prepare_runtime_dir",
     "prepare_runtime_files",
 ]
 
@@ -105,6 +106,20 @@ class RuntimeFiles:
     host_etc: Path  # the allowlisted host /etc entries plus the generated files
 
 
+def prepare_runtime_dir(runtime_dir: Path) -> None:
+    """Create ``runtime_dir`` (0755) unless it exists, and check that it is ours and that no
+    other user can write it: what is found in it is trusted.
+
+    Raises:
+        OSError: it cannot be made, or it is not ours alone (``PermissionError``).
+    """
+    if os.path.lexists(runtime_dir):
+        _check_ours(runtime_dir)  # found, not made: trusted only if nobody else could write it
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    runtime_dir.chmod(0o755)
+    _check_ours(runtime_dir)
+
+
 def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> RuntimeFiles:
     """Write the generated ``/etc`` files and the host ``/etc`` copy under ``runtime_dir``.
 
@@ -115,11 +130,7 @@ def prepare_runtime_files(runtime_dir: Path, host_etc: Path = Path("/etc")) -> R
     Raises:
         OSError: the directory cannot be written.
     """
-    if os.path.lexists(runtime_dir):
-        _check_ours(runtime_dir)  # found, not made: trusted only if nobody else could write it
-    runtime_dir.mkdir(parents=True, exist_ok=True)
-    runtime_dir.chmod(0o755)
-    _check_ours(runtime_dir)
+    prepare_runtime_dir(runtime_dir)
     generated_digest = hashlib.sha256(repr(sorted(GENERATED_ETC.items())).encode())
     generated = materialize(runtime_dir, "generated", generated_digest, _write_generated)
     sources = [host_etc / name for name in _HOST_ETC]
