@@ -402,7 +402,8 @@ class AsyncSandbox:
         return await self._code.create_context(language, cwd)
 
     async def list_code_contexts(self) -> builtins.list[Context]:
-        """The sandbox's code contexts (the default ones, once used, among them)."""
+        """The sandbox's code contexts: its default python and (when the template has
+        node) javascript ones from the start, as E2B's, and those created."""
         return await self._code.list_contexts()
 
     async def restart_code_context(self, context: Context | str) -> None:
