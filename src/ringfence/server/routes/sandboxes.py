@@ -163,6 +163,11 @@ def _methods(service: str) -> str:
     responses={
         **_ERRORS,
         **BUDGET_ERRORS,
+        409: {
+            "model": ErrorBody,
+            "description": "auto_pause or on_timeout='pause' asked of a backend that cannot "
+            "save the sandbox's files; the message says why (state_unsupported)",
+        },
         500: {"model": ErrorBody, "description": "The sandbox failed to start"},
     },
     summary="Create an interactive sandbox",
