@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,10 +54,6 @@ class Fuzzed(Server):
             super().start()
         finally:
             del os.environ["RINGFENCE_MAX_SANDBOXES_PER_TENANT"]
-        # Its log (a line per request) is read as it comes: a pipe nobody reads fills up
-        # (64 KiB) and then blocks the server's every write, and so the server.
-        assert self.process is not None and self.process.stdout is not None
-        threading.Thread(target=self.process.stdout.read, daemon=True).start()
 
     @property
     def headers(self) -> dict[str, str]:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,6 +37,16 @@ class Server:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[str] | None = None
+        # Everything the server printed, read as it comes: an unread pipe fills at 64 KiB and
+        # then blocks the server's event loop in write(), so a long-lived server that logs
+        # enough (a suite's worth of requests) stopped answering every test after it.
+        self._output: list[str] = []
+        self._reader: threading.Thread | None = None
+
+    @property
+    def output(self) -> str:
+        """What the server has printed so far (stdout and stderr)."""
+        return "".join(self._output)
 
     def args(self) -> list[str]:
         extra = ["--database-url", self.database_url] if self.database_url else []
@@ -49,13 +60,20 @@ class Server:
             text=True,
             env=self.env,
         )
+        self._output = []
+        self._reader = threading.Thread(
+            target=_drain, args=(self.process, self._output), daemon=True
+        )
+        self._reader.start()
         for _ in range(300):
             try:
                 if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
-            assert self.process.poll() is None, self.process.stdout.read()  # type: ignore[union-attr]
+            if self.process.poll() is not None:
+                self._reader.join(timeout=10)
+                raise AssertionError(self.output)
             time.sleep(0.05)
         raise AssertionError("the server did not come up")
 
@@ -65,11 +83,20 @@ class Server:
         self.process.wait()
 
     def stop(self) -> str:
+        """Stop the server (SIGTERM) and return everything it printed."""
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(timeout=30)
-        return self.process.stdout.read() if self.process.stdout else ""
+        if self._reader is not None:
+            self._reader.join(timeout=10)  # the pipe's end: the server has exited
+        return self.output
+
+
+def _drain(process: subprocess.Popen[str], into: list[str]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        into.append(line)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -335,3 +362,19 @@ def test_a_taken_port_is_refused_before_the_store_is_touched(tmp_path: Path) -> 
     assert refused.returncode == 125, refused.stderr
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr, refused.stderr
     assert not (tmp_path / "data" / "ringfence.db").exists(), "no store was opened"
+
+
+def test_a_server_that_logs_more_than_a_pipe_holds_keeps_answering(tmp_path: Path) -> None:
+    """The harness reads the server's output as it comes: a suite-long server logs far more
+    than a pipe's 64 KiB, and an unread pipe blocked its event loop in write()."""
+    server = Server(tmp_path / "data", None)
+    server.start()
+    try:
+        long_path = "/v1/no-such-route-" + "x" * 4000  # each request logs it: 4 KiB a line
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            for _ in range(48):  # ~190 KiB of log, three pipes' worth
+                assert client.get(long_path).status_code == 404
+            assert client.get("/v1/health").status_code == 200
+    finally:
+        output = server.stop()
+    assert len(output) >= 128 * 1024
