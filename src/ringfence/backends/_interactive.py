@@ -22,13 +22,50 @@ from ringfence.errors import StateUnsupported
 from ringfence.models import ExecutionResult, NetworkPolicy, ResourceLimits
 
 __all__ = [
+    "BoundProject",
+    "BoundVolume",
     "Checkpoint",
     "LaunchSpec",
     "LiveSandbox",
     "SandboxRuntime",
     "StateSupport",
     "Stateless",
+    "Usage",
 ]
+
+
+@dataclass(frozen=True)
+class BoundVolume:
+    """A tenant's volume as the runtime mounts it: ``source`` is its directory on the
+    host (prepared by the service), shown at ``target`` owned by the sandbox's user for as
+    long as it is mounted."""
+
+    source: Path
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class BoundProject:
+    """A host directory shown at ``target`` as a copy-on-write view: reads see the host's
+    files, writes land in the sandbox's own layer (``LiveSandbox.project_layer``)."""
+
+    source: Path
+    target: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a sandbox consumes now, read from its cgroup and volume (cheap: a few small
+    file reads; nothing is sampled for a sandbox nobody asks about)."""
+
+    cpu_seconds: float  # CPU time used by all its processes since it started
+    cpus: float  # its CPU limit, in cores
+    memory_bytes: int  # memory in use now
+    memory_limit: int
+    disk_bytes: int  # bytes its writable files use
+    disk_limit: int
+    pids: int  # processes and threads now
 
 
 @dataclass(frozen=True)
@@ -44,6 +81,8 @@ class LaunchSpec:
     # with: its seal is checked first, and a tampered or foreign one is refused
     # (``SandboxError``). None: the template's files only.
     restore: Path | None = None
+    volumes: tuple[BoundVolume, ...] = ()
+    project: BoundProject | None = None
 
 
 @dataclass(frozen=True)

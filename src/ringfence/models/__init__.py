@@ -61,6 +61,7 @@ from ringfence.models.snapshots import (
     Paused,
     Snapshot,
 )
+from ringfence.models.workstation import ProjectMount, VolumeMount
 
 __all__ = [
     "CHECKPOINT_ID",
@@ -88,6 +89,7 @@ __all__ = [
     "NetworkPolicy",
     "OnTimeout",
     "Paused",
+    "ProjectMount",
     "Proposal",
     "ProposalSpec",
     "ProposalState",
@@ -101,6 +103,7 @@ __all__ = [
     "SandboxState",
     "Snapshot",
     "Status",
+    "VolumeMount",
     "advance",
     "is_proposal_id",
     "new_proposal_id",

@@ -12,6 +12,7 @@ from pydantic_core import PydanticSerializationError
 from ringfence.models._fields import ENV_BOUNDS, MAX_TIMEOUT_SECONDS, Env, checked_env
 from ringfence.models.limits import ResourceLimits, SandboxLimits
 from ringfence.models.network import NetworkPolicy
+from ringfence.models.workstation import GROUP_PATTERN, ProjectMount, VolumeMount
 
 __all__ = ["OnTimeout", "Sandbox", "SandboxSpec", "SandboxState"]
 
@@ -109,11 +110,43 @@ class SandboxSpec(BaseModel):
         description="Whether a request to it while paused resumes it (else the request is "
         "refused until resume is called).",
     )
+    volumes: list[VolumeMount] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Named volumes of yours to mount (they outlive the sandbox).",
+    )
+    project: ProjectMount | None = Field(
+        None,
+        description="A host directory shown as a copy-on-write view (diff and sync read and "
+        "apply the sandbox's changes); only under the operator's project roots.",
+    )
+    group: str | None = Field(
+        None,
+        pattern=GROUP_PATTERN,
+        description="Network group: sandboxes of yours in one group reach each other's ports; "
+        "default none (no sandbox reaches it).",
+    )
+    public_traffic: bool = Field(
+        False,
+        description="Let anyone with its port URL reach its ports (default: the sandbox's "
+        "traffic token or a key of yours is needed).",
+    )
 
     @field_validator("env")
     @classmethod
     def _valid_env(cls, env: dict[str, str]) -> dict[str, str]:
         return checked_env(env)
+
+    @model_validator(mode="after")
+    def _distinct_paths(self) -> SandboxSpec:
+        paths = [volume.path for volume in self.volumes]
+        if self.project is not None:
+            paths.append(self.project.path)
+        for index, path in enumerate(paths):
+            for other in paths[index + 1 :]:
+                if path == other or path.startswith(other + "/") or other.startswith(path + "/"):
+                    raise ValueError(f"two mounts overlap: {path!r} and {other!r}")
+        return self
 
     @model_validator(mode="after")
     def _valid_unicode(self) -> SandboxSpec:
@@ -162,6 +195,10 @@ class Sandbox(BaseModel):
     on_timeout: OnTimeout = "kill"
     auto_resume: bool = True
     snapshot: str | None = Field(None, description="The snapshot it started from, if any.")
+    volumes: list[VolumeMount] = Field(default_factory=list)
+    project: ProjectMount | None = None
+    group: str | None = None
+    public_traffic: bool = False
 
     def ended(self, state: SandboxState, error: str | None = None) -> Sandbox:
         """This sandbox, ended now in ``state`` (a terminal one)."""

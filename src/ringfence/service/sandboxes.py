@@ -182,6 +182,15 @@ class SandboxService(Pausing):
         check_limits(spec.limits, self._config)
         check_timeout(spec.timeout, self._config)
         check_tenant_policy(spec.network, self._config)
+        # The workstation's parts, each refused here until it is built (docs/design.md 14).
+        for name, given in (
+            ("volumes", bool(spec.volumes)),
+            ("project", spec.project is not None),
+            ("group", spec.group is not None),
+            ("public_traffic", spec.public_traffic),
+        ):
+            if given:
+                raise InvalidRequest(f"{name}: not supported on this server yet")
         return image
 
     def image_for(self, template: str) -> str:
