@@ -111,6 +111,10 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"sandboxd: --listen-fd {fd} is not a socket: {exc}\n")
         return 2
     listener.setblocking(True)
+    if root:
+        from . import _sudo
+
+        _sudo.serve()
     try:
         Server(listener, user, _users.available()).serve_forever()
     except KeyboardInterrupt:

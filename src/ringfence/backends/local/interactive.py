@@ -36,6 +36,7 @@ import ringfence.sandboxd
 from ringfence.backends._interactive import LaunchSpec
 from ringfence.backends.daemon_sandbox import listen, start_daemon_sandbox
 from ringfence.backends.local.backend import LocalExecutor, Populate
+from ringfence.backends.local.bwrap import DEFAULT_PATH
 from ringfence.backends.local.rootfs import materialize
 from ringfence.backends.local.sandbox import LocalSandbox, layers_of
 from ringfence.backends.local.snapshots import Budget, populate
@@ -48,6 +49,7 @@ __all__ = ["DAEMON_PARENT", "LocalSandboxRuntime", "prepare_daemon"]
 log = logging.getLogger(__name__)
 
 DAEMON_PARENT = "/run/ringfence"  # inside the sandbox: the package is DAEMON_PARENT/sandboxd
+SUDO_DIR = f"{DAEMON_PARENT}/bin"  # inside the sandbox, first in PATH: only ``sudo`` is there
 _PYTHON = "/usr/bin/python3"
 # How long a sandbox may take from "start" to its daemon running, before create fails.
 _START_SECONDS = 10.0
@@ -94,10 +96,10 @@ class LocalSandboxRuntime:
             image=spec.image,
             command=[_PYTHON, "-I", "-S", "-B", "-c", _BOOT],
             args=["--listen-fd", str(listener.fileno()), *self._root_flag()],
-            env=spec.env,
+            env=self._env(spec.env),
             timeout=spec.timeout,
             limits=spec.limits,
-            mounts=[Mount(source=str(self._daemon), target=f"{DAEMON_PARENT}/sandboxd")],
+            mounts=self._daemon_mounts(),
             network=spec.network,
         )
         try:
@@ -126,6 +128,20 @@ class LocalSandboxRuntime:
 
         return fill
 
+    def _daemon_mounts(self) -> list[Mount]:
+        """The daemon's package, and with root inside its ``sudo`` (sandboxd/_sudo.py)."""
+        mounts = [Mount(source=str(self._daemon), target=f"{DAEMON_PARENT}/sandboxd")]
+        if self._executor.can_run_root_inside:
+            mounts.append(Mount(source=str(self._daemon / "sudo"), target=f"{SUDO_DIR}/sudo"))
+        return mounts
+
+    def _env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env``, with ``sudo``'s directory first in PATH where there is a sudo: the
+        template's own ``/usr/bin/sudo`` cannot work in a sandbox (every mount is nosuid)."""
+        if not self._executor.can_run_root_inside:
+            return env
+        return {**env, "PATH": f"{SUDO_DIR}:{env.get('PATH', DEFAULT_PATH)}"}
+
     def _root_flag(self) -> list[str]:
         """The daemon runs as root inside (and serves ``root``) where the executor maps it:
         every sandbox it reserves, when Ringfence is host root."""
@@ -151,7 +167,9 @@ def prepare_daemon(runtime_dir: Path) -> Path:
         OSError: the runtime directory cannot be written.
     """
     package = Path(ringfence.sandboxd.__file__).parent
-    sources = sorted([*package.glob("*.py"), *package.glob("*.js"), *package.glob("*.conf")])
+    sources = sorted(
+        [*package.glob("*.py"), *package.glob("*.js"), *package.glob("*.conf"), package / "sudo"]
+    )
     digest = hashlib.sha256()
     for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
@@ -173,7 +191,7 @@ def prepare_daemon(runtime_dir: Path) -> Path:
                 invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
             )
         for path in [target, *target.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
+            path.chmod(0o755 if path.is_dir() or path.name == "sudo" else 0o644)
 
     return materialize(runtime_dir, "sandboxd", digest, build) / "sandboxd"
 
