@@ -7,10 +7,10 @@ import ipaddress
 
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
-from ringfence.models import EgressAction, NetworkMode, NetworkPolicy
+from ringfence.models import EgressAction, EgressRule, NetworkMode, NetworkPolicy
 from ringfence.policy.egress import internal_networks
 
-__all__ = ["check_tenant_policy", "policy_for", "with_floor"]
+__all__ = ["beyond_ceiling", "check_tenant_policy", "policy_for", "with_floor"]
 
 
 def policy_for(tenant: str, given: NetworkPolicy | None, config: Config) -> NetworkPolicy:
@@ -34,24 +34,38 @@ def with_floor(given: NetworkPolicy, default: NetworkPolicy) -> NetworkPolicy:
     return given.model_copy(update={"rules": [*own, *binding]})
 
 
-def check_tenant_policy(policy: NetworkPolicy | None, config: Config) -> None:
+def check_tenant_policy(
+    policy: NetworkPolicy | None, config: Config, tenant: str | None = None
+) -> None:
     """API clients are not trusted with the host: a rule's CIDR may not reach loopback or
     private networks (the host's own services, the cloud's metadata address) unless the
-    operator listed them in ``network_internal_cidrs``. Deny rules may name anything.
+    operator listed them in ``network_internal_cidrs``. Deny rules may name anything, and
+    so may a rule of ``tenant``'s default (the operator's own, read back and resent, or
+    asked for again as E2B's "internet access"); without ``tenant`` none is exempt.
 
     Raises:
         InvalidRequest: a rule reaches an internal network the operator did not allow.
     """
     if policy is None:
         return
-    allowed = [ipaddress.ip_network(cidr, strict=False) for cidr in config.network_internal_cidrs]
+    operators = policy_for(tenant, None, config).rules if tenant is not None else []
     for index, rule in enumerate(policy.rules):
-        if rule.cidr is None or rule.action.value == "deny":
-            continue
-        network = ipaddress.ip_network(rule.cidr)
-        for internal in internal_networks(network):
-            if not any(internal.subnet_of(a) for a in allowed if a.version == internal.version):  # type: ignore[arg-type]
-                raise InvalidRequest(
-                    f"network.rules[{index}].cidr: {rule.cidr} reaches {internal}, an internal "
-                    "network (the operator can allow it with RINGFENCE_NETWORK_INTERNAL_CIDRS)"
-                )
+        problem = None if rule in operators else beyond_ceiling(rule, config)
+        if problem is not None:
+            raise InvalidRequest(f"network.rules[{index}].cidr: {problem}")
+
+
+def beyond_ceiling(rule: EgressRule, config: Config) -> str | None:
+    """Why an API client may not give ``rule`` (None: it may): its CIDR reaches an internal
+    network the operator did not list in ``network_internal_cidrs``."""
+    if rule.cidr is None or rule.action is EgressAction.DENY:
+        return None
+    allowed = [ipaddress.ip_network(cidr, strict=False) for cidr in config.network_internal_cidrs]
+    network = ipaddress.ip_network(rule.cidr)
+    for internal in internal_networks(network):
+        if not any(internal.subnet_of(a) for a in allowed if a.version == internal.version):  # type: ignore[arg-type]
+            return (
+                f"{rule.cidr} reaches {internal}, an internal network (the operator can allow "
+                "it with RINGFENCE_NETWORK_INTERNAL_CIDRS)"
+            )
+    return None

@@ -161,8 +161,9 @@ class SandboxService(Pausing):
             log.warning("sandbox %s/%s was cut off by a restart", tenant, sandbox.id)
         return len(ended)
 
-    def check_policy(self, spec: SandboxSpec) -> str:
-        """The root filesystem of the spec's template, if the spec is allowed here.
+    def check_policy(self, spec: SandboxSpec, tenant: str | None = None) -> str:
+        """The root filesystem of the spec's template, if the spec is allowed here (for
+        ``tenant``: the rules of its default policy are the operator's, never refused).
 
         Raises:
             InvalidRequest: no such template, limits or timeout above the ceilings, or a
@@ -181,7 +182,7 @@ class SandboxService(Pausing):
             )
         check_limits(spec.limits, self._config)
         check_timeout(spec.timeout, self._config)
-        check_tenant_policy(spec.network, self._config)
+        check_tenant_policy(spec.network, self._config, tenant)
         # The workstation's parts, each refused here until it is built (docs/design.md 14).
         for name, given in (
             ("volumes", bool(spec.volumes)),
@@ -269,7 +270,7 @@ class SandboxService(Pausing):
         held: list[Reservation],
         restore: Path | None,
     ) -> Sandbox:
-        image = self.check_policy(spec)
+        image = self.check_policy(spec, tenant)
         if self._runtime is None:
             raise InvalidRequest(
                 f"the {self._config.backend} backend cannot run interactive sandboxes "
@@ -571,7 +572,7 @@ class SandboxService(Pausing):
             SandboxNotRunning: it has ended.
             InvalidRequest: it was created without network (nothing to change in place).
         """
-        check_tenant_policy(policy, self._config)
+        check_tenant_policy(policy, self._config, tenant)
         policy = policy_for(tenant, policy, self._config)  # under the operator's floor
         entry = await self._awake(tenant, sandbox_id, actor)
         gateway = self._egress_gateway

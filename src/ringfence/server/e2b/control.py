@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
 from ringfence.models import Sandbox, SandboxSpec, SandboxState
-from ringfence.server.e2b import state
+from ringfence.server.e2b import network, state
 from ringfence.server.e2b.context import E2bContext
 from ringfence.server.e2b.context import answer as _answer
 from ringfence.server.e2b.context import caller as _caller
@@ -44,6 +44,7 @@ __all__ = ["router"]
 
 router = APIRouter()
 router.include_router(state.router)  # before this module's catch-alls for what is missing
+router.include_router(network.router)
 
 SandboxId = Annotated[str, Path(max_length=64)]
 ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
@@ -52,8 +53,6 @@ ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
 # otherwise "base" (the host's system directories, which the code interpreter runs on).
 _ALIASES = {"code-interpreter-v1": "code-interpreter"}
 _FALLBACK = "base"
-# E2B network options that would grant something (denyOut only restates the default).
-_NETWORK_GRANTS = ("allowOut", "rules", "allowPublicTraffic", "egressProxy", "dnsServers")
 _SWEEP_SLACK = 256  # grants remembered beyond twice the running sandboxes before a sweep
 _LIST_CEILING = 10_000  # sandboxes of one tenant considered by one list request
 
@@ -70,23 +69,10 @@ def _template(context: E2bContext, name: str) -> str:
 
 
 def _refuse_unsupported(body: NewSandbox) -> None:
-    """What E2B offers and Ringfence cannot honour yet is refused, never dropped."""
-    if body.allow_internet_access:
-        raise InvalidRequest(
-            "allow_internet_access: not mapped to Ringfence's egress policy; the sandbox "
-            "gets its tenant's default policy, changed with PUT /v1/sandboxes/{id}/network "
-            "(docs/network.md); leave it unset or false"
-        )
+    """What E2B offers and Ringfence cannot honour yet is refused, never dropped (network
+    options: ``server.e2b.network``)."""
     if body.mcp:
         raise InvalidRequest("mcp: the MCP gateway template is not supported")
-    network = body.network or {}
-    granted = [name for name in _NETWORK_GRANTS if network.get(name)]
-    if granted:
-        raise InvalidRequest(
-            f"network ({', '.join(granted)}): E2B's network options are not mapped to "
-            "Ringfence's egress policy (use PUT /v1/sandboxes/{id}/network, docs/network.md), "
-            "and sandbox traffic always needs its access token"
-        )
     if (body.iam or {}).get("tokens"):
         raise InvalidRequest("iam: workload identity tokens are not supported")
     if body.volumeMounts:
@@ -109,6 +95,9 @@ async def create(body: NewSandbox, request: Request, x_api_key: ApiKey = None) -
             env=body.envVars or {},
             metadata=body.metadata or {},
             **state.lifecycle_of(body),
+            **network.create_fields(
+                body.allow_internet_access, body.network, caller.tenant, context.sandboxes.config
+            ),
         )
     except ValidationError as exc:
         problems = "; ".join(
@@ -236,8 +225,8 @@ async def list_sandboxes(request: Request, x_api_key: ApiKey = None) -> JSONResp
 async def unsupported(
     sandbox_id: SandboxId, feature: str, request: Request, x_api_key: ApiKey = None
 ) -> JSONResponse:
-    """metrics, network and the rest: not (yet) in Ringfence (pause, snapshots and fork are
-    ``server.e2b.state``'s, matched first)."""
+    """metrics and the rest: not (yet) in Ringfence (pause, snapshots and fork are
+    ``server.e2b.state``'s, the network ``server.e2b.network``'s, matched first)."""
     await _caller(request, x_api_key)
     raise InvalidRequest(f"{feature}: not supported by Ringfence's E2B compatibility yet")
 

@@ -1,0 +1,212 @@
+"""E2B's network options mapped onto Ringfence's egress policy (``server.e2b.network``), as
+pure functions: what each option asks for becomes which rules, and what cannot be granted
+is refused naming it. The live behaviour is ``tests/e2b/test_network.py``'s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ringfence.config import Config
+from ringfence.errors import InvalidRequest
+from ringfence.models import EgressAction, EgressRule, NetworkMode, NetworkPolicy
+from ringfence.policy.egress import decide
+from ringfence.policy.network import check_tenant_policy, policy_for
+from ringfence.server.e2b.network import (
+    CREATE,
+    UPDATE,
+    NetworkOptions,
+    NetworkUpdate,
+    create_fields,
+    egress_policy,
+)
+
+ALL = "0.0.0.0/0"
+OPERATOR = NetworkPolicy.model_validate(
+    {"rules": [
+        {"domain": "pypi.org", "ports": [443]},
+        {"domain": "mirror.internal", "cidr": "10.20.0.0/16", "ports": [8080]},
+        {"domain": "secrets.example.com", "action": "deny"},
+        {"domain": "payments.example.com", "action": "ask"},
+    ]}
+)  # fmt: skip
+CONFIG = Config(network_defaults={"acme": OPERATOR}, pool_sizes={})
+
+
+def create(internet: bool | None = None, config: Config = CONFIG, **network: Any) -> Any:
+    return create_fields(internet, network or None, "acme", config).get("network")
+
+
+def update(config: Config = CONFIG, tenant: str = "acme", **body: Any) -> NetworkPolicy:
+    asked = NetworkUpdate.model_validate(body)
+    return egress_policy(asked.allowInternetAccess, asked, tenant, config, UPDATE)
+
+
+def effective(policy: NetworkPolicy, tenant: str = "acme") -> NetworkPolicy:
+    """What the service makes of it: checked as an API client's, under the floor."""
+    check_tenant_policy(policy, CONFIG, tenant)
+    return policy_for(tenant, policy, CONFIG)
+
+
+def verdict(policy: NetworkPolicy, host: str, port: int = 443) -> EgressAction:
+    return decide(policy, host, port).action
+
+
+def refused(match: str, call: Any, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(InvalidRequest, match=match) as caught:
+        call(*args, **kwargs)
+    return caught.value.message
+
+
+def test_no_options_leave_the_tenants_default_in_place() -> None:
+    assert create() is None
+    assert create_fields(None, {"allowPublicTraffic": False}, "acme", CONFIG) == {}
+
+
+def test_internet_access_is_the_operators_default_and_refused_where_there_is_none() -> None:
+    internet = create(True)
+    assert internet.rules == OPERATOR.rules
+    assert update(allowInternetAccess=True).rules == OPERATOR.rules
+    assert update(allowOut=[ALL], denyOut=[ALL]).rules == OPERATOR.rules, "allowed wins"
+    for call in (
+        lambda: create(True, Config(pool_sizes={})),
+        lambda: update(tenant="globex", allowInternetAccess=True),
+    ):
+        message = refused("allow_?[iI]nternet_?[aA]ccess: this server defines no internet", call)
+        assert "RINGFENCE_NETWORK_DEFAULTS" in message
+    refused(r"allowOut 0\.0\.0\.0/0: this server defines no internet", update, tenant="globex",
+            allowOut=[ALL])  # fmt: skip
+
+
+def test_implicit_internet_is_the_default_whatever_it_is() -> None:
+    """E2B's egress is open unless denied: here that is the tenant's default, and an update
+    that omits everything puts it back (E2B: omitted fields are cleared)."""
+    assert update().rules == OPERATOR.rules
+    assert update(tenant="globex") == NetworkPolicy(mode=NetworkMode.RULES, rules=[])
+    extra = update(allowOut=["api.example.com"])
+    assert verdict(extra, "pypi.org") is EgressAction.ALLOW
+    assert verdict(extra, "api.example.com") is EgressAction.ALLOW
+
+
+def test_closed_egress_opens_only_allow_out_under_the_operators_floor() -> None:
+    for closed in (create(False), update(allowInternetAccess=False), update(denyOut=[ALL])):
+        assert closed.mode is NetworkMode.RULES and closed.rules == []
+        floor = effective(closed)
+        assert verdict(floor, "pypi.org") is EgressAction.DENY
+        assert verdict(floor, "secrets.example.com") is EgressAction.DENY
+    only = effective(update(allowOut=["api.example.com", "*.github.com"], denyOut=[ALL]))
+    assert verdict(only, "api.example.com") is EgressAction.ALLOW
+    assert verdict(only, "api.example.com", 80) is EgressAction.ALLOW
+    assert verdict(only, "api.example.com", 22) is EgressAction.DENY, "E2B's name ports only"
+    assert verdict(only, "codeload.github.com") is EgressAction.ALLOW
+    assert verdict(only, "pypi.org") is EgressAction.DENY
+
+
+def test_the_operators_deny_and_ask_rules_outlive_any_allow_out() -> None:
+    lifted = effective(update(allowOut=["secrets.example.com", "payments.example.com"]))
+    assert verdict(lifted, "secrets.example.com") is EgressAction.DENY
+    assert verdict(lifted, "payments.example.com") is EgressAction.ASK
+
+
+def test_addresses_match_as_literals_and_allowed_ranges_win_over_denied_ones() -> None:
+    policy = update(allowOut=["1.1.1.1", "8.8.8.8"], denyOut=["8.8.8.0/24", "9.9.9.9"])
+    assert verdict(policy, "1.1.1.1") is EgressAction.ALLOW
+    assert verdict(policy, "8.8.8.8") is EgressAction.ALLOW, "inside a denied range, allowed"
+    assert verdict(policy, "8.8.8.9") is EgressAction.DENY
+    assert verdict(policy, "9.9.9.9", 8080) is EgressAction.DENY, "denied on every granted port"
+    denies = [r for r in policy.rules if r.action is EgressAction.DENY and r.cidr]
+    assert "8.8.8.8/32" not in {r.cidr for r in denies}
+    assert all(r.ports == [80, 443, 8080] for r in denies)
+    assert update(allowOut=["8.8.8.0/24"], denyOut=["8.8.8.8"]).rules[-1].cidr == "8.8.8.0/24"
+
+
+def test_names_reach_the_internal_network_the_operators_hosts_table_points_them_into() -> None:
+    config = Config(
+        network_internal_cidrs=["10.20.0.0/16"],
+        network_hosts={"mirror.corp": ["10.20.0.5"], "db.corp": ["10.30.0.5"]},
+        pool_sizes={},
+    )
+    rules = update(config, allowOut=["mirror.corp", "db.corp", "pypi.org"], denyOut=[ALL]).rules
+    assert rules == [
+        EgressRule(domain="mirror.corp", cidr="10.20.0.0/16", ports=[80, 443]),
+        EgressRule(domain="db.corp", ports=[80, 443]),  # not a network clients may name
+        EgressRule(domain="pypi.org", ports=[80, 443]),
+    ]
+
+
+def test_grants_beyond_the_ceiling_are_refused_naming_the_entry() -> None:
+    for entry, why in (
+        ("169.254.169.254", "an internal network"),
+        ("10.0.0.0/8", "an internal network"),
+        ("0.0.0.0/1", "too broad"),
+        ("*.com", "too broad"),
+        ("bad_name!", "invalid domain"),
+    ):
+        message = refused(r"allowOut\[1\]", update, allowOut=["ok.example", entry])
+        assert entry in message and why in message
+    assert "network.allowOut[0]" in refused("internal", create, allowOut=["127.0.0.1"])
+
+
+def test_what_has_no_mapping_is_refused_not_dropped() -> None:
+    refused(r"denyOut\[0\].*not names", update, denyOut=["evil.example"])
+    refused(r"denyOut\[0\].*not names", update, denyOut=["evil.example", ALL])
+    refused("egressProxy", update, egressProxy={"address": "proxy.example:1080"})
+    refused("dnsServers", update, dnsServers=["1.1.1.1"])
+    assert update(dnsServers=[]).rules == OPERATOR.rules, "no DNS server: nothing to grant"
+    refused("contradicts", create, True, denyOut=[ALL])
+    refused("maskRequestHost", create, maskRequestHost="${PORT}-x.example")
+    refused("httpsPorts", create, httpsPorts=[3000])
+    refused("network.rules", create, rules={"a.example": [{"transform": {"body": "x"}}]})
+    public = create_fields(None, {"allowPublicTraffic": True}, "acme", CONFIG)
+    assert public == {"public_traffic": True}
+
+
+def test_header_transforms_ride_on_the_allow_rules_of_their_host() -> None:
+    secret = "Bearer s3cret"
+    policy = update(
+        allowOut=["API.example.com", "1.1.1.1"],
+        denyOut=[ALL],
+        rules={
+            "api.example.com": [
+                {"transform": {"headers": {"Authorization": "old", "X-A": "1"}}},
+                {"transform": {"headers": {"Authorization": secret}}},
+            ],
+            "1.1.1.1": [{"transform": {"headers": {"X-B": "2"}}}],
+            "quiet.example": [{}],  # no transform: nothing to carry
+        },
+    )
+    by_target = {r.domain or r.cidr: r.headers for r in policy.rules}
+    assert by_target == {
+        "api.example.com": {"Authorization": secret, "X-A": "1"},
+        "1.1.1.1/32": {"X-B": "2"},
+    }
+    assert secret not in policy.redacted().model_dump_json()
+    refused(r"rules\['other.example'\].*not in allowOut", update, allowOut=["a.example"],
+            rules={"other.example": [{"transform": {"headers": {"X": "1"}}}]})  # fmt: skip
+    refused(r"rules\['a.example'\].*cannot be set", update, allowOut=["a.example"],
+            rules={"a.example": [{"transform": {"headers": {"Host": "b.example"}}}]})  # fmt: skip
+
+
+def test_the_operators_own_rules_pass_the_tenant_check_only_for_their_tenant() -> None:
+    """Internet access hands the default's rules back, internal ones included: they are the
+    operator's, so the tenant check lets them by for that tenant (and for no other)."""
+    internet = update(allowInternetAccess=True)
+    check_tenant_policy(internet, CONFIG, "acme")
+    refused("internal network", check_tenant_policy, internet, CONFIG, "globex")
+    refused("internal network", check_tenant_policy, internet, CONFIG)
+
+
+def test_too_many_rules_once_mapped_is_a_400() -> None:
+    allow = [f"h{i}.example" for i in range(200)]
+    deny = [f"9.9.{i}.0/24" for i in range(100)]
+    refused("at most 256", update, allowOut=allow, denyOut=deny)
+
+
+def test_create_options_parse_errors_name_the_field() -> None:
+    refused(r"network\.allowOut", create_fields, None, {"allowOut": "x"}, "acme", CONFIG)
+    assert isinstance(NetworkOptions.model_validate({"futureOption": 1}), NetworkOptions)
+    assert create(denyOut=["9.9.9.9"]).rules[-1] == EgressRule(
+        action="deny", cidr="9.9.9.9/32", ports=[80, 443, 8080]
+    )
+    assert CREATE.field("allowOut") == "network.allowOut"
