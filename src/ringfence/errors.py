@@ -10,9 +10,13 @@ apart without matching message text.
     │   ├── ExecutionNotFound   no execution with that id
     │   ├── SandboxNotFound     no sandbox with that id
     │   ├── ProposalNotFound    no proposal with that id
-    │   └── CheckpointNotFound  no checkpoint (snapshot) with that id (checkpoint_not_found)
+    │   ├── CheckpointNotFound  no checkpoint (snapshot) with that id (checkpoint_not_found)
+    │   └── VolumeNotFound      no volume with that name or id            (volume_not_found)
     ├── DuplicateExecution      an execution with that id already exists  (duplicate_id)
     ├── Conflict                the object's state does not allow it now  (conflict)
+    │   ├── VolumeExists        a volume of yours has that name already   (volume_exists)
+    │   └── VolumeInUse         a running or paused sandbox mounts it     (volume_in_use)
+    ├── VolumeFull              the volume is at its quota                (volume_full)
     ├── StateUnsupported        no state capture here (checkpoint, pause) (state_unsupported)
     ├── SnapshotBudgetExceeded  checkpoints at their budget   (snapshot_budget_exceeded)
     ├── UnknownBackend          SANDBOX_BACKEND names no backend          (unknown_backend)
@@ -61,6 +65,10 @@ __all__ = [
     "TooManyRequests",
     "Unauthenticated",
     "UnknownBackend",
+    "VolumeExists",
+    "VolumeFull",
+    "VolumeInUse",
+    "VolumeNotFound",
     "error_for",
 ]
 
@@ -107,6 +115,14 @@ class CheckpointNotFound(NotFound):
     code = "checkpoint_not_found"
 
 
+class VolumeNotFound(NotFound):
+    """No volume with that name (or id) in the caller's tenant: another tenant's looks the
+    same. Its own code, so a file call's 404 on a missing path (``not_found``) and on a
+    missing volume can be told apart."""
+
+    code = "volume_not_found"
+
+
 class StateUnsupported(RingfenceError):
     """The backend (or the host it runs on) cannot capture this sandbox's state: no
     writable layer, no freezer. The message names what is missing."""
@@ -131,6 +147,25 @@ class Conflict(RingfenceError):
     """The object is not in a state that allows this (a decided proposal, say)."""
 
     code = "conflict"
+
+
+class VolumeExists(Conflict):
+    """A volume of the tenant's already has that name (names are unique per tenant)."""
+
+    code = "volume_exists"
+
+
+class VolumeInUse(Conflict):
+    """A running or paused sandbox mounts the volume: it cannot be deleted until that
+    sandbox ends."""
+
+    code = "volume_in_use"
+
+
+class VolumeFull(RingfenceError):
+    """The volume has no room for the write (its quota): free some or use a larger one."""
+
+    code = "volume_full"
 
 
 class UnknownBackend(RingfenceError):
@@ -225,6 +260,10 @@ HTTP_STATUS: dict[str, int] = {
     Conflict.code: 409,
     StateUnsupported.code: 409,
     SnapshotBudgetExceeded.code: 507,
+    VolumeNotFound.code: 404,
+    VolumeExists.code: 409,
+    VolumeInUse.code: 409,
+    VolumeFull.code: 507,
     UnknownBackend.code: 400,
     BackendUnavailable.code: 503,
     SandboxError.code: 500,
@@ -243,5 +282,6 @@ _ALL: tuple[type[RingfenceError], ...] = (
     SandboxError, SandboxNotRunning, SandboxElsewhere, TooManyRequests, ServerAtCapacity,
     StoreError,
     Unauthenticated, Forbidden, ServerUnreachable, SandboxUidsExhausted, StateUnsupported,
-    SnapshotBudgetExceeded, CheckpointNotFound,
+    SnapshotBudgetExceeded, CheckpointNotFound, VolumeNotFound, VolumeExists, VolumeInUse,
+    VolumeFull,
 )  # fmt: skip

@@ -28,7 +28,7 @@ from ringfence.store.sql import METADATA
 from ringfence.testing.store_checks import STORE_CHECKS, StoreCheck
 
 T = TypeVar("T")
-HEAD = "0008"
+HEAD = "0009"
 
 
 def _request(execution_id: str) -> ExecutionRequest:

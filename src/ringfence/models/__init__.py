@@ -61,6 +61,7 @@ from ringfence.models.snapshots import (
     Paused,
     Snapshot,
 )
+from ringfence.models.volumes import VOLUME_ID, Volume, VolumeEntry, VolumeSpec
 from ringfence.models.workstation import ProjectMount, VolumeMount
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "MIN_SANDBOX_PIDS",
     "REDACTED",
     "SNAPSHOT_ID",
+    "VOLUME_ID",
     "ApiKey",
     "AuditQuery",
     "CheckpointInfo",
@@ -103,7 +105,10 @@ __all__ = [
     "SandboxState",
     "Snapshot",
     "Status",
+    "Volume",
+    "VolumeEntry",
     "VolumeMount",
+    "VolumeSpec",
     "advance",
     "is_proposal_id",
     "new_proposal_id",

@@ -2,7 +2,8 @@
 
 It keeps API keys (each bound to a tenant and a role), executions (the request as
 submitted and the latest result), interactive sandboxes (as the API shows them) and the
-snapshots tenants keep of them (their records: the files are on the server's disk).
+snapshots tenants keep of them (their records: the files are on the server's disk), and
+tenants' volumes (their records: the files are on the server's disk too).
 Everything is scoped by tenant: no method returns another tenant's objects.
 Implementations: ``MemoryStore`` (tests, and a server that may forget) and ``SqlStore``
 (SQLite by default, PostgreSQL for several replicas).
@@ -33,6 +34,7 @@ from ringfence.models import (
     SandboxState,
     Snapshot,
     Status,
+    Volume,
 )
 
 __all__ = ["Store"]
@@ -162,6 +164,26 @@ class Store(Protocol):
 
     async def delete_snapshot(self, tenant: str, snapshot_id: str) -> bool:
         """Forget the snapshot; False when the tenant has none with this id."""
+        ...
+
+    async def add_volume(self, tenant: str, volume: Volume) -> None:
+        """Record a new volume. Raises ``VolumeExists`` if the tenant has one of its name,
+        ``StoreError`` if its id exists (in any tenant)."""
+        ...
+
+    async def get_volume(
+        self, tenant: str, *, id: str | None = None, name: str | None = None
+    ) -> Volume | None:
+        """The tenant's volume with this id, or with this name (one of them given), or
+        None (also when it belongs to another tenant)."""
+        ...
+
+    async def list_volumes(self, tenant: str, *, limit: int = 100) -> list[Volume]:
+        """The tenant's volumes, newest first."""
+        ...
+
+    async def delete_volume(self, tenant: str, volume_id: str) -> bool:
+        """Forget the volume; False when the tenant has none with this id."""
         ...
 
     async def append_audit(

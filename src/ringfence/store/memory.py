@@ -7,7 +7,13 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
 from ringfence.audit.chain import GENESIS, AuditEvent, AuditRecord, Sign, chain, timestamp
-from ringfence.errors import DuplicateExecution, ExecutionNotFound, SandboxNotFound, StoreError
+from ringfence.errors import (
+    DuplicateExecution,
+    ExecutionNotFound,
+    SandboxNotFound,
+    StoreError,
+    VolumeExists,
+)
 from ringfence.models import (
     ApiKey,
     AuditQuery,
@@ -20,6 +26,7 @@ from ringfence.models import (
     SandboxState,
     Snapshot,
     Status,
+    Volume,
 )
 
 __all__ = ["MemoryStore"]
@@ -33,6 +40,7 @@ class MemoryStore:
         self._audit: list[AuditRecord] = []
         self._proposals: dict[str, tuple[str, Proposal]] = {}  # id -> (tenant, ...), in order
         self._snapshots: dict[str, tuple[str, Snapshot]] = {}  # id -> (tenant, ...), in order
+        self._volumes: dict[str, tuple[str, Volume]] = {}  # id -> (tenant, ...), in order
 
     async def add_key(self, key: ApiKey) -> None:
         if key.key_id in self._keys:
@@ -171,6 +179,31 @@ class MemoryStore:
         if await self.get_snapshot(tenant, snapshot_id) is None:
             return False
         del self._snapshots[snapshot_id]
+        return True
+
+    async def add_volume(self, tenant: str, volume: Volume) -> None:
+        if volume.id in self._volumes:
+            raise StoreError(f"a volume with id {volume.id!r} exists")
+        if await self.get_volume(tenant, name=volume.name) is not None:
+            raise VolumeExists(f"you have a volume named {volume.name!r} already")
+        self._volumes[volume.id] = (tenant, volume)
+
+    async def get_volume(
+        self, tenant: str, *, id: str | None = None, name: str | None = None
+    ) -> Volume | None:
+        for owner, volume in self._volumes.values():
+            if owner == tenant and (volume.id == id or volume.name == name):
+                return volume
+        return None
+
+    async def list_volumes(self, tenant: str, *, limit: int = 100) -> list[Volume]:
+        found = [v for owner, v in reversed(self._volumes.values()) if owner == tenant]
+        return found[: max(limit, 0)]
+
+    async def delete_volume(self, tenant: str, volume_id: str) -> bool:
+        if await self.get_volume(tenant, id=volume_id) is None:
+            return False
+        del self._volumes[volume_id]
         return True
 
     async def append_audit(

@@ -29,6 +29,7 @@ from ringfence.models import (
     Sandbox,
     SandboxState,
     Snapshot,
+    Volume,
     Status,
     request_digest,
 )
@@ -305,6 +306,41 @@ async def snapshots_round_trip_scoped_by_tenant(store: Store) -> None:
     assert [s.id for s in await store.list_snapshots("acme")] == [s.id for s in snapshots[:0:-1]]
 
 
+async def volumes_round_trip_scoped_by_tenant(store: Store) -> None:
+    volumes = [
+        Volume(id=f"vo{n:020x}", name=f"data-{n}", quota_bytes=1 << 30,
+               created_at=datetime.now(UTC))
+        for n in range(3)
+    ]  # fmt: skip
+    for volume in volumes:
+        await store.add_volume("acme", volume)
+    try:
+        await store.add_volume("globex", volumes[0])  # ids are unique across tenants
+    except RingfenceError:
+        pass
+    else:
+        raise AssertionError("a second volume with the same id was stored")
+    try:
+        await store.add_volume("acme", volumes[0].model_copy(update={"id": "vo" + "f" * 20}))
+    except RingfenceError as exc:  # names are unique within a tenant
+        assert exc.code == "volume_exists", exc.code
+    else:
+        raise AssertionError("a second volume with the same name was stored")
+    await store.add_volume("globex", volumes[0].model_copy(update={"id": "vo" + "e" * 20}))
+    assert await store.get_volume("acme", id=volumes[1].id) == volumes[1]
+    assert await store.get_volume("acme", name="data-2") == volumes[2]
+    assert await store.get_volume("globex", id=volumes[1].id) is None
+    assert await store.get_volume("globex", name="data-1") is None
+    assert await store.list_volumes("acme", limit=2) == volumes[:0:-1]
+    assert [v.id for v in await store.list_volumes("globex")] == ["vo" + "e" * 20]
+    assert not await store.delete_volume("globex", volumes[0].id)
+    assert await store.delete_volume("acme", volumes[0].id)
+    assert not await store.delete_volume("acme", volumes[0].id)
+    assert await store.get_volume("acme", name="data-0") is None
+    await store.add_volume("acme", volumes[0])  # its name is free again
+    assert [v.name for v in await store.list_volumes("acme")] == ["data-0", "data-2", "data-1"]
+
+
 def _event(n: int, tenant: str = "acme", action: str = "sandbox.create") -> AuditEvent:
     return AuditEvent(tenant, f"key{n % 2}", action, f"sandbox:sb{n}", details={"n": n})
 
@@ -430,6 +466,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     running_sandboxes_fail_after_a_restart,
     paused_sandboxes_on_disk_survive_a_restart,
     snapshots_round_trip_scoped_by_tenant,
+    volumes_round_trip_scoped_by_tenant,
     audit_appends_form_one_verified_chain,
     audit_queries_filter,
     proposals_change_only_from_the_version_they_saw,

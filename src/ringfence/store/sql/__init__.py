@@ -22,11 +22,14 @@ from ringfence.store.sql._proposals import SqlProposals
 from ringfence.store.sql._sandboxes import SqlSandboxes
 from ringfence.store.sql._schema import METADATA
 from ringfence.store.sql._snapshots import SqlSnapshots
+from ringfence.store.sql._volumes import SqlVolumes
 
 __all__ = ["METADATA", "SqlStore", "sqlite_url"]
 
 
-class SqlStore(SqlKeys, SqlExecutions, SqlSandboxes, SqlSnapshots, SqlAudit, SqlProposals):
+class SqlStore(
+    SqlKeys, SqlExecutions, SqlSandboxes, SqlSnapshots, SqlVolumes, SqlAudit, SqlProposals
+):
     """The ``Store`` in a SQL database. Get one with ``await SqlStore.open(url)``.
 
     Safe to use from several tasks of one event loop, and from several processes or

@@ -18,9 +18,11 @@ __all__ = [
     "NEXT_PROPOSAL_SEQ",
     "NEXT_SANDBOX_SEQ",
     "NEXT_SNAPSHOT_SEQ",
+    "NEXT_VOLUME_SEQ",
     "PROPOSALS",
     "SANDBOXES",
     "SNAPSHOTS",
+    "VOLUMES",
     "UtcDateTime",
 ]
 
@@ -98,6 +100,18 @@ SNAPSHOTS = sa.Table(
     sa.Index("snapshots_seq", "seq", unique=True),
     sa.Index("snapshots_tenant_seq", "tenant", "seq"),
 )
+VOLUMES = sa.Table(
+    "volumes",
+    METADATA,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, sa.Identity(), nullable=False),
+    sa.Column("record", sa.Text, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Index("volumes_seq", "seq", unique=True),
+    sa.Index("volumes_tenant_name", "tenant", "name", unique=True),
+)
 AUDIT = sa.Table(
     "audit",
     METADATA,
@@ -144,3 +158,4 @@ NEXT_SANDBOX_SEQ = sa.select(
 NEXT_SNAPSHOT_SEQ = sa.select(
     sa.func.coalesce(sa.func.max(SNAPSHOTS.c.seq), 0) + 1
 ).scalar_subquery()
+NEXT_VOLUME_SEQ = sa.select(sa.func.coalesce(sa.func.max(VOLUMES.c.seq), 0) + 1).scalar_subquery()
