@@ -37,6 +37,7 @@ from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import Keys
 from ringfence.service.pool import WarmPool
 from ringfence.service.sandboxes import SandboxService, template_image
+from ringfence.service.volumes import VolumeService
 from ringfence.service.webhooks import WebhookNotifier
 from ringfence.store import Store
 
@@ -80,6 +81,7 @@ class Services:
     executions: ExecutionService
     pool: WarmPool | None
     sandboxes: SandboxService
+    volumes: VolumeService  # tenants' volumes (refusing every call where there are none)
     approvals: ApprovalService
     asks: EgressAsks  # "ask" egress rules wait for a human here
     notifier: WebhookNotifier | None
@@ -202,20 +204,46 @@ async def _build(
             )
         notifier = WebhookNotifier(config.webhook_urls, config.webhook_secret)
         owned.append(notifier.aclose)
+    volumes = _volumes(config, store, executor, audit, owned)
     asks = EgressAsks(audit, config, notifier)
     executions = ExecutionService(store, executor, config, audit, budget=budget, egress_asker=asks)
     sandboxes = SandboxService(
         store, runtime, config, audit, pool, budget=budget, egress_asker=asks,
         # Where a running sandbox's policy changes live: the executor's egress, if it has one.
         egress_gateway=getattr(executor, "egress", None), credentials=credentials,
+        volumes=volumes,
     )  # fmt: skip
     approvals = ApprovalService(store, executions, audit, config, notifier, credentials=credentials)
     return Services(
         config=config, store=store, executor=executor, runtime=runtime, audit=audit,
         keys=keys, budget=budget, executions=executions, pool=pool,
-        sandboxes=sandboxes, approvals=approvals, asks=asks, notifier=notifier,
+        sandboxes=sandboxes, volumes=volumes, approvals=approvals, asks=asks, notifier=notifier,
         credentials=credentials, _owned=tuple(owned),
     )  # fmt: skip
+
+
+def _volumes(
+    config: Config, store: Store, executor: Executor, audit: AuditLog, owned: list[_Closer]
+) -> VolumeService:
+    """Tenants' volumes, on this host's disk where it can keep them (root, and a backend
+    whose sandboxes run here: not the job backend's Pods); else a service that refuses
+    every call saying why."""
+    if executor.name == "job":
+        missing = "sandbox Pods cannot mount volumes yet (use the local backend)"
+        return VolumeService(store, None, config, audit, missing=missing)
+    from ringfence.backends.local.disks import VolumeDisks
+
+    try:
+        disks = VolumeDisks.open(config.data_dir)
+    except RingfenceError as exc:
+        log.info("no volumes on this server: %s", exc.message)
+        return VolumeService(store, None, config, audit, missing=exc.message)
+
+    async def close() -> None:
+        disks.close()
+
+    owned.append(close)
+    return VolumeService(store, disks, config, audit)
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,18 @@ class Config(BaseSettings):
     max_checkpoints: int = Field(
         32, ge=1, description="Checkpoints one sandbox may hold at once (past it: 507)."
     )
+    volume_default_bytes: _Bytes = Field(
+        1 << 30,
+        description="Local backend, as root: the quota of a volume created without one "
+        "(accepts '1G'). A volume is a filesystem image of its quota's size in the data "
+        "directory, sparse: the host's disk holds what was written, never more than that.",
+    )
+    volume_max_bytes: _Bytes = Field(
+        16 << 30, description="The largest quota an API client may give a volume."
+    )
+    max_volumes: int = Field(
+        100, ge=0, description="Volumes one tenant may keep at once (past it: 429)."
+    )
     allow_tenant_mounts: bool = Field(
         False, description="Let API clients grant host paths to their sandboxes (trusted only)."
     )

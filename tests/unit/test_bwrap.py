@@ -1,3 +1,5 @@
+import dataclasses
+
 from ringfence.backends.local.bwrap import (
     LAUNCH_ENV,
     WORKSPACE,
@@ -151,6 +153,21 @@ def test_with_a_volume_the_workspace_and_tmp_are_its_directories_and_shm_stays_t
     assert argv[argv.index("/vol/tmp") + 1] == "/tmp"
     assert set(_pairs(argv, "--tmpfs")) == {"/", "/dev/shm"}
     assert _pairs(argv, "--size") == [str(8 << 20)], "/dev/shm keeps its own limit"
+
+
+def test_tenants_volumes_are_bound_after_the_workspace_read_only_when_asked() -> None:
+    shared = (("/vol/shared/0", "/home/user/data", False), ("/vol/shared/1", "/mnt/ro", True))
+    writable = dataclasses.replace(WRITABLE, shared=shared)
+    argv = bwrap_args(LAYOUT, ExecutionRequest(command=["true"]), LIMITS, Fds(5), None, writable)
+    at = argv.index("/vol/shared/0")
+    assert argv[at - 1 : at + 2] == ["--bind", "/vol/shared/0", "/home/user/data"]
+    assert argv.index("/vol/workspace") < at, "a volume under the workspace is not hidden by it"
+    at = argv.index("/vol/shared/1")
+    assert argv[at - 1 : at + 2] == ["--ro-bind", "/vol/shared/1", "/mnt/ro"]
+    root_inside = bwrap_args(LAYOUT, ExecutionRequest(command=["true"]), LIMITS,
+                             Fds(5, info=6, userns_block=7), None, writable)  # fmt: skip
+    made = _pairs(root_inside, "--dir")
+    assert "/mnt" in made and root_inside.index("/mnt") < root_inside.index("/vol/shared/1")
 
 
 def test_a_directory_without_layers_stays_a_read_only_bind() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from ringfence.backends._interactive import (
+    BoundVolume,
     Checkpoint,
     LaunchSpec,
     LiveSandbox,
@@ -17,6 +18,7 @@ from ringfence.errors import UnknownBackend
 
 __all__ = [
     "BACKENDS",
+    "BoundVolume",
     "Checkpoint",
     "Executor",
     "LaunchSpec",

@@ -191,7 +191,8 @@ class SandboxRuntime(Protocol):
         Raises:
             SandboxError: it could not be set up (the message says why), or
                 ``spec.restore`` is not a snapshot this server sealed.
-            StateUnsupported: ``spec.restore`` given, but this runtime cannot restore.
+            StateUnsupported: ``spec.restore`` given, but this runtime cannot restore; or
+                ``spec.volumes`` given, but it cannot mount volumes.
         """
         ...
 

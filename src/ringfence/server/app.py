@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from ringfence.server.routes import network as network_routes
 from ringfence.server.routes import proposals as proposal_routes
 from ringfence.server.routes import sandbox_state as state_routes
 from ringfence.server.routes import sandboxes as sandbox_routes
+from ringfence.server.routes import volumes as volume_routes
 
 if TYPE_CHECKING:
     from ringfence.compose import Services
@@ -78,9 +80,10 @@ def create_app(services: Services) -> FastAPI:
     deps.attach(app, services)
     install_error_handlers(app)
     _state_bounds(app, services.config)
-    app.add_middleware(
-        BodyLimit, max_bytes=max_request_bytes, streamed=sandbox_routes.STREAMED_PATHS
+    streamed = re.compile(
+        f"{sandbox_routes.STREAMED_PATHS.pattern}|{volume_routes.STREAMED_PATHS.pattern}"
     )
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes, streamed=streamed)
     app.add_middleware(  # E2B's SDKs' traffic never reaches the native routes
         E2bLayer, keys=keys, sandboxes=sandboxes,
         max_request_bytes=max_request_bytes,
@@ -92,6 +95,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(sandbox_routes.router)
     app.include_router(state_routes.router)
     app.include_router(state_routes.snapshots)
+    app.include_router(volume_routes.router)
     app.include_router(network_routes.router)
     app.include_router(proposal_routes.router)
     app.include_router(audit_routes.router)

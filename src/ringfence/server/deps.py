@@ -19,6 +19,7 @@ from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import Keys
 from ringfence.service.sandboxes import SandboxService
+from ringfence.service.volumes import VolumeService
 
 if TYPE_CHECKING:
     from ringfence.compose import Services
@@ -39,6 +40,7 @@ __all__ = [
     "keys",
     "sandboxes",
     "settings_if_any",
+    "volumes",
 ]
 
 
@@ -71,6 +73,10 @@ def executions(request: Request) -> ExecutionService:
 
 def sandboxes(request: Request) -> SandboxService:
     return _services(request).sandboxes
+
+
+def volumes(request: Request) -> VolumeService:
+    return _services(request).volumes
 
 
 def approvals(request: Request) -> ApprovalService:

@@ -42,6 +42,7 @@ from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Amount, Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.state_files import StateFiles
+from ringfence.service.volumes import VolumeService
 from ringfence.store import Store
 
 __all__ = [
@@ -114,6 +115,7 @@ class Pausing:
     _live: dict[str, LiveEntry]
     _watchers: set[asyncio.Task[None]]
     files: StateFiles
+    volumes: VolumeService
 
     if TYPE_CHECKING:
 
@@ -320,8 +322,11 @@ class Pausing:
             requester = Requester(
                 tenant, f"sandbox:{sandbox.id}", actor, self._audit, self._egress_asker
             )
-            with requesting(requester):
-                live = await self._runtime.start(deadline_of(launch, sandbox))
+            # Its volumes again (the record names them: a paused sandbox's are undeletable).
+            async with self.volumes.bound(tenant, sandbox.volumes) as volumes:
+                launch = dataclasses.replace(launch, volumes=volumes)
+                with requesting(requester):
+                    live = await self._runtime.start(deadline_of(launch, sandbox))
         except RingfenceError as exc:
             for reservation in held:
                 self._budget.release(reservation)

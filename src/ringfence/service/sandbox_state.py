@@ -322,7 +322,8 @@ async def _exported(live: LiveSandbox, target: Path) -> Checkpoint:
 
 def _child_spec(parent: Sandbox, launch: LaunchSpec) -> SandboxSpec:
     """A fork's child: the parent's template, limits, metadata, lifecycle, environment
-    and egress policy (values included; ``launch``, from ``Sandboxes.launch_of``)."""
+    and egress policy (values included; ``launch``, from ``Sandboxes.launch_of``), and its
+    volumes (the same ones, shared: a volume is no part of a sandbox's state)."""
     left = None
     if parent.expires_at is not None:
         left = max(1.0, (parent.expires_at - datetime.now(UTC)).total_seconds())
@@ -336,6 +337,7 @@ def _child_spec(parent: Sandbox, launch: LaunchSpec) -> SandboxSpec:
         auto_pause=parent.auto_pause,
         on_timeout=parent.on_timeout,
         auto_resume=parent.auto_resume,
+        volumes=parent.volumes,
     )
 
 

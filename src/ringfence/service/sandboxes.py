@@ -65,6 +65,7 @@ from ringfence.service.sandbox_pausing import (
 )
 from ringfence.service.sandbox_state import SandboxStates
 from ringfence.service.state_files import StateFiles
+from ringfence.service.volumes import VolumeService
 from ringfence.store import Store
 from ringfence.templates import DAEMON_PYTHON, TemplateNotFound, has_program
 from ringfence.templates import resolve as resolve_template
@@ -106,6 +107,7 @@ class SandboxService(Pausing):
         egress_asker: Asker | None = None,
         egress_gateway: SessionLookup | None = None,
         credentials: CredentialKey | None = None,
+        volumes: VolumeService | None = None,
     ) -> None:
         """``runtime`` None: this server's backend cannot run interactive sandboxes.
         ``audit`` None: nothing is recorded. ``pool``: ready sandboxes to claim.
@@ -116,7 +118,8 @@ class SandboxService(Pausing):
         session is found to change its policy (None: ``set_network`` changes none live).
         ``credentials``: seals what a sandbox paused to disk keeps of its environment and
         egress policy (None: a key of this process, so such a sandbox cannot be resumed
-        after a restart)."""
+        after a restart). ``volumes``: the tenants' volumes sandboxes mount (None: a
+        sandbox naming one is refused)."""
         self._store = store
         self._runtime = runtime
         self._config = config
@@ -131,6 +134,7 @@ class SandboxService(Pausing):
         self._locks: dict[str, asyncio.Lock] = {}  # one pause or resume at a time, by id
         self._egress_asker = egress_asker
         self._egress_gateway = egress_gateway
+        self.volumes = volumes or VolumeService(store, None, config, missing="none on this server")
 
     @property
     def config(self) -> Config:
@@ -185,7 +189,6 @@ class SandboxService(Pausing):
         check_tenant_policy(spec.network, self._config, tenant)
         # The workstation's parts, each refused here until it is built (docs/design.md 14).
         for name, given in (
-            ("volumes", bool(spec.volumes)),
             ("project", spec.project is not None),
             ("group", spec.group is not None),
             ("public_traffic", spec.public_traffic),
@@ -294,16 +297,37 @@ class SandboxService(Pausing):
             on_timeout=spec.on_timeout,
             auto_resume=spec.auto_resume,
             snapshot=spec.snapshot,
+            volumes=spec.volumes,
         )
-        launch = LaunchSpec(
-            image=image,
-            env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
-            limits=sandbox.limits,
-            timeout=timeout,
-            network=network,
-            restore=restore,
-        )
-        if self._pool is not None and restore is None:
+        # Its volumes stay leased (undeletable) until its record, naming them, is stored.
+        async with self.volumes.bound(tenant, spec.volumes) as volumes:
+            launch = LaunchSpec(
+                image=image,
+                env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
+                limits=sandbox.limits,
+                timeout=timeout,
+                network=network,
+                restore=restore,
+                volumes=volumes,
+            )
+            return await self._start(tenant, spec, actor, held, sandbox, launch, network)
+
+    async def _start(
+        self,
+        tenant: str,
+        spec: SandboxSpec,
+        actor: str,
+        held: list[Reservation],
+        sandbox: Sandbox,
+        launch: LaunchSpec,
+        network: NetworkPolicy,
+    ) -> Sandbox:
+        """``_create``'s second half: claim a warm sandbox or start one, record it."""
+        runtime = self._runtime
+        assert runtime is not None, "_create refuses a server without a runtime"
+        restore, timeout = launch.restore, launch.timeout
+        # A warm sandbox has no mounts; it is started before anyone asks for them.
+        if self._pool is not None and restore is None and not launch.volumes:
             if spec.limits == SandboxLimits() and network.mode is NetworkMode.NONE:
                 warm = self._pool.claim(spec.template)
                 if warm is not None:
@@ -324,6 +348,7 @@ class SandboxService(Pausing):
             "metadata": spec.metadata,
             "limits": sandbox.limits.model_dump(mode="json"),
             "network": sandbox.network.model_dump(mode="json"),
+            **({"volumes": [m.model_dump() for m in spec.volumes]} if spec.volumes else {}),
             **_lifecycle_details(sandbox),
         }
         requester = Requester(
@@ -331,7 +356,7 @@ class SandboxService(Pausing):
         )
         try:
             with requesting(requester):  # whose egress the proxy audits and asks about
-                live = await self._runtime.start(deadline_of(launch, sandbox))
+                live = await runtime.start(deadline_of(launch, sandbox))
         except RingfenceError as exc:
             await recorded
             failed = sandbox.ended(SandboxState.FAILED, exc.message)

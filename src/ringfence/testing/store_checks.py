@@ -29,8 +29,8 @@ from ringfence.models import (
     Sandbox,
     SandboxState,
     Snapshot,
-    Volume,
     Status,
+    Volume,
     request_digest,
 )
 from ringfence.store import Store

@@ -37,7 +37,7 @@ from ringfence.backends.kubernetes.manifests import pod_manifest
 from ringfence.backends.kubernetes.replica_egress import ReplicaEgress, has_rules
 from ringfence.backends.kubernetes.status import PodPhase, pod_view
 from ringfence.config import Config
-from ringfence.errors import ExecutionNotFound, RingfenceError, SandboxError
+from ringfence.errors import ExecutionNotFound, RingfenceError, SandboxError, StateUnsupported
 from ringfence.models import ExecutionResult, Status
 
 __all__ = ["PodSandbox", "PodSandboxRuntime", "pod_ready"]
@@ -189,7 +189,13 @@ class PodSandboxRuntime:
         Raises:
             SandboxError: it could not be created or never became ready (the message says why).
             InvalidRequest: the image is a host directory; egress rules and no proxy here.
+            StateUnsupported: ``spec.volumes`` given (Pods mount no volumes yet).
         """
+        if spec.volumes:
+            raise StateUnsupported(
+                "volumes: sandbox Pods cannot mount volumes yet (they live on the server's "
+                "disk); use the local backend"
+            )
         sandbox_id = uuid.uuid4().hex
         egress = self._egress
         manifest = pod_manifest(

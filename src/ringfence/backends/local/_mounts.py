@@ -16,7 +16,14 @@ import struct
 import subprocess
 import time
 
-__all__ = ["idmapped_view", "mount_tmpfs", "mounts_under", "unmount", "userns_mapping"]
+__all__ = [
+    "idmapped_view",
+    "mount_tmpfs",
+    "mounts_under",
+    "unmount",
+    "userns_mapping",
+    "userns_mappings",
+]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -85,6 +92,16 @@ def userns_mapping(host_uid: int) -> int:
     Raises:
         OSError: the namespace cannot be made (the message says why).
     """
+    return userns_mappings({0: host_uid})
+
+
+def userns_mappings(ids: dict[int, int]) -> int:
+    """``userns_mapping`` for several ids: each key (as the filesystem stores it) to its
+    host id (uid and gid the same numbers), and nothing else.
+
+    Raises:
+        OSError: the namespace cannot be made (the message says why).
+    """
     helper = subprocess.Popen(
         ["unshare", "--user", "sleep", "60"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={},
@@ -97,9 +114,10 @@ def userns_mapping(host_uid: int) -> int:
                 err = helper.stderr.read().decode() if helper.stderr else ""
                 raise OSError(f"cannot make a user namespace: {err.strip() or 'timed out'}")
             time.sleep(0.0002)
+        lines = "".join(f"{inner} {host} 1\n" for inner, host in sorted(ids.items()))
         for name in ("uid_map", "gid_map"):
             with open(f"/proc/{helper.pid}/{name}", "w") as mapping:
-                mapping.write(f"0 {host_uid} 1\n")
+                mapping.write(lines)  # one write: the kernel takes a map once
         return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         helper.kill()
@@ -108,18 +126,22 @@ def userns_mapping(host_uid: int) -> int:
             helper.stderr.close()
 
 
-def idmapped_view(source: str, target: str, userns: int) -> None:
+def idmapped_view(source: str, target: str, userns: int, writable: bool = False) -> None:
     """Show ``source`` at ``target`` (an existing directory) read-only, nosuid and nodev,
     with its ids mapped through ``userns`` (from ``userns_mapping``: host uid 0's files
     appear as that sandbox's root uid; other ids appear unmapped). Nothing can be written
-    through it. Raises ``OSError``."""
+    through it, unless ``writable`` (a volume's read-write view: files are written with
+    the on-disk ids the mapping gives the writer's host uid; a writer it does not map
+    cannot create anything). Raises ``OSError``."""
     open_tree, move_mount, mount_setattr = _syscalls()
     tree = _check(
         _libc.syscall(open_tree, _AT_FDCWD, source.encode(), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC),
         f"open_tree {source}",
     )
     try:
-        flags = _MOUNT_ATTR_IDMAP | _MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
+        flags = _MOUNT_ATTR_IDMAP | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV
+        if not writable:
+            flags |= _MOUNT_ATTR_RDONLY
         attr = ctypes.create_string_buffer(struct.pack("QQQQ", flags, 0, 0, userns))
         _check(
             _libc.syscall(mount_setattr, tree, b"", _AT_EMPTY_PATH, attr, 32),

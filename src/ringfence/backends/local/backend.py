@@ -55,12 +55,14 @@ from ringfence.network.own import own_endpoints_of
 from ringfence.network.resolver import Resolver
 from ringfence.network.session import current_requester
 
-__all__ = ["LocalExecutor", "Populate", "SandboxParts"]
+__all__ = ["LocalExecutor", "Populate", "SandboxParts", "SharedMount"]
 
 _INFO_TIMEOUT_SECONDS = 10.0
 
 # Fills a fresh volume before the sandbox starts (a restore); raises to refuse the start.
 Populate = Callable[[Volume], None]
+# A tenant's volume to mount: its host directory, the target inside, read-only or not.
+SharedMount = tuple[Path, str, bool]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +99,7 @@ class LocalExecutor(SupervisingExecutor):
         # Root with overlays: interactive sandboxes get volumes (else: the reasons why not).
         self._volumes = Volumes(config.runtime_dir) if self._host.volumes else None
         self._reserved: dict[str, Populate | None] = {}  # run id -> interactive, not started
+        self._shared: dict[str, tuple[SharedMount, ...]] = {}  # run id -> tenants' volumes
         self._live: dict[str, _BwrapLaunch] = {}  # run id -> a running interactive sandbox
 
     @property
@@ -113,23 +116,30 @@ class LocalExecutor(SupervisingExecutor):
         if self._volumes is not None:
             self._volumes.close()
 
-    def reserve(self, run_id: str, populate: Populate | None = None) -> None:
+    def reserve(
+        self, run_id: str, populate: Populate | None = None, shared: Sequence[SharedMount] = ()
+    ) -> None:
         """Mark execution ``run_id`` (not started yet) as an interactive sandbox: ``parts``
         will find its cgroup and init, and its volume when the host gives sandboxes one,
-        filled by ``populate`` before its command starts. ``unreserve`` once ``execute``
-        has returned or failed.
+        filled by ``populate`` before its command starts, with the tenants' volumes of
+        ``shared`` (``(host directory, target, read_only)``) mounted in it (``volume_binds``).
+        ``unreserve`` once ``execute`` has returned or failed.
 
         Raises:
-            StateUnsupported: ``populate`` given, but this host gives sandboxes no volume.
+            StateUnsupported: ``populate`` or ``shared`` given, but this host gives
+                sandboxes no volume.
         """
-        if populate is not None and self._volumes is None:
+        if self._volumes is None and (populate is not None or shared):
+            doing = "restored" if populate is not None else "given volumes"
             raise StateUnsupported(
-                f"sandbox state cannot be restored: {'; '.join(self.state_missing)}"
+                f"sandboxes cannot be {doing} here: {'; '.join(self.state_missing)}"
             )
         self._reserved[run_id] = populate
+        self._shared[run_id] = tuple(shared)
 
     def unreserve(self, run_id: str) -> None:
         self._reserved.pop(run_id, None)
+        self._shared.pop(run_id, None)
 
     def parts(self, run_id: str) -> SandboxParts | None:
         """The cgroup, init and volume of running execution ``run_id`` (reserved with
@@ -160,8 +170,9 @@ class LocalExecutor(SupervisingExecutor):
         assert limits.disk is not None
         size = limits.disk + self.config.checkpoint_bytes
         volume = self._volumes.create(
-            f"rf-{request.id}", size, overlaid(layout), root_uid, user_uid
-        )
+            f"rf-{request.id}", size, overlaid(layout), root_uid, user_uid,
+            shared=self._shared.get(request.id, ()),
+        )  # fmt: skip
         try:
             if populate is not None:  # a whole export: off the event loop
                 await asyncio.to_thread(populate, volume)

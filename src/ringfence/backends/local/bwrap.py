@@ -80,11 +80,13 @@ class Overlay:
 class Writable:
     """The host directories of a sandbox's volume (``volume.Volume``) that hold what it
     writes: bound at the workspace and /tmp, and the overlays of its root's directories
-    (by target)."""
+    (by target); ``shared``: tenants' volumes, each ``(view, target, read_only)``, bound
+    after the workspace (a target may be under it)."""
 
     workspace: str
     tmp: str
     overlays: Mapping[str, Overlay] = field(default_factory=dict)
+    shared: tuple[tuple[str, str, bool], ...] = ()
 
 
 def sandbox_env(
@@ -150,8 +152,10 @@ def bwrap_args(
     for entry in layout:
         overlay = overlays.get(entry.target) if entry.kind is Kind.RO_BIND else None
         argv += _overlay_args(overlay, entry.target) if overlay else _entry_args(entry)
+    shared = writable.shared if writable is not None else ()
     if fds.userns_block is not None:
-        argv += _open_parents([WORKSPACE, *(m.target for m in request.mounts)], layout)
+        targets = [WORKSPACE, *(m.target for m in request.mounts), *(s[1] for s in shared)]
+        argv += _open_parents(targets, layout)
     if trust_bundle is not None:
         argv += ["--ro-bind", trust_bundle, SANDBOX_BUNDLE]
     argv += [
@@ -169,6 +173,8 @@ def bwrap_args(
         argv += ["--bind", writable.tmp, "/tmp", "--bind", writable.workspace, WORKSPACE]
     for mount in request.mounts:
         argv += _mount_args(mount)
+    for view, target, read_only in shared:
+        argv += ["--ro-bind" if read_only else "--bind", view, target]
     argv += [
         "--chdir", request.cwd or WORKSPACE,
         "--remount-ro", "/",

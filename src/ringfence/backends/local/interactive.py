@@ -85,7 +85,8 @@ class LocalSandboxRuntime:
             SandboxError: the sandbox could not be set up (the message says why), or
                 ``spec.restore`` is not an export sealed with this runtime's key, or was
                 changed (nothing of it is used then).
-            StateUnsupported: ``spec.restore`` given, but sandboxes get no volume here.
+            StateUnsupported: ``spec.restore`` or ``spec.volumes`` given, but sandboxes get
+                no volume here.
             SandboxUidsExhausted: every host uid for sandboxes is taken; nothing started.
         """
         run_id = uuid.uuid4().hex  # the daemon's execution: no tenant sees it
@@ -103,7 +104,8 @@ class LocalSandboxRuntime:
             network=spec.network,
         )
         try:
-            self._executor.reserve(run_id, self._populate(spec.restore))
+            shared = [(bound.source, bound.target, bound.read_only) for bound in spec.volumes]
+            self._executor.reserve(run_id, self._populate(spec.restore), shared)
             inner = await start_daemon_sandbox(
                 self._executor, request, listener, socket_path, _START_SECONDS
             )

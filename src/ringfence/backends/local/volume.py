@@ -9,6 +9,7 @@ Layout of one volume (``<runtime_dir>/volumes/i<server pid>/<sandbox>/``)::
     layers/<name>/upper   an overlay's upper layer   (the sandbox root's host uid)
     layers/<name>/work    its overlayfs work directory
     lower/<name>          the template directory, idmapped and read-only (see below)
+    shared/<n>            a tenant's volume mounted in the sandbox (``volume_binds``)
     snapshots/            root only (0700): the checkpoints (``snapshots.SnapshotStore``)
 
 One tmpfs bounds workspace, tmp, the upper layers and the checkpoints together: its size is
@@ -47,6 +48,7 @@ from pathlib import Path
 
 from ringfence.backends.local import _mounts
 from ringfence.backends.local.bwrap import Overlay, Writable
+from ringfence.backends.local.volume_binds import SharedBind, bind_shared
 
 __all__ = ["Layer", "Volume", "Volumes"]
 
@@ -75,6 +77,7 @@ class Volume:
     path: Path
     owners: tuple[int, ...]  # the host ids its files may belong to (0: the sandbox's root)
     layers: tuple[Layer, ...] = ()
+    shared: tuple[SharedBind, ...] = ()  # tenants' volumes, by target
     _mounted: bool = field(default=True, repr=False)
 
     @property
@@ -95,7 +98,8 @@ class Volume:
             layer.target: Overlay(str(layer.lower), str(layer.upper), str(layer.work))
             for layer in self.layers
         }
-        return Writable(str(self.workspace), str(self.tmp), overlays)
+        shared = tuple((bind.view, bind.target, bind.read_only) for bind in self.shared)
+        return Writable(str(self.workspace), str(self.tmp), overlays, shared)
 
     def close(self) -> None:
         """Unmount it (and the views under it) and remove its mount point. Only once no
@@ -126,6 +130,7 @@ class Volumes:
         self._dir = parent / f"i{os.getpid()}"
         _traversable_dir(self._dir)
         self._userns: dict[int, int] = {}  # root uid -> the namespace its views map with
+        self._pairs: dict[tuple[int, int], int] = {}  # (root, user) -> volumes' namespace
 
     def create(
         self,
@@ -134,11 +139,13 @@ class Volumes:
         overlays: Iterable[tuple[str, str]],
         root_uid: int,
         user_uid: int,
+        shared: Iterable[tuple[Path, str, bool]] = (),
     ) -> Volume:
         """Mount a volume of ``size`` bytes for sandbox ``name``, with an upper layer for
         each ``(source, target)`` of ``overlays``. ``root_uid``: the host uid of the
         sandbox's root (owns the layers and tmp); ``user_uid``: of its user (owns the
-        workspace); today one uid is both.
+        workspace); today one uid is both. ``shared``: tenants' volumes, each ``(host
+        directory, target, read_only)``, shown through views owned by those two uids.
 
         Raises:
             OSError: a mount or a directory failed (nothing is left mounted then).
@@ -156,6 +163,10 @@ class Volumes:
         volume = Volume(path, tuple(dict.fromkeys((root_uid, user_uid))))
         try:
             volume.layers = self._populate(volume, overlays, root_uid, user_uid)
+            shared = tuple(shared)
+            if shared:
+                userns = self._userns_for_pair(root_uid, user_uid)
+                volume.shared = bind_shared(volume.path, shared, userns)
         except BaseException:
             volume.close()
             raise
@@ -188,12 +199,22 @@ class Volumes:
             self._userns[root_uid] = _mounts.userns_mapping(root_uid)
         return self._userns[root_uid]
 
+    def _userns_for_pair(self, root_uid: int, user_uid: int) -> int:
+        """What tenants' volumes are shown with: on-disk 0 and 1000 as the two uids."""
+        key = (root_uid, user_uid)
+        if key not in self._pairs:
+            # One uid for both (never as root inside, where volumes are mounted): the user's.
+            ids = {0: root_uid, 1000: user_uid} if root_uid != user_uid else {1000: user_uid}
+            self._pairs[key] = _mounts.userns_mappings(ids)
+        return self._pairs[key]
+
     def close(self) -> None:
         """Drop the id-mapping namespaces, and this process's volume directory if it is
         empty (another ``Volumes`` of this process may still have volumes in it)."""
-        for fd in self._userns.values():
+        for fd in [*self._userns.values(), *self._pairs.values()]:
             os.close(fd)
         self._userns.clear()
+        self._pairs.clear()
         with contextlib.suppress(OSError):
             self._dir.rmdir()
 

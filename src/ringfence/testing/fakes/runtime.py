@@ -17,6 +17,8 @@ SDK, MCP), never a claim about sandboxes. What differs from a real sandbox:
   is that directory where it is on the host);
 - its state (``testing.fakes.state``) is that home directory only, copied; freeze is
   ``SIGSTOP``; nothing of a process's memory is ever captured;
+- a spec's volumes are their host directories bound at their targets (read-only when
+  asked), with no id mapping (bubblewrap only);
 - a kill reaches the daemon and every process it started that is still its descendant
   (found through ``/proc``); one whose parent died before the kill escapes it, as on the
   ``process`` backend.
@@ -39,12 +41,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import ringfence.sandboxd
-from ringfence.backends import LaunchSpec
+from ringfence.backends import BoundVolume, LaunchSpec
 from ringfence.backends.daemon_sandbox import listen, start_daemon_sandbox
 from ringfence.backends.process import ProcessExecutor
 from ringfence.backends.supervisor import Launched, SupervisedProcess
 from ringfence.config import Config
-from ringfence.errors import BackendUnavailable
+from ringfence.errors import BackendUnavailable, StateUnsupported
 from ringfence.models import ExecutionRequest, ResourceLimits
 from ringfence.testing.fakes.state import FakeStatefulSandbox, restore_into
 
@@ -113,12 +115,16 @@ class FakeSandboxRuntime:
         )
         if spec.restore is not None:  # checked before anything starts
             self._executor.restores[run_id] = (spec.restore, self._key)
+        if spec.volumes and self._executor.bwrap is None:
+            raise StateUnsupported("the fake runtime mounts volumes with bubblewrap only")
+        self._executor.volumes[run_id] = spec.volumes
         try:
             sandbox = await start_daemon_sandbox(
                 self._executor, request, listener, socket_path, _START_SECONDS
             )
         finally:
             self._executor.restores.pop(run_id, None)
+            self._executor.volumes.pop(run_id, None)
         tree = self._executor.trees[run_id]
         return FakeStatefulSandbox(sandbox, tree.home, tree.pids, self._key, freezer=self._freezer)
 
@@ -134,8 +140,9 @@ class _DaemonExecutor(ProcessExecutor):
 
     def __init__(self, config: Config, bwrap: str | None) -> None:
         super().__init__(config)
-        self._bwrap = bwrap
+        self.bwrap = bwrap
         self.restores: dict[str, tuple[Path, bytes]] = {}  # run id -> (export, its key)
+        self.volumes: dict[str, tuple[BoundVolume, ...]] = {}  # run id -> volumes to bind
         self.trees: dict[str, _DaemonTree] = {}  # run id -> its processes, while it runs
 
     async def _launch(
@@ -149,7 +156,7 @@ class _DaemonExecutor(ProcessExecutor):
             except BaseException:
                 shutil.rmtree(home, ignore_errors=True)
                 raise
-        if self._bwrap is None:
+        if self.bwrap is None:
             env = {"HOME": str(home), **request.env}
             command = request.command
         else:
@@ -158,7 +165,15 @@ class _DaemonExecutor(ProcessExecutor):
             # test of logic must not write into the host (a PUT of /usr/x answered 200 on a
             # writable view). HOME is the sandbox's own; /dev and /tmp stay the host's (a
             # checkout under /tmp, as CI's, holds the interpreter and the daemon it runs).
-            command = [*host_view(self._bwrap, home), "--", *request.command]
+            # A volume is its host directory bound as it is (no id mapping: the fake's
+            # daemon is the host's root).
+            binds = [
+                arg
+                for bound in self.volumes.get(request.id, ())
+                for arg in ("--ro-bind" if bound.read_only else "--bind", str(bound.source),
+                            bound.target)
+            ]  # fmt: skip
+            command = [*host_view(self.bwrap, home), *binds, "--", *request.command]
         daemon = request.model_copy(update={"command": command, "env": env})
         try:
             launched = await super()._launch(daemon, limits, pass_fds)

@@ -1,0 +1,338 @@
+"""Volumes: a tenant's named, persistent storage, mounted into sandboxes at create and read
+and written without one (docs/design.md 14.3).
+
+The service owns what a volume means to a tenant: names unique per tenant (another
+tenant's volume is "no such volume"), the quota (a default, the operator's ceiling, a count
+per tenant), that a volume is not deleted while a running or paused sandbox mounts it, and
+the audit record. The files live on the server's disk (``backends.local.disks``: an ext4
+image per volume, its size the quota) and every file call walks the path as hostile
+(``backends.local.volume_files``). A sandbox is given its volumes by ``bind`` (the
+``LaunchSpec.volumes`` the runtime mounts).
+
+Delete and mount take turns per tenant: a sandbox being created holds its volumes (a lease,
+in this process) until its record (running, naming them) is in the store, and a delete
+refuses a volume that is leased or named by a running or paused sandbox's record. Only
+one server uses a data directory (design.md 10.15), so the leases of this process are all
+there are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import secrets
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Collection, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ringfence.audit.chain import SYSTEM
+from ringfence.backends import BoundVolume
+from ringfence.backends.local import volume_files
+from ringfence.backends.local.disks import VolumeDisks
+from ringfence.config import Config
+from ringfence.errors import (
+    InvalidRequest,
+    SandboxError,
+    StateUnsupported,
+    TooManyRequests,
+    VolumeInUse,
+    VolumeNotFound,
+)
+from ringfence.models import (
+    VOLUME_ID,
+    SandboxState,
+    Volume,
+    VolumeEntry,
+    VolumeMount,
+    VolumeSpec,
+)
+from ringfence.service.audit import AuditLog
+from ringfence.store import Store
+
+__all__ = ["VolumeService"]
+
+_ID = re.compile(VOLUME_ID)
+_LIVE = (SandboxState.RUNNING, SandboxState.PAUSED)
+_MAX_SANDBOXES = 100_000  # a tenant's live sandboxes scanned by a delete: more than any budget
+
+
+class VolumeService:
+    """Tenants' volumes. ``disks`` None: this server keeps none (not root, or a backend
+    whose sandboxes cannot mount them): every call is refused with why."""
+
+    def __init__(
+        self,
+        store: Store,
+        disks: VolumeDisks | None,
+        config: Config,
+        audit: AuditLog | None = None,
+        missing: str = "",
+    ) -> None:
+        """``missing``: why there are no ``disks`` (said in every refusal)."""
+        self._store = store
+        self._disks = disks
+        self._config = config
+        self._audit = audit
+        self._missing = missing or "this server keeps no volumes"
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._leases: Counter[str] = Counter()  # volume id -> sandboxes being started on it
+
+    @property
+    def available(self) -> bool:
+        return self._disks is not None
+
+    def _on_disk(self) -> VolumeDisks:
+        if self._disks is None:
+            raise StateUnsupported(f"volumes: {self._missing}")
+        return self._disks
+
+    async def create(self, tenant: str, spec: VolumeSpec, *, actor: str = SYSTEM) -> Volume:
+        """A new, empty volume of the tenant's.
+
+        Raises:
+            InvalidRequest: the quota is above the server's ceiling, or the name looks like
+                a volume id.
+            VolumeExists: the tenant has a volume of that name.
+            TooManyRequests: the tenant keeps ``max_volumes`` already.
+            StateUnsupported: this server keeps no volumes.
+            SandboxError: its filesystem could not be made.
+        """
+        disks = self._on_disk()
+        quota = spec.quota_bytes or self._config.volume_default_bytes
+        if quota > self._config.volume_max_bytes:
+            raise InvalidRequest(
+                f"quota_bytes: at most {self._config.volume_max_bytes} on this server"
+            )
+        if _ID.fullmatch(spec.name):
+            raise InvalidRequest("name: must not look like a volume id ('vo' + 20 hex)")
+        volume = Volume(
+            id="vo" + secrets.token_hex(10),
+            name=spec.name,
+            quota_bytes=quota,
+            created_at=datetime.now(UTC),
+        )
+        async with self._locks[tenant]:
+            kept = await self._store.list_volumes(tenant, limit=self._config.max_volumes + 1)
+            if len(kept) >= self._config.max_volumes:
+                raise TooManyRequests(
+                    f"you keep {len(kept)} volumes, this server's most: delete one first"
+                )
+            await asyncio.to_thread(disks.create, volume.id, quota)
+            try:
+                await self._store.add_volume(tenant, volume)
+            except BaseException:
+                await asyncio.shield(asyncio.to_thread(disks.delete, volume.id))
+                raise
+        self._record(tenant, actor, "volume.create", volume, quota_bytes=quota)
+        return volume
+
+    async def list_volumes(self, tenant: str, *, limit: int = 100) -> list[Volume]:
+        """The tenant's volumes, newest first (without their use: see ``get``)."""
+        return await self._store.list_volumes(tenant, limit=limit)
+
+    async def get(self, tenant: str, ref: str) -> Volume:
+        """The volume named (or with the id) ``ref``, with the bytes it uses now.
+
+        Raises:
+            VolumeNotFound: the tenant has no such volume.
+            StateUnsupported: this server keeps no volumes. ``SandboxError``: its disk failed.
+        """
+        volume = await self._find(tenant, ref)
+        used = await asyncio.to_thread(self._on_disk().usage, volume.id)
+        return volume.model_copy(update={"used_bytes": used})
+
+    async def delete(self, tenant: str, ref: str, *, actor: str = SYSTEM) -> None:
+        """Remove the volume and every file in it.
+
+        Raises:
+            VolumeNotFound: the tenant has no such volume.
+            VolumeInUse: a running or paused sandbox mounts it, or one is starting on it.
+            StateUnsupported: this server keeps no volumes.
+        """
+        disks = self._on_disk()
+        async with self._locks[tenant]:
+            volume = await self._find(tenant, ref)
+            users = await self._users(tenant, volume)
+            if users:
+                raise VolumeInUse(
+                    f"volume {volume.name!r} is mounted by {', '.join(sorted(users))}: "
+                    "kill them first"
+                )
+            await self._store.delete_volume(tenant, volume.id)
+        await asyncio.to_thread(disks.delete, volume.id)
+        self._record(tenant, actor, "volume.delete", volume)
+
+    async def _users(self, tenant: str, volume: Volume) -> set[str]:
+        """The sandboxes (ids) that mount ``volume`` now, or are starting on it."""
+        users = {"a sandbox being created"} if self._leases[volume.id] else set()
+        live = await self._store.list_sandboxes(tenant, states=_LIVE, limit=_MAX_SANDBOXES)
+        users.update(s.id for s in live if any(m.name == volume.name for m in s.volumes))
+        return users
+
+    @contextlib.asynccontextmanager
+    async def bound(
+        self, tenant: str, mounts: Collection[VolumeMount]
+    ) -> AsyncIterator[tuple[BoundVolume, ...]]:
+        """The tenant's volumes of ``mounts``, mounted on the host, as the runtime takes
+        them; none of them can be deleted until this ends (hold it until the sandbox's
+        record, naming them, is in the store).
+
+        Raises:
+            InvalidRequest: a mount names no volume of the tenant's (another tenant's
+                included), or this server keeps no volumes.
+            SandboxError: a volume's disk cannot be mounted.
+        """
+        if not mounts:
+            yield ()
+            return
+        if self._disks is None:
+            raise InvalidRequest(f"volumes: {self._missing}")
+        disks = self._disks
+        async with self._locks[tenant]:
+            volumes = []
+            for mount in mounts:
+                volume = await self._store.get_volume(tenant, name=mount.name)
+                if volume is None:
+                    raise InvalidRequest(f"volumes: you have no volume named {mount.name!r}")
+                volumes.append(volume)
+            for volume in volumes:
+                self._leases[volume.id] += 1
+        try:
+            bound = []
+            for volume, mount in zip(volumes, mounts, strict=True):
+                source = await asyncio.to_thread(disks.mount, volume.id)
+                bound.append(BoundVolume(source, mount.path, mount.read_only))
+            yield tuple(bound)
+        finally:
+            for volume in volumes:
+                self._leases[volume.id] -= 1
+                if self._leases[volume.id] <= 0:
+                    del self._leases[volume.id]
+
+    # Files, without a sandbox. Paths are from the volume's root; see ``volume_files``.
+
+    async def stat(self, tenant: str, ref: str, path: str) -> VolumeEntry:
+        """The entry at ``path``. Raises ``VolumeNotFound``, ``NotFound``,
+        ``InvalidRequest``."""
+        root = await self._root(tenant, ref)
+        return await asyncio.to_thread(volume_files.entry, root, path)
+
+    async def list_dir(self, tenant: str, ref: str, path: str, depth: int = 1) -> list[VolumeEntry]:
+        """What the directory at ``path`` holds, ``depth`` levels down. Raises
+        ``VolumeNotFound``, ``NotFound``, ``InvalidRequest``."""
+        root = await self._root(tenant, ref)
+        return await asyncio.to_thread(volume_files.entries, root, path, depth)
+
+    async def read(self, tenant: str, ref: str, path: str) -> AsyncIterator[bytes]:
+        """The bytes of the file at ``path``, as they are read (the file is opened before
+        this returns, so a missing one raises here). Raises ``VolumeNotFound``,
+        ``NotFound``, ``InvalidRequest``."""
+        root = await self._root(tenant, ref)
+        fd = await asyncio.to_thread(volume_files.open_for_reading, root, path)
+        return _read_off_the_loop(volume_files.read_chunks(fd))
+
+    async def write(
+        self,
+        tenant: str,
+        ref: str,
+        path: str,
+        body: AsyncIterator[bytes],
+        *,
+        uid: int | None = None,
+        gid: int | None = None,
+        mode: int | None = None,
+        parents: bool = True,
+    ) -> VolumeEntry:
+        """Write the file at ``path`` whole from ``body`` (parents made unless told not).
+
+        Raises:
+            VolumeFull: the volume has no room for it (a file this call created is gone).
+            VolumeNotFound, NotFound, InvalidRequest: as ``volume_files.write``.
+        """
+        root = await self._root(tenant, ref)
+        loop = asyncio.get_running_loop()
+
+        def chunks() -> Iterator[bytes]:  # in the worker thread: each chunk from the loop
+            while True:
+                try:
+                    yield asyncio.run_coroutine_threadsafe(_next(body), loop).result()
+                except StopAsyncIteration:
+                    return
+
+        return await asyncio.to_thread(
+            volume_files.write, root, path, chunks(), uid=uid, gid=gid, mode=mode,
+            parents=parents,
+        )  # fmt: skip
+
+    async def make_dir(
+        self, tenant: str, ref: str, path: str, *, uid: int | None = None,
+        gid: int | None = None, mode: int | None = None, parents: bool = False,
+    ) -> VolumeEntry:  # fmt: skip
+        """Make a directory. Raises ``Conflict`` (it exists), ``VolumeNotFound``,
+        ``NotFound``, ``InvalidRequest``, ``VolumeFull``."""
+        root = await self._root(tenant, ref)
+        return await asyncio.to_thread(
+            volume_files.make_dir, root, path, uid=uid, gid=gid, mode=mode, parents=parents
+        )
+
+    async def update(
+        self, tenant: str, ref: str, path: str, *, uid: int | None = None,
+        gid: int | None = None, mode: int | None = None,
+    ) -> VolumeEntry:  # fmt: skip
+        """Change an entry's owner or mode. Raises ``VolumeNotFound``, ``NotFound``,
+        ``InvalidRequest``."""
+        root = await self._root(tenant, ref)
+        return await asyncio.to_thread(volume_files.update, root, path, uid=uid, gid=gid, mode=mode)
+
+    async def remove(self, tenant: str, ref: str, path: str) -> None:
+        """Remove a file, symlink or directory (with what it holds). Raises
+        ``VolumeNotFound``, ``NotFound``, ``InvalidRequest``."""
+        root = await self._root(tenant, ref)
+        await asyncio.to_thread(volume_files.remove, root, path)
+
+    async def _root(self, tenant: str, ref: str) -> Path:
+        disks = self._on_disk()
+        volume = await self._find(tenant, ref)
+        try:
+            return await asyncio.to_thread(disks.mount, volume.id)
+        except SandboxError as exc:
+            raise SandboxError(f"volume {volume.name!r}: {exc.message}") from exc
+
+    async def _find(self, tenant: str, ref: str) -> Volume:
+        if _ID.fullmatch(ref):
+            volume = await self._store.get_volume(tenant, id=ref)
+        else:
+            volume = await self._store.get_volume(tenant, name=ref)
+        if volume is None:
+            raise VolumeNotFound(f"you have no volume {ref!r}")
+        return volume
+
+    def _record(
+        self, tenant: str, actor: str, action: str, volume: Volume, **details: object
+    ) -> None:
+        if self._audit is not None:
+            target = f"volume:{volume.id}"
+            self._audit.record(
+                tenant, actor, action, target, "ok", {"name": volume.name, **details}
+            )
+
+
+async def _next(body: AsyncIterator[bytes]) -> bytes:
+    return await anext(body)
+
+
+async def _read_off_the_loop(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """Each of ``chunks`` read in a worker thread (a slow disk never blocks the loop)."""
+    try:
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            yield chunk
+    finally:
+        await asyncio.to_thread(_close, chunks)
+
+
+def _close(chunks: Iterator[bytes]) -> None:
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()
