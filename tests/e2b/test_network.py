@@ -14,9 +14,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -220,3 +223,34 @@ def test_a_header_transform_reaches_the_origin_only(net_server: LiveServer, orig
         )
         assert shown.status_code == 200 and secret not in shown.text
         assert "<redacted>" in shown.text
+
+
+JS_SCENARIO = Path(__file__).parents[1] / "js" / "e2b_network.mjs"
+
+
+def test_js_sdk_network_scenario(net_server: LiveServer, origin: Origin) -> None:
+    node = shutil.which("node")
+    assert node, "the machine's node is required (scripts/setup installs it)"
+    secret = "e2b-js-transform-" + "5eed" * 6
+    before = len(origin.heads)
+    done = subprocess.run(
+        [node, str(JS_SCENARIO)],
+        cwd=JS_SCENARIO.parent,
+        env={**os.environ, "SECRET": secret},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "created": [True, False],
+        "transformed": True,
+        "updated": [False, True, False],  # denied.test: the operator's deny rule stays
+        "closed": False,
+        "beyondCeiling": "SandboxError:allowOut[0]",
+        "nameDenied": "SandboxError:denyOut[0]",
+        "stillClosed": False,
+        "killed": True,
+        "createBeyondCeiling": "SandboxError:network.allowOut[0]",
+        "internet": [True, False],
+    }
+    assert any(secret in head for head in origin.heads[before:]), "the proxy set the header"

@@ -40,7 +40,7 @@ def create(internet: bool | None = None, config: Config = CONFIG, **network: Any
 
 def update(config: Config = CONFIG, tenant: str = "acme", **body: Any) -> NetworkPolicy:
     asked = NetworkUpdate.model_validate(body)
-    return egress_policy(asked.allowInternetAccess, asked, tenant, config, UPDATE)
+    return egress_policy(asked.internet(), asked, tenant, config, UPDATE)
 
 
 def effective(policy: NetworkPolicy, tenant: str = "acme") -> NetworkPolicy:
@@ -210,3 +210,10 @@ def test_create_options_parse_errors_name_the_field() -> None:
         action="deny", cidr="9.9.9.9/32", ports=[80, 443, 8080]
     )
     assert CREATE.field("allowOut") == "network.allowOut"
+
+
+def test_the_update_reads_the_switch_as_either_sdk_spells_it() -> None:
+    assert update(allow_internet_access=False).rules == [], "the JavaScript SDK's"
+    assert update(allowInternetAccess=False).rules == [], "the Python SDK's"
+    assert update(allowInternetAccess=True, allow_internet_access=True).rules == OPERATOR.rules
+    refused("disagree", update, allowInternetAccess=True, allow_internet_access=False)

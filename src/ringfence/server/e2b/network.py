@@ -105,9 +105,22 @@ class NetworkOptions(_Egress):
 
 class NetworkUpdate(_Egress):
     """``PUT /sandboxes/{id}/network``: replaces the whole egress configuration (an omitted
-    field is cleared, as E2B's)."""
+    field is cleared, as E2B's). The Python SDK spells the switch ``allowInternetAccess``,
+    the JavaScript SDK ``allow_internet_access``; both are read."""
 
     allowInternetAccess: bool | None = None
+    allow_internet_access: bool | None = None
+
+    def internet(self) -> bool | None:
+        """The switch, however spelled.
+
+        Raises:
+            InvalidRequest: both spellings, saying different things.
+        """
+        camel, snake = self.allowInternetAccess, self.allow_internet_access
+        if camel is not None and snake is not None and camel != snake:
+            raise InvalidRequest("allowInternetAccess and allow_internet_access disagree")
+        return camel if camel is not None else snake
 
 
 @dataclass(frozen=True)
@@ -374,7 +387,7 @@ async def update_network(
     tenant) has no proxy to change: 400."""
     context, principal = await caller(request, x_api_key)
     policy = egress_policy(
-        body.allowInternetAccess, body, principal.tenant, context.sandboxes.config, UPDATE
+        body.internet(), body, principal.tenant, context.sandboxes.config, UPDATE
     )
     try:
         await context.sandboxes.set_network(
