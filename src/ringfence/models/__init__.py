@@ -40,6 +40,15 @@ from ringfence.models.network import (
     NetworkPolicy,
 )
 from ringfence.models.problems import problems, said
+from ringfence.models.projects import (
+    ProjectChange,
+    ProjectDiff,
+    ProjectSyncReport,
+    ProjectSyncRequest,
+    SyncedChange,
+    SyncRefusal,
+    project_relative,
+)
 from ringfence.models.proposals import (
     Decision,
     Proposal,
@@ -91,7 +100,11 @@ __all__ = [
     "NetworkPolicy",
     "OnTimeout",
     "Paused",
+    "ProjectChange",
+    "ProjectDiff",
     "ProjectMount",
+    "ProjectSyncReport",
+    "ProjectSyncRequest",
     "Proposal",
     "ProposalSpec",
     "ProposalState",
@@ -105,6 +118,8 @@ __all__ = [
     "SandboxState",
     "Snapshot",
     "Status",
+    "SyncRefusal",
+    "SyncedChange",
     "Volume",
     "VolumeEntry",
     "VolumeMount",
@@ -113,6 +128,7 @@ __all__ = [
     "is_proposal_id",
     "new_proposal_id",
     "problems",
+    "project_relative",
     "request_digest",
     "said",
 ]

@@ -95,9 +95,10 @@ def userns_mapping(host_uid: int) -> int:
     return userns_mappings({0: host_uid})
 
 
-def userns_mappings(ids: dict[int, int]) -> int:
+def userns_mappings(ids: dict[int, int], gids: dict[int, int] | None = None) -> int:
     """``userns_mapping`` for several ids: each key (as the filesystem stores it) to its
-    host id (uid and gid the same numbers), and nothing else.
+    host id (uid and gid the same numbers, unless ``gids`` maps the gids apart), and
+    nothing else.
 
     Raises:
         OSError: the namespace cannot be made (the message says why).
@@ -114,8 +115,8 @@ def userns_mappings(ids: dict[int, int]) -> int:
                 err = helper.stderr.read().decode() if helper.stderr else ""
                 raise OSError(f"cannot make a user namespace: {err.strip() or 'timed out'}")
             time.sleep(0.0002)
-        lines = "".join(f"{inner} {host} 1\n" for inner, host in sorted(ids.items()))
-        for name in ("uid_map", "gid_map"):
+        for name, mapped in (("uid_map", ids), ("gid_map", ids if gids is None else gids)):
+            lines = "".join(f"{inner} {host} 1\n" for inner, host in sorted(mapped.items()))
             with open(f"/proc/{helper.pid}/{name}", "w") as mapping:
                 mapping.write(lines)  # one write: the kernel takes a map once
         return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
@@ -126,16 +127,24 @@ def userns_mappings(ids: dict[int, int]) -> int:
             helper.stderr.close()
 
 
-def idmapped_view(source: str, target: str, userns: int, writable: bool = False) -> None:
-    """Show ``source`` at ``target`` (an existing directory) read-only, nosuid and nodev,
-    with its ids mapped through ``userns`` (from ``userns_mapping``: host uid 0's files
-    appear as that sandbox's root uid; other ids appear unmapped). Nothing can be written
+def idmapped_view(
+    source: str | int, target: str, userns: int, writable: bool = False
+) -> None:
+    """Show ``source`` (a path, or an open directory descriptor: no path is looked up
+    again) at ``target`` (an existing directory) read-only, nosuid and nodev, with its ids
+    mapped through ``userns`` (from ``userns_mapping``: host uid 0's files appear as that
+    sandbox's root uid; other ids appear unmapped). Only the mount ``source`` is on is
+    cloned: mounts below it show as their empty mount points. Nothing can be written
     through it, unless ``writable`` (a volume's read-write view: files are written with
     the on-disk ids the mapping gives the writer's host uid; a writer it does not map
     cannot create anything). Raises ``OSError``."""
     open_tree, move_mount, mount_setattr = _syscalls()
+    if isinstance(source, int):
+        where, name, flags = source, b"", _AT_EMPTY_PATH
+    else:
+        where, name, flags = _AT_FDCWD, source.encode(), 0
     tree = _check(
-        _libc.syscall(open_tree, _AT_FDCWD, source.encode(), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC),
+        _libc.syscall(open_tree, where, name, flags | _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC),
         f"open_tree {source}",
     )
     try:

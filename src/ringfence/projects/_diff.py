@@ -1,0 +1,113 @@
+"""Changes as the API shows them: a unified diff for each text file (host first, sandbox
+second), and why none is shown otherwise (binary, too large, unreadable on the host, the
+response's cap reached)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+from collections.abc import Iterable
+
+from ringfence.models import ProjectChange
+from ringfence.projects import _fs
+from ringfence.projects._changes import Change, Owner
+
+__all__ = ["MAX_DIFF_BYTES", "MAX_TEXT_BYTES", "render"]
+
+MAX_TEXT_BYTES = 1 << 20  # a file larger than this on either side gets no diff
+MAX_DIFF_BYTES = 8 << 20  # diffs of one answer, together
+
+
+def render(
+    changes: Iterable[Change], upper_fd: int, host_fd: int, owner: Owner
+) -> tuple[list[ProjectChange], bool]:
+    """The changes with their diffs, and whether some diff was left out for the cap."""
+    shown: list[ProjectChange] = []
+    budget = MAX_DIFF_BYTES
+    truncated = False
+    for change in changes:
+        text, binary, note = None, False, change.note
+        if change.kind == "file" and note is None:
+            text, binary, note = _file_diff(change, upper_fd, host_fd, owner)
+            if text is not None and len(text) > budget:
+                text, note, truncated = None, "left out: the answer's diffs reached their cap", True
+            budget -= len(text or "")
+        upper = change.upper
+        shown.append(
+            ProjectChange(
+                path=change.path,
+                action=change.action,
+                kind=change.kind,
+                mode=stat.S_IMODE(upper.st_mode) if upper is not None else None,
+                size=upper.st_size if upper is not None and change.kind == "file" else None,
+                target=change.target,
+                binary=binary,
+                diff=text,
+                note=note,
+            )
+        )
+    return shown, truncated
+
+
+def _file_diff(
+    change: Change, upper_fd: int, host_fd: int, owner: Owner
+) -> tuple[str | None, bool, str | None]:
+    """(diff, binary, note) of one file change."""
+    sizes = [st.st_size for st in (change.host, change.upper) if st is not None]
+    if any(size > MAX_TEXT_BYTES for size in sizes):
+        return None, False, f"larger than {MAX_TEXT_BYTES} bytes: no diff shown"
+    before = b""
+    if change.host is not None and stat.S_ISREG(change.host.st_mode):
+        if not owner.may_read(change.host):
+            return None, False, "the host's file is not readable by the directory's owner"
+        got = _read(host_fd, change.parts, change.host)
+        if got is None:
+            return None, False, "the host's file changed while it was read"
+        before = got
+    after = b""
+    if change.upper is not None and stat.S_ISREG(change.upper.st_mode):
+        got = _read(upper_fd, change.parts, change.upper)
+        if got is None:
+            return None, False, "the sandbox's file changed while it was read"
+        after = got
+    old, new = _text(before), _text(after)
+    if old is None or new is None:
+        return None, True, "binary file"
+    deleted, added = change.action == "deleted", change.action == "added"
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile="/dev/null" if added else f"a/{change.path}",
+        tofile="/dev/null" if deleted else f"b/{change.path}",
+    )
+    return "".join(_ended(lines)), False, None
+
+
+def _read(root_fd: int, parts: tuple[str, ...], expect: os.stat_result) -> bytes | None:
+    try:
+        with (
+            _fs.opened_path(root_fd, parts[:-1]) as parent,
+            _fs.opened_file(parent, parts[-1], expect) as fd,
+        ):
+            return _fs.read_head(fd, MAX_TEXT_BYTES + 1)
+    except OSError:
+        return None
+
+
+def _text(data: bytes) -> str | None:
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _ended(lines: Iterable[str]) -> Iterable[str]:
+    """Lines of a diff, a file's last line without a newline marked as ``diff`` does."""
+    for line in lines:
+        if line.endswith("\n"):
+            yield line
+        else:
+            yield line + "\n\\ No newline at end of file\n"

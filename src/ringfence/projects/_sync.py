@@ -1,0 +1,231 @@
+"""Applying a sandbox's project changes to the host directory, as its owner.
+
+Everything runs in one thread with the owner's filesystem ids (``_creds``), so nothing is
+done that the owner could not do, and every file made belongs to the owner. The host
+directory is reached only through its descriptor: every parent of a change is opened
+component by component with ``O_NOFOLLOW`` and must be on the directory's own mount, so a
+symlink (planted before, or swapped in during the sync) or a mount inside the project
+refuses that change instead of leading out. Files are written to a fresh temporary name in
+their directory (``O_EXCL|O_NOFOLLOW``) and renamed over the old name: a reader sees the
+old file or the new one, an existing hard link (maybe to a file outside the project) is
+replaced as a name, never written through. Never made: device nodes, fifos, sockets, files
+with setuid or setgid bits (refused), links whose target is absolute or leaves the project
+(refused: an absolute target inside the sandbox names the sandbox's file, not the host's),
+hard links (each name is written as its own copy). Deletions remove the name (a directory
+with everything below it, no mount entered). Directories' modes come from the sandbox with
+setgid and sticky bits dropped.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import secrets
+import stat
+from collections.abc import Sequence
+
+from ringfence.models import SyncedChange, SyncRefusal
+from ringfence.projects import _fs
+from ringfence.projects._changes import Change, Owner, read_changes
+
+__all__ = ["sync"]
+
+_TEMP_PREFIX = ".rf-sync-"
+
+
+class _Refused(Exception):
+    """A change is not applied, for ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def sync(
+    upper_fd: int, host_fd: int, owner: Owner, paths: Sequence[str] | None
+) -> tuple[list[SyncedChange], list[SyncRefusal]]:
+    """Apply the changes at or below ``paths`` (project-relative, checked already; None:
+    every change); what was applied and what refused, in path order. Call it in the
+    owner's thread (``run_as_owner``).
+
+    Raises:
+        ProjectError: the layer cannot be read (nothing was applied).
+    """
+    changes = read_changes(upper_fd, host_fd, owner)
+    selected, refused = _select(changes, paths)
+    mount = _fs.mount_of(host_fd)
+    applied: list[SyncedChange] = []
+    removed: list[tuple[str, ...]] = []  # deleted directories: nothing below them is left
+    for change in selected:
+        if any(change.parts[: len(gone)] == gone for gone in removed):
+            continue
+        try:
+            _apply(change, upper_fd, host_fd, mount)
+        except _Refused as exc:
+            refused.append(SyncRefusal(path=change.path, reason=exc.reason))
+            continue
+        except OSError as exc:
+            refused.append(SyncRefusal(path=change.path, reason=_reason(exc)))
+            continue
+        if change.action == "deleted" and change.kind == "dir":
+            removed.append(change.parts)
+        applied.append(SyncedChange(path=change.path, action=change.action, kind=change.kind))
+    return applied, sorted(refused, key=lambda refusal: refusal.path)
+
+
+def _select(
+    changes: list[Change], paths: Sequence[str] | None
+) -> tuple[list[Change], list[SyncRefusal]]:
+    if paths is None:
+        return changes, []
+    chosen: dict[str, Change] = {}
+    refused = []
+    for path in paths:
+        found = [c for c in changes if c.path == path or c.path.startswith(path + "/")]
+        if not found:
+            refused.append(SyncRefusal(path=path, reason="no change at this path"))
+        chosen.update((change.path, change) for change in found)
+    return sorted(chosen.values(), key=lambda change: change.parts), refused
+
+
+def _apply(change: Change, upper_fd: int, host_fd: int, mount: int) -> None:
+    *parents, name = change.parts
+    if change.kind == "other" and change.action != "deleted":
+        raise _Refused("a fifo, socket or device: special files are never made on the host")
+    parent = _host_parent(host_fd, upper_fd, parents, mount)
+    try:
+        if change.action == "deleted":
+            _fs.remove_tree(parent, name, mount)
+        elif change.kind == "dir":
+            _make_dir(parent, name, change, mount)
+        elif change.kind == "symlink":
+            _make_link(parent, name, change, mount)
+        else:
+            _write_file(parent, name, change, upper_fd, mount)
+    finally:
+        os.close(parent)
+
+
+def _host_parent(host_fd: int, upper_fd: int, parents: list[str], mount: int) -> int:
+    """The host directory a change goes in, opened without following; directories the
+    sandbox made and the host lacks are made (as the owner, with the sandbox's mode)."""
+    _fs.check_names(parents)
+    fd = os.dup(host_fd)
+    try:
+        for depth, part in enumerate(parents):
+            st = _fs.lstat_at(fd, part)
+            if st is None:
+                mode = _upper_mode(upper_fd, parents[: depth + 1])
+                os.mkdir(part, 0o700, dir_fd=fd)
+                os.chmod(part, mode, dir_fd=fd, follow_symlinks=False)
+            elif not stat.S_ISDIR(st.st_mode):
+                where = "/".join(parents[: depth + 1])
+                raise _Refused(f"{where} is not a directory on the host (a link, or a file)")
+            _fs.check_mount(fd, part, mount)
+            child = os.open(part, _fs.DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _upper_mode(upper_fd: int, parts: list[str]) -> int:
+    with _fs.opened_path(upper_fd, parts[:-1]) as parent:
+        st = _fs.lstat_at(parent, parts[-1])
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        raise _Refused(f"{'/'.join(parts)} is not a directory in the sandbox any more")
+    return stat.S_IMODE(st.st_mode) & 0o777
+
+
+def _clear(parent: int, name: str, mount: int, keep_dir: bool = False) -> os.stat_result | None:
+    """Make room for a new ``name``: a directory in the way is removed (unless
+    ``keep_dir``); other entries are replaced by the rename that follows."""
+    st = _fs.lstat_at(parent, name)
+    if st is not None:
+        _fs.check_mount(parent, name, mount)
+        if stat.S_ISDIR(st.st_mode) and not keep_dir:
+            _fs.remove_tree(parent, name, mount)
+            return None
+    return st
+
+
+def _make_dir(parent: int, name: str, change: Change, mount: int) -> None:
+    assert change.upper is not None
+    st = _clear(parent, name, mount, keep_dir=True)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=parent)
+        st = None
+    if st is None:
+        os.mkdir(name, 0o700, dir_fd=parent)
+        os.chmod(name, stat.S_IMODE(change.upper.st_mode) & 0o777, dir_fd=parent,
+                 follow_symlinks=False)  # fmt: skip
+
+
+def _make_link(parent: int, name: str, change: Change, mount: int) -> None:
+    target = change.target
+    assert target is not None
+    if target.startswith("/"):
+        raise _Refused(
+            f"a link to the absolute path {target!r}: inside the sandbox it names the "
+            "sandbox's file, on the host another one"
+        )
+    resolved = posixpath.normpath(posixpath.join(*change.parts[:-1], target)
+                                  if len(change.parts) > 1 else target)  # fmt: skip
+    if resolved == ".." or resolved.startswith("../"):
+        raise _Refused(f"a link to {target!r}, which leaves the project")
+    _clear(parent, name, mount)
+    temp = _temp_name()
+    os.symlink(target, temp, dir_fd=parent)
+    _rename_into(parent, temp, name)
+
+
+def _write_file(parent: int, name: str, change: Change, upper_fd: int, mount: int) -> None:
+    assert change.upper is not None
+    mode = stat.S_IMODE(change.upper.st_mode)
+    if mode & (stat.S_ISUID | stat.S_ISGID):
+        raise _Refused("setuid or setgid bits: such a file is never made on the host")
+    with (
+        _fs.opened_path(upper_fd, change.parts[:-1]) as upper_parent,
+        _fs.opened_file(upper_parent, name, change.upper) as source,
+    ):
+        _clear(parent, name, mount)
+        temp = _temp_name()
+        fd = os.open(temp, _fs.CREATE_FLAGS, 0o600, dir_fd=parent)
+        try:
+            try:
+                _fs.copy_data(source, fd)
+                os.fchmod(fd, mode & 0o777)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            os.unlink(temp, dir_fd=parent)
+            raise
+    _rename_into(parent, temp, name)
+
+
+def _rename_into(parent: int, temp: str, name: str) -> None:
+    try:
+        os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        os.unlink(temp, dir_fd=parent)
+        raise
+
+
+def _temp_name() -> str:
+    return _TEMP_PREFIX + secrets.token_hex(8)
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return "a parent on the host is a link or not a directory"
+    if exc.errno == errno.EXDEV:
+        return "another file system is mounted there on the host"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "the directory's owner may not change it"
+    if exc.errno == errno.ESTALE:
+        return "the sandbox changed it while it was read: sync again"
+    return f"{os.strerror(exc.errno or 0)}"

@@ -1,0 +1,133 @@
+"""What a sandbox changed in its project view (``ringfence.projects.diff``), read from a
+real overlay's upper layer: exact added, modified and deleted entries, unified diffs of
+text, nothing shown that the directory's owner could not read, and the host untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ringfence import projects
+from ringfence.projects import ProjectError
+from tests.projects.conftest import View
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every entry below ``root`` with its kind, mode, owner and content digest."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        what = ""
+        if path.is_symlink():
+            what = os.readlink(path)
+        elif path.is_file():
+            what = hashlib.sha256(path.read_bytes()).hexdigest()
+        found[str(path.relative_to(root))] = f"{oct(st.st_mode)} {st.st_uid}:{st.st_gid} {what}"
+    return found
+
+
+def _project(view: View) -> None:
+    (view.host / "src").mkdir()
+    (view.host / "src/app.py").write_text("def main():\n    return 1\n")
+    (view.host / "README").write_text("hello\n")
+    (view.host / "old.txt").write_text("old\n")
+    (view.host / "same.txt").write_text("same\n")
+    (view.host / "data.bin").write_bytes(b"\0\1\2")
+    (view.host / "docs").mkdir()
+    (view.host / "docs/a.md").write_text("a\n")
+    (view.host / "docs/b.md").write_text("b\n")
+    (view.host / "run.sh").write_text("echo\n")
+
+
+def test_an_agents_edits_are_exactly_the_diff_and_the_host_is_untouched(view: View) -> None:
+    _project(view)
+    before = _tree(view.host)
+    merged = view.merged
+    (merged / "src/app.py").write_text("def main():\n    return 2\n")
+    (merged / "src/new.py").write_text("print('new')\n")
+    (merged / "old.txt").unlink()
+    with open(merged / "same.txt", "a"):  # copied up, not changed
+        pass
+    (merged / "data.bin").write_bytes(b"\0\1\3")
+    shutil.rmtree(merged / "docs")  # removed and made again: an opaque directory
+    (merged / "docs").mkdir()
+    (merged / "docs/a.md").write_text("a\n")
+    os.chmod(merged / "run.sh", 0o755)
+    (merged / "pkg/deep").mkdir(parents=True)
+    (merged / "pkg/deep/x.txt").write_text("x")
+    os.symlink("../README", merged / "src/readme-link")
+
+    changes, truncated = projects.diff(view.upper, view.host)
+
+    assert not truncated
+    listed = [(c.path, c.action, c.kind) for c in changes]
+    assert listed == [
+        ("data.bin", "modified", "file"),
+        ("docs/b.md", "deleted", "file"),
+        ("old.txt", "deleted", "file"),
+        ("pkg", "added", "dir"),
+        ("pkg/deep", "added", "dir"),
+        ("pkg/deep/x.txt", "added", "file"),
+        ("run.sh", "modified", "file"),
+        ("src/app.py", "modified", "file"),
+        ("src/new.py", "added", "file"),
+        ("src/readme-link", "added", "symlink"),
+    ]
+    by_path = {c.path: c for c in changes}
+    assert by_path["src/app.py"].diff == (
+        "--- a/src/app.py\n+++ b/src/app.py\n@@ -1,2 +1,2 @@\n def main():\n"
+        "-    return 1\n+    return 2\n"
+    )
+    assert by_path["src/new.py"].diff == (
+        "--- /dev/null\n+++ b/src/new.py\n@@ -0,0 +1 @@\n+print('new')\n"
+    )
+    assert by_path["old.txt"].diff == "--- a/old.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-old\n"
+    assert by_path["pkg/deep/x.txt"].diff is not None
+    assert by_path["pkg/deep/x.txt"].diff.endswith("+x\n\\ No newline at end of file\n")
+    assert by_path["data.bin"].binary and by_path["data.bin"].diff is None
+    assert by_path["run.sh"].mode == 0o755 and by_path["run.sh"].diff == ""
+    assert by_path["src/readme-link"].target == "../README"
+    assert _tree(view.host) == before
+
+
+def test_a_whiteout_over_nothing_and_a_touch_are_no_change(view: View) -> None:
+    (view.host / "a").write_text("a")
+    (view.merged / "tmp").write_text("t")
+    (view.merged / "tmp").unlink()  # leaves nothing (or a whiteout) over no host entry
+    os.utime(view.merged / "a", (1, 1))  # a copy-up with the same bytes and mode
+    assert projects.diff(view.upper, view.host) == ([], False)
+
+
+def test_the_host_files_content_the_owner_cannot_read_is_never_shown(view: View) -> None:
+    os.chown(view.host, 4242, 4242)
+    secret = view.host / "secret"
+    secret.write_text("the host's secret\n")
+    os.chown(secret, 0, 0)
+    secret.chmod(0o600)
+    (view.merged / "secret").unlink()  # the owner may remove it from its own directory
+    (view.merged / "secret").write_text("mine\n")
+
+    changes, _ = projects.diff(view.upper, view.host)
+
+    (change,) = changes
+    assert change.path == "secret" and change.action == "modified"
+    assert change.diff is None and "not readable" in (change.note or "")
+    assert "the host's secret" not in repr(changes)
+
+
+def test_a_redirect_in_the_layer_is_refused_whole(view: View) -> None:
+    (view.upper / "moved").mkdir()
+    os.setxattr(view.upper / "moved", "user.overlay.redirect", b"/elsewhere")
+    with pytest.raises(ProjectError):
+        projects.diff(view.upper, view.host)
+
+
+def test_a_symlink_as_the_source_is_never_followed(view: View) -> None:
+    link = view.outside.parent / "link-to-host"
+    link.symlink_to(view.host)
+    with pytest.raises(OSError):
+        projects.diff(view.upper, link)

@@ -1,0 +1,239 @@
+"""Applying a sandbox's project changes to the host (``ringfence.projects.sync``): a
+partial sync applies exactly the chosen changes, as the directory's owner, and the attacks
+a hostile sandbox (or a host user racing it) can mount all fail closed: links out, ``..``,
+absolute paths, hard links, special files, setuid bits, mounts inside the project, a
+symlink swapped in on the host during the sync."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import subprocess
+import threading
+
+import pytest
+from pydantic import ValidationError
+
+from ringfence import projects
+from ringfence.models import ProjectSyncRequest
+from tests.projects.conftest import View, remount
+
+OWNER = 4242
+_libc = ctypes.CDLL(None, use_errno=True)
+_AT_FDCWD = -100
+
+
+def _owned_project(view: View) -> None:
+    os.chown(view.host, OWNER, OWNER)
+    (view.host / "a.txt").write_text("a\n")
+    (view.host / "b.txt").write_text("b\n")
+    (view.host / "gone.txt").write_text("gone\n")
+    (view.host / "sub").mkdir()
+    (view.host / "sub/c.txt").write_text("c\n")
+    for path in view.host.rglob("*"):
+        os.chown(path, OWNER, OWNER, follow_symlinks=False)
+
+
+def _outside_untouched(view: View) -> None:
+    assert sorted(p.name for p in view.outside.iterdir()) == ["keep"]
+    assert (view.outside / "keep").read_text() == "keep\n"
+
+
+@pytest.fixture
+def project(view: View) -> View:
+    _owned_project(view)
+    (view.outside / "keep").write_text("keep\n")
+    return view
+
+
+def test_a_partial_sync_applies_only_the_chosen_files_as_the_owner(project: View) -> None:
+    merged = project.merged
+    (merged / "a.txt").write_text("A\n")
+    (merged / "b.txt").write_text("B\n")
+    (merged / "gone.txt").unlink()
+    (merged / "new/deep").mkdir(parents=True)
+    (merged / "new/deep/n.txt").write_text("n\n")
+    (merged / "new/other.txt").write_text("o\n")
+
+    applied, refused = projects.sync(project.upper, project.host, ["a.txt", "new/deep", "nope"])
+
+    assert [(c.path, c.action) for c in applied] == [
+        ("a.txt", "modified"), ("new/deep", "added"), ("new/deep/n.txt", "added"),
+    ]  # fmt: skip
+    assert [(r.path, r.reason) for r in refused] == [("nope", "no change at this path")]
+    assert (project.host / "a.txt").read_text() == "A\n"
+    assert (project.host / "b.txt").read_text() == "b\n"  # not chosen: unchanged
+    assert (project.host / "gone.txt").exists()
+    assert not (project.host / "new/other.txt").exists()
+    for path in ("a.txt", "new", "new/deep", "new/deep/n.txt"):
+        st = (project.host / path).lstat()
+        assert (st.st_uid, st.st_gid) == (OWNER, OWNER), path
+    assert not [p for p in project.host.rglob(".rf-sync-*")]
+
+    applied, refused = projects.sync(project.upper, project.host, None)
+    assert {c.path for c in applied} == {"b.txt", "gone.txt", "new/other.txt"}
+    assert refused == []
+    assert not (project.host / "gone.txt").exists()
+    assert projects.diff(project.upper, project.host) == ([], False)
+
+
+def test_path_arguments_outside_the_project_are_refused() -> None:
+    for bad in ("../x", "/etc/passwd", "a/../../x", "", "a\0b"):
+        with pytest.raises(ValidationError):
+            ProjectSyncRequest(paths=[bad])
+    assert ProjectSyncRequest(paths=["./a//b/"]).paths == ["a/b"]
+
+
+def test_links_leading_out_are_refused_and_links_inside_are_kept(project: View) -> None:
+    merged = project.merged
+    os.symlink(str(project.outside / "keep"), merged / "absolute")
+    os.symlink("../outside/keep", merged / "up")
+    os.symlink("../../x", merged / "sub/up2")
+    os.symlink("sub/c.txt", merged / "inside")
+
+    applied, refused = projects.sync(project.upper, project.host, None)
+
+    assert [c.path for c in applied] == ["inside"]
+    assert {r.path for r in refused} == {"absolute", "up", "sub/up2"}
+    assert os.readlink(project.host / "inside") == "sub/c.txt"
+    assert os.lstat(project.host / "inside").st_uid == OWNER
+    _outside_untouched(project)
+
+
+def test_special_files_and_setuid_bits_are_never_made(project: View) -> None:
+    merged = project.merged
+    os.mkfifo(merged / "fifo")
+    (merged / "suid").write_text("#!/bin/sh\n")
+    os.chmod(merged / "suid", 0o4755)
+    (merged / "sgid").write_text("x")
+    os.chmod(merged / "sgid", 0o2755)
+    os.mknod(project.upper / "dev", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # /dev/null
+
+    applied, refused = projects.sync(project.upper, project.host, None)
+
+    assert applied == []
+    assert {r.path for r in refused} == {"fifo", "suid", "sgid", "dev"}
+    assert sorted(p.name for p in project.host.iterdir()) == ["a.txt", "b.txt", "gone.txt", "sub"]
+
+
+def test_a_hard_link_on_the_host_to_an_outside_file_is_replaced_not_written(
+    project: View,
+) -> None:
+    (project.host / "a.txt").unlink()
+    os.link(project.outside / "keep", project.host / "a.txt")
+    remount(project)
+    (project.merged / "a.txt").write_text("overwritten\n")
+
+    applied, _ = projects.sync(project.upper, project.host, ["a.txt"])
+
+    assert [c.path for c in applied] == ["a.txt"]
+    assert (project.host / "a.txt").read_text() == "overwritten\n"
+    _outside_untouched(project)
+
+
+def test_hard_links_in_the_layer_become_separate_copies(project: View) -> None:
+    (project.merged / "one").write_text("1")
+    os.link(project.merged / "one", project.merged / "two")
+    projects.sync(project.upper, project.host, None)
+    one, two = (project.host / "one").stat(), (project.host / "two").stat()
+    assert one.st_ino != two.st_ino and one.st_nlink == two.st_nlink == 1
+
+
+def test_a_host_parent_that_is_a_link_out_refuses_the_change(project: View) -> None:
+    (project.merged / "sub/c.txt").write_text("C\n")
+    (project.merged / "sub/new.txt").write_text("new\n")
+    # The host's user (or a race) puts a link where the directory was.
+    os.rename(project.host / "sub", project.host / "sub-moved")
+    os.symlink(str(project.outside), project.host / "sub")
+
+    applied, refused = projects.sync(project.upper, project.host, ["sub/c.txt", "sub/new.txt"])
+
+    assert applied == []
+    assert [r.path for r in refused] == ["sub/c.txt", "sub/new.txt"]
+    assert "link" in refused[0].reason
+    _outside_untouched(project)
+    # Chosen too, the directory replaces the link (the link, not what it points at).
+    applied, refused = projects.sync(project.upper, project.host, ["sub"])
+    assert [c.path for c in applied] == ["sub", "sub/c.txt", "sub/new.txt"]
+    assert not (project.host / "sub").is_symlink()
+    _outside_untouched(project)
+
+
+def test_a_deleted_directory_whose_host_path_is_now_a_link_removes_only_the_link(
+    project: View,
+) -> None:
+    import shutil
+
+    shutil.rmtree(project.merged / "sub")
+    os.rename(project.host / "sub", project.host / "sub-moved")
+    os.symlink(str(project.outside), project.host / "sub")
+
+    projects.sync(project.upper, project.host, ["sub"])
+
+    assert not os.path.lexists(project.host / "sub")
+    _outside_untouched(project)
+
+
+def test_a_mount_inside_the_project_is_never_written_or_removed(project: View) -> None:
+    import shutil
+
+    (project.merged / "sub/c.txt").write_text("C\n")
+    subprocess.run(["mount", "--bind", str(project.outside), str(project.host / "sub")],
+                   check=True)  # fmt: skip
+    try:
+        applied, refused = projects.sync(project.upper, project.host, None)
+        assert [r.path for r in refused] == ["sub/c.txt"]
+        assert "mounted" in refused[0].reason
+        shutil.rmtree(project.merged / "sub", ignore_errors=True)
+        applied, refused = projects.sync(project.upper, project.host, ["sub"])
+        assert applied == [] and [r.path for r in refused] == ["sub"]
+    finally:
+        subprocess.run(["umount", str(project.host / "sub")], check=True)
+    _outside_untouched(project)
+
+
+def test_what_the_owner_may_not_change_stays(project: View) -> None:
+    import shutil
+
+    theirs = project.host / "theirs"
+    theirs.mkdir()
+    (theirs / "f").write_text("root's\n")
+    theirs.chmod(0o755)  # root's, inside the owner's project
+    remount(project)
+    shutil.rmtree(project.merged / "theirs", ignore_errors=True)
+    if (project.merged / "theirs").exists():  # the test runs as root: it could
+        pytest.fail("the view should let root remove it")
+
+    applied, refused = projects.sync(project.upper, project.host, ["theirs"])
+
+    assert applied == [] and refused[0].path == "theirs"
+    assert (theirs / "f").read_text() == "root's\n"
+
+
+def test_a_symlink_swapped_in_during_syncs_never_leads_out(project: View) -> None:
+    for index in range(20):
+        (project.merged / "sub" / f"f{index}.txt").write_text("in\n")
+    (project.merged / "sub/c.txt").unlink()
+    stop = threading.Event()
+    sub, link = str(project.host / "sub"), str(project.host / "sub-link")
+    os.symlink(str(project.outside), link)
+    swaps = 0
+
+    def swap() -> None:  # "sub" is the directory, then a link out, then the directory...
+        nonlocal swaps
+        while not stop.is_set():
+            if _libc.renameat2(_AT_FDCWD, sub.encode(), _AT_FDCWD, link.encode(), 2) != 0:
+                raise OSError(ctypes.get_errno(), "renameat2")
+            swaps += 1
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        for _ in range(200):
+            projects.sync(project.upper, project.host, ["sub/f3.txt", "sub/c.txt"])
+    finally:
+        stop.set()
+        swapper.join()
+    assert swaps > 0
+    _outside_untouched(project)
