@@ -164,6 +164,13 @@ class Config(BaseSettings):
     allow_tenant_mounts: bool = Field(
         False, description="Let API clients grant host paths to their sandboxes (trusted only)."
     )
+    project_roots: list[Path] = Field(
+        default_factory=list,
+        description="Host directories under which API clients may name a project directory "
+        "for a sandbox's copy-on-write view (SandboxSpec.project; JSON list, e.g. "
+        '["/srv/projects"]). Symlinks are resolved first: a source that leads out of every '
+        "root is refused. None by default: no host directory can be named.",
+    )
     allow_tenant_images: bool = Field(
         False, description="Let API clients pick a root filesystem other than default_image."
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from ringfence.backends._interactive import (
+    BoundProject,
     BoundVolume,
     Checkpoint,
     LaunchSpec,
@@ -18,6 +19,7 @@ from ringfence.errors import UnknownBackend
 
 __all__ = [
     "BACKENDS",
+    "BoundProject",
     "BoundVolume",
     "Checkpoint",
     "Executor",

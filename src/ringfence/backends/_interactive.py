@@ -139,6 +139,13 @@ class LiveSandbox(Protocol):
         """What this sandbox's state can be captured with."""
         ...
 
+    @property
+    def project_layer(self) -> Path | None:
+        """The host directory holding what the sandbox wrote to its project view
+        (``LaunchSpec.project``: an overlay's upper layer, read host-side by diff and sync,
+        never through the sandbox); None when it has no project view or has ended."""
+        ...
+
     async def checkpoint(self) -> Checkpoint:
         """Freeze, capture the files incrementally, thaw; processes keep running.
 
@@ -206,6 +213,10 @@ class Stateless:
     ``StateUnsupported`` saying why (``reason``). A backend that can overrides them."""
 
     reason = "this backend gives sandboxes no writable layer to capture"
+
+    @property
+    def project_layer(self) -> Path | None:
+        return None
 
     @property
     def state(self) -> StateSupport:

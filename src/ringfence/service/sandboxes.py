@@ -63,6 +63,7 @@ from ringfence.service.sandbox_pausing import (
     ended_here,
     live_timeout,
 )
+from ringfence.service.sandbox_projects import SandboxProjects, bind_project, check_project
 from ringfence.service.sandbox_state import SandboxStates
 from ringfence.service.state_files import StateFiles
 from ringfence.service.volumes import VolumeService
@@ -131,6 +132,7 @@ class SandboxService(Pausing):
         self.calls = SandboxCalls(self)  # commands, files and code, passed to the daemons
         self.files = StateFiles(config.data_dir, credentials or CredentialKey.generate())
         self.state = SandboxStates(self, store, self.files)  # checkpoints, snapshots, fork
+        self.projects = SandboxProjects(self)  # diff and sync of project views
         self._locks: dict[str, asyncio.Lock] = {}  # one pause or resume at a time, by id
         self._egress_asker = egress_asker
         self._egress_gateway = egress_gateway
@@ -170,8 +172,9 @@ class SandboxService(Pausing):
         ``tenant``: the rules of its default policy are the operator's, never refused).
 
         Raises:
-            InvalidRequest: no such template, limits or timeout above the ceilings, or a
-                network policy that reaches internal networks the operator did not allow.
+            InvalidRequest: no such template, limits or timeout above the ceilings, a
+                network policy that reaches internal networks the operator did not allow,
+                or a project outside the operator's project roots.
         """
         try:
             image = self.image_for(spec.template)
@@ -187,9 +190,9 @@ class SandboxService(Pausing):
         check_limits(spec.limits, self._config)
         check_timeout(spec.timeout, self._config)
         check_tenant_policy(spec.network, self._config, tenant)
+        check_project(spec, self._config)
         # The workstation's parts, each refused here until it is built (docs/design.md 14).
         for name, given in (
-            ("project", spec.project is not None),
             ("group", spec.group is not None),
             ("public_traffic", spec.public_traffic),
         ):
@@ -299,6 +302,11 @@ class SandboxService(Pausing):
             snapshot=spec.snapshot,
             volumes=spec.volumes,
         )
+        project = None
+        if spec.project is not None:  # resolved: the record names the directory shown
+            project = bind_project(spec.project, self._config.project_roots)
+            shown = spec.project.model_copy(update={"source": str(project.source)})
+            sandbox = sandbox.model_copy(update={"project": shown})
         # Its volumes stay leased (undeletable) until its record, naming them, is stored.
         async with self.volumes.bound(tenant, spec.volumes) as volumes:
             launch = LaunchSpec(
@@ -309,6 +317,7 @@ class SandboxService(Pausing):
                 network=network,
                 restore=restore,
                 volumes=volumes,
+                project=project,
             )
             return await self._start(tenant, spec, actor, held, sandbox, launch, network)
 
@@ -327,7 +336,8 @@ class SandboxService(Pausing):
         assert runtime is not None, "_create refuses a server without a runtime"
         restore, timeout = launch.restore, launch.timeout
         # A warm sandbox has no mounts; it is started before anyone asks for them.
-        if self._pool is not None and restore is None and not launch.volumes:
+        pooled = not launch.volumes and launch.project is None
+        if self._pool is not None and restore is None and pooled:
             if spec.limits == SandboxLimits() and network.mode is NetworkMode.NONE:
                 warm = self._pool.claim(spec.template)
                 if warm is not None:
@@ -826,6 +836,8 @@ def _lifecycle_details(sandbox: Sandbox) -> dict[str, object]:
         details["auto_resume"] = False
     if sandbox.snapshot is not None:
         details["snapshot"] = sandbox.snapshot
+    if sandbox.project is not None:
+        details["project"] = sandbox.project.model_dump()
     return details
 
 

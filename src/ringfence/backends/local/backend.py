@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ringfence.backends._child import Child
+from ringfence.backends._interactive import BoundProject
 from ringfence.backends._supervisor import SupervisingExecutor
 from ringfence.backends.local._memfd import memfd_with
 from ringfence.backends.local.bwrap import LAUNCH_ENV, Fds, bwrap_args, pack_args
@@ -100,6 +101,7 @@ class LocalExecutor(SupervisingExecutor):
         self._volumes = Volumes(config.runtime_dir) if self._host.volumes else None
         self._reserved: dict[str, Populate | None] = {}  # run id -> interactive, not started
         self._shared: dict[str, tuple[SharedMount, ...]] = {}  # run id -> tenants' volumes
+        self._projects: dict[str, BoundProject] = {}  # run id -> its project view, reserved
         self._live: dict[str, _BwrapLaunch] = {}  # run id -> a running interactive sandbox
 
     @property
@@ -117,29 +119,44 @@ class LocalExecutor(SupervisingExecutor):
             self._volumes.close()
 
     def reserve(
-        self, run_id: str, populate: Populate | None = None, shared: Sequence[SharedMount] = ()
+        self,
+        run_id: str,
+        populate: Populate | None = None,
+        shared: Sequence[SharedMount] = (),
+        project: BoundProject | None = None,
     ) -> None:
         """Mark execution ``run_id`` (not started yet) as an interactive sandbox: ``parts``
         will find its cgroup and init, and its volume when the host gives sandboxes one,
         filled by ``populate`` before its command starts, with the tenants' volumes of
-        ``shared`` (``(host directory, target, read_only)``) mounted in it (``volume_binds``).
-        ``unreserve`` once ``execute`` has returned or failed.
+        ``shared`` (``(host directory, target, read_only)``) mounted in it (``volume_binds``)
+        and ``project``'s view when given. ``unreserve`` once ``execute`` has returned or
+        failed.
 
         Raises:
             StateUnsupported: ``populate`` or ``shared`` given, but this host gives
                 sandboxes no volume.
+            SandboxError: ``project`` given, but this host gives sandboxes no volume (its
+                view's upper layer lives there).
         """
         if self._volumes is None and (populate is not None or shared):
             doing = "restored" if populate is not None else "given volumes"
             raise StateUnsupported(
                 f"sandboxes cannot be {doing} here: {'; '.join(self.state_missing)}"
             )
+        if project is not None and self._volumes is None:
+            raise SandboxError(
+                "a project view needs a sandbox volume, which this host gives none: "
+                f"{'; '.join(self.state_missing)}"
+            )
         self._reserved[run_id] = populate
         self._shared[run_id] = tuple(shared)
+        if project is not None:
+            self._projects[run_id] = project
 
     def unreserve(self, run_id: str) -> None:
         self._reserved.pop(run_id, None)
         self._shared.pop(run_id, None)
+        self._projects.pop(run_id, None)
 
     def parts(self, run_id: str) -> SandboxParts | None:
         """The cgroup, init and volume of running execution ``run_id`` (reserved with
@@ -174,12 +191,26 @@ class LocalExecutor(SupervisingExecutor):
             shared=self._shared.get(request.id, ()),
         )  # fmt: skip
         try:
+            project = self._projects.get(request.id)
+            if project is not None:
+                self._add_project(volume, project, root_uid, user_uid)
             if populate is not None:  # a whole export: off the event loop
                 await asyncio.to_thread(populate, volume)
         except BaseException:
             volume.close()
             raise
         return volume
+
+    def _add_project(
+        self, volume: Volume, project: BoundProject, root_uid: int, user_uid: int
+    ) -> None:
+        assert self._volumes is not None
+        try:
+            self._volumes.add_project(volume, project.source, project.target, root_uid, user_uid)
+        except OSError as exc:
+            raise SandboxError(
+                f"cannot show the project directory {project.source}: {exc.strerror or exc}"
+            ) from exc
 
     @property
     def can_run_root_inside(self) -> bool:

@@ -87,6 +87,9 @@ class Writable:
     tmp: str
     overlays: Mapping[str, Overlay] = field(default_factory=dict)
     shared: tuple[tuple[str, str, bool], ...] = ()
+    # The project view: a host directory's overlay at a target (mounted over the
+    # workspace, which may hold it); None: no project.
+    project: tuple[str, Overlay] | None = None
 
 
 def sandbox_env(
@@ -154,7 +157,10 @@ def bwrap_args(
         argv += _overlay_args(overlay, entry.target) if overlay else _entry_args(entry)
     shared = writable.shared if writable is not None else ()
     if fds.userns_block is not None:
-        targets = [WORKSPACE, *(m.target for m in request.mounts), *(s[1] for s in shared)]
+        project = [writable.project[0]] if writable is not None and writable.project else []
+        targets = [
+            WORKSPACE, *project, *(m.target for m in request.mounts), *(s[1] for s in shared)
+        ]
         argv += _open_parents(targets, layout)
     if trust_bundle is not None:
         argv += ["--ro-bind", trust_bundle, SANDBOX_BUNDLE]
@@ -171,6 +177,8 @@ def bwrap_args(
         ]  # fmt: skip
     else:  # the volume's tmpfs bounds them (and the upper layers) together
         argv += ["--bind", writable.tmp, "/tmp", "--bind", writable.workspace, WORKSPACE]
+    if writable is not None and writable.project is not None:
+        argv += _overlay_args(writable.project[1], writable.project[0])
     for mount in request.mounts:
         argv += _mount_args(mount)
     for view, target, read_only in shared:

@@ -105,7 +105,7 @@ class LocalSandboxRuntime:
         )
         try:
             shared = [(bound.source, bound.target, bound.read_only) for bound in spec.volumes]
-            self._executor.reserve(run_id, self._populate(spec.restore), shared)
+            self._executor.reserve(run_id, self._populate(spec.restore), shared, spec.project)
             inner = await start_daemon_sandbox(
                 self._executor, request, listener, socket_path, _START_SECONDS
             )

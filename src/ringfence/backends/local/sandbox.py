@@ -56,6 +56,15 @@ def layers_of(volume: Volume) -> dict[str, Path]:
     return layers
 
 
+def _checkpointed(volume: Volume) -> dict[str, Path]:
+    """What a checkpoint captures: ``layers_of`` and the project view's upper layer (a
+    rollback restores the project's changes too; exports never hold it)."""
+    layers = layers_of(volume)
+    if volume.project is not None:
+        layers["project"] = volume.project.upper
+    return layers
+
+
 class LocalSandbox:
     """A running local sandbox (``LiveSandbox``): the daemon's execution (``inner``) and,
     when it has a volume (``parts``), the state of its files."""
@@ -77,7 +86,7 @@ class LocalSandbox:
             volume = parts.volume
             self._store = SnapshotStore(
                 volume.snapshots,
-                layers_of(volume),
+                _checkpointed(volume),
                 volume.owners,
                 budget,
                 key,
@@ -164,12 +173,14 @@ class LocalSandbox:
         store, parts = self._stateful()
         async with self._lock:
             self._check_running()
+            root = Path(f"/proc/{parts.init}/root")
+            volume = _volume(parts)
             views = {
-                f"root-{layer.name}": OverlayView(
-                    Path(f"/proc/{parts.init}/root"), PurePosixPath(layer.target)
-                )
-                for layer in _volume(parts).layers
+                f"root-{layer.name}": OverlayView(root, PurePosixPath(layer.target))
+                for layer in volume.layers
             }
+            if volume.project is not None:  # an overlay too: changed through its view
+                views["project"] = OverlayView(root, PurePosixPath(volume.project.target))
             try:
                 await asyncio.to_thread(
                     self._in_frozen,
@@ -208,8 +219,24 @@ class LocalSandbox:
             await asyncio.to_thread(self._parts.cgroup.thaw)
             self._paused = False
 
+    @property
+    def project_layer(self) -> Path | None:
+        volume = self._parts.volume if self._parts is not None else None
+        if volume is None or volume.project is None or not self.running:
+            return None
+        return volume.project.upper
+
     async def export(self, checkpoint_id: str, target: Path) -> None:
-        store, _ = self._stateful()
+        """Raises ``StateUnsupported`` for a sandbox with a project view too: its project
+        layer belongs to a host directory of this server, and nothing that starts from an
+        export (a resume from disk, a snapshot's sandboxes, a fork's children) has it."""
+        store, parts = self._stateful()
+        if parts.volume is not None and parts.volume.project is not None:
+            raise StateUnsupported(
+                "a sandbox with a project view cannot be exported (paused to disk, "
+                "snapshotted, forked): its view belongs to a host directory; checkpoints, "
+                "rollback and a pause keeping memory work"
+            )
         async with self._lock:
             self._check_running()
             await asyncio.to_thread(store.export, checkpoint_id, target)

@@ -10,6 +10,10 @@ Layout of one volume (``<runtime_dir>/volumes/i<server pid>/<sandbox>/``)::
     layers/<name>/work    its overlayfs work directory
     lower/<name>          the template directory, idmapped and read-only (see below)
     shared/<n>            a tenant's volume mounted in the sandbox (``volume_binds``)
+    project/upper         the project view's upper layer (the sandbox user's host uid)
+    project/work          its overlayfs work directory
+    project/lower         the host's project directory, idmapped and read-only: its
+                          owner's files appear as the sandbox user's (``add_project``)
     snapshots/            root only (0700): the checkpoints (``snapshots.SnapshotStore``)
 
 One tmpfs bounds workspace, tmp, the upper layers and the checkpoints together: its size is
@@ -42,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +54,7 @@ from pathlib import Path
 from ringfence.backends.local import _mounts
 from ringfence.backends.local.bwrap import Overlay, Writable
 from ringfence.backends.local.volume_binds import SharedBind, bind_shared
+from ringfence.projects import open_dir_path
 
 __all__ = ["Layer", "Volume", "Volumes"]
 
@@ -78,6 +84,7 @@ class Volume:
     owners: tuple[int, ...]  # the host ids its files may belong to (0: the sandbox's root)
     layers: tuple[Layer, ...] = ()
     shared: tuple[SharedBind, ...] = ()  # tenants' volumes, by target
+    project: Layer | None = None  # the project view, when the sandbox has one
     _mounted: bool = field(default=True, repr=False)
 
     @property
@@ -99,7 +106,11 @@ class Volume:
             for layer in self.layers
         }
         shared = tuple((bind.view, bind.target, bind.read_only) for bind in self.shared)
-        return Writable(str(self.workspace), str(self.tmp), overlays, shared)
+        project = None
+        if self.project is not None:
+            layer = self.project
+            project = (layer.target, Overlay(str(layer.lower), str(layer.upper), str(layer.work)))
+        return Writable(str(self.workspace), str(self.tmp), overlays, shared, project)
 
     def close(self) -> None:
         """Unmount it (and the views under it) and remove its mount point. Only once no
@@ -192,6 +203,38 @@ class Volumes:
             _mounts.idmapped_view(source, str(lower), self._userns_for(root_uid))
             layers.append(Layer(name, source, target, lower, base / "upper", base / "work"))
         return tuple(layers)
+
+    def add_project(self, volume: Volume, source: Path, target: str, root_uid: int,
+                    user_uid: int) -> None:  # fmt: skip
+        """Give ``volume`` a project view of the host directory ``source`` shown at
+        ``target``: an idmapped, read-only, nosuid, nodev view of it (its owner's ids
+        appear as the sandbox user's, ``user_uid``; other owners' files as nobody) below
+        an upper layer of the sandbox's own. ``source`` is opened from ``/`` one component
+        at a time without following links (a component swapped for a link fails here), and
+        that descriptor is what is cloned: no path is looked up twice.
+
+        Raises:
+            OSError: it cannot be opened or mounted (the caller closes the volume).
+        """
+        source_fd = open_dir_path(str(source))
+        try:
+            st = os.fstat(source_fd)
+            base = volume.path / "project"
+            lower = base / "lower"
+            _traversable_dir(base)
+            _traversable_dir(lower)
+            # The upper's root is the merged directory's root: the host directory's mode.
+            _owned_dir(base / "upper", stat.S_IMODE(st.st_mode) & 0o777, user_uid)
+            _owned_dir(base / "work", 0o700, root_uid)
+            userns = _mounts.userns_mappings({st.st_uid: user_uid}, gids={st.st_gid: user_uid})
+            try:
+                _mounts.idmapped_view(source_fd, str(lower), userns)
+            finally:
+                os.close(userns)  # the mount holds the namespace
+        finally:
+            os.close(source_fd)
+        volume.project = Layer("project", str(source), target, lower, base / "upper",
+                               base / "work")  # fmt: skip
 
     def _userns_for(self, root_uid: int) -> int:
         # One namespace per uid for the server's life: making one costs a process start.

@@ -1,0 +1,172 @@
+"""A sandbox's project view: which host directories a tenant may name, and the diff and
+sync of what the sandbox changed (docs/design.md 14.7).
+
+Who may name what: the server runs as root, so a tenant naming any host path would read
+the host through its sandbox. A source is accepted only under one of the operator's
+``project_roots`` (``RINGFENCE_PROJECT_ROOTS``; none by default), after resolving every
+symlink in it (a link leading out of the roots is refused, as is a path that is not a
+directory). The runtime opens the resolved path again one component at a time without
+following links, so a component swapped for a link after this check fails the start.
+
+Diff and sync resolve the sandbox in the caller's tenant (another tenant's is "not found";
+a paused one is resumed, as by any request) and read its project layer host-side, through
+``ringfence.projects`` (off the event loop). Every sync goes on the audit record
+(``sandbox.project_sync``: the paths asked for, what was applied and refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from ringfence import projects
+from ringfence.audit.chain import SYSTEM
+from ringfence.backends import BoundProject, LaunchSpec, LiveSandbox
+from ringfence.config import Config
+from ringfence.errors import Conflict, InvalidRequest, SandboxError
+from ringfence.models import ProjectDiff, ProjectMount, ProjectSyncReport, SandboxSpec
+
+__all__ = ["SandboxProjects", "bind_project", "check_project"]
+
+_ROOTS_SETTING = "RINGFENCE_PROJECT_ROOTS"
+
+
+class Sandboxes(Protocol):
+    """What the project operations need of the sandbox service (``SandboxService``)."""
+
+    async def live(self, tenant: str, sandbox_id: str, *, actor: str = SYSTEM) -> LiveSandbox: ...
+
+    def launch_of(self, tenant: str, sandbox_id: str) -> LaunchSpec: ...
+
+    def record(
+        self,
+        tenant: str,
+        actor: str,
+        action: str,
+        sandbox_id: str,
+        outcome: str = "ok",
+        details: dict[str, object] | None = None,
+    ) -> None: ...
+
+
+def check_project(spec: SandboxSpec, config: Config) -> None:
+    """Refuse a project the server cannot give this spec (before anything starts).
+
+    Raises:
+        InvalidRequest: the backend has no project views, or the spec would be paused to
+            disk (an export holds no host directory's view), or ``bind_project`` refuses.
+    """
+    if spec.project is None:
+        return
+    if config.backend != "local":
+        raise InvalidRequest(
+            f"project: the {config.backend} backend has no project views (the local "
+            "backend shows a host directory; a Pod has no host directory to show)"
+        )
+    if spec.auto_pause is not None or spec.on_timeout == "pause":
+        raise InvalidRequest(
+            "project: a sandbox with a project view cannot be paused to disk (auto_pause, "
+            "on_timeout='pause'): its view belongs to a host directory of this server; "
+            "pause it keeping memory instead"
+        )
+    bind_project(spec.project, config.project_roots)
+
+
+def bind_project(project: ProjectMount, roots: Sequence[Path]) -> BoundProject:
+    """The host directory ``project`` names, resolved, as the runtime mounts it.
+
+    Raises:
+        InvalidRequest: no roots are configured, the source (its symlinks resolved) is
+            under none of them, or it is not a directory.
+    """
+    if not roots:
+        raise InvalidRequest(
+            f"project: this server lets no host directory be named (the operator lists "
+            f"the directories projects may come from in {_ROOTS_SETTING})"
+        )
+    source = os.path.realpath(project.source)
+    if not any(_within(source, os.path.realpath(root)) for root in roots):
+        raise InvalidRequest(
+            f"project: {project.source} is not under a project root of this server "
+            f"({_ROOTS_SETTING}; symlinks are resolved first)"
+        )
+    try:
+        os.close(projects.open_dir_path(source))
+    except OSError as exc:
+        raise InvalidRequest(f"project: {project.source} is not a directory here") from exc
+    return BoundProject(source=Path(source), target=project.path)
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+class SandboxProjects:
+    """Diff and sync of running sandboxes' project views."""
+
+    def __init__(self, sandboxes: Sandboxes) -> None:
+        self._sandboxes = sandboxes
+
+    async def diff(self, tenant: str, sandbox_id: str, *, actor: str = SYSTEM) -> ProjectDiff:
+        """What the sandbox changed in its project view, with diffs of text files.
+
+        Raises:
+            SandboxNotFound, SandboxNotRunning: as for any request to a sandbox.
+            Conflict: it has no project view.
+            SandboxError: its project layer cannot be read.
+        """
+        upper, bound = await self._layer(tenant, sandbox_id, actor)
+        try:
+            changes, truncated = await asyncio.to_thread(projects.diff, upper, bound.source)
+        except OSError as exc:
+            raise SandboxError(f"the project view cannot be read: {exc.strerror}") from exc
+        return ProjectDiff(
+            source=str(bound.source), path=bound.target, changes=changes, truncated=truncated
+        )
+
+    async def sync(
+        self,
+        tenant: str,
+        sandbox_id: str,
+        paths: Sequence[str] | None,
+        *,
+        actor: str = SYSTEM,
+    ) -> ProjectSyncReport:
+        """Apply the changes at or below ``paths`` (project-relative, checked by
+        ``ProjectSyncRequest``; None: all) to the host directory, as its owner.
+
+        Raises:
+            What ``diff`` raises (nothing was applied then).
+        """
+        upper, bound = await self._layer(tenant, sandbox_id, actor)
+        details: dict[str, object] = {"source": str(bound.source), "paths": paths}
+        try:
+            applied, refused = await asyncio.to_thread(
+                projects.sync, upper, bound.source, paths
+            )
+        except (OSError, SandboxError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else exc.message
+            details["error"] = why
+            self._sandboxes.record(
+                tenant, actor, "sandbox.project_sync", sandbox_id, "failed", details
+            )
+            if isinstance(exc, SandboxError):
+                raise
+            raise SandboxError(f"the project view cannot be read: {why}") from exc
+        details["applied"] = [change.path for change in applied]
+        details["refused"] = {refusal.path: refusal.reason for refusal in refused}
+        self._sandboxes.record(tenant, actor, "sandbox.project_sync", sandbox_id, "ok", details)
+        return ProjectSyncReport(source=str(bound.source), applied=applied, refused=refused)
+
+    async def _layer(self, tenant: str, sandbox_id: str, actor: str) -> tuple[Path, BoundProject]:
+        live = await self._sandboxes.live(tenant, sandbox_id, actor=actor)
+        bound = self._sandboxes.launch_of(tenant, sandbox_id).project
+        upper = live.project_layer
+        if bound is None or upper is None:
+            raise Conflict(
+                f"sandbox {sandbox_id} has no project view (create it with a project)"
+            )
+        return upper, bound
