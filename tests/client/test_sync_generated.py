@@ -37,6 +37,7 @@ PAIRS = [
     (sdk.AsyncCommands, sdk.Commands),
     (sdk.AsyncCommandHandle, sdk.CommandHandle),
     (sdk.AsyncFiles, sdk.Files),
+    (sdk.AsyncProject, sdk.Project),
     (sdk.AsyncWatchHandle, sdk.WatchHandle),
 ]
 # The async name of a member -> its blocking name (None: it has none).
@@ -207,7 +208,7 @@ class _Answer(types.SimpleNamespace):
         return iter(())
 
 
-_ANSWER = _Answer(pid=7, commands=None, files=None)
+_ANSWER = _Answer(pid=7, commands=None, files=None, project=None)
 
 
 async def _answer() -> Any:

@@ -88,7 +88,8 @@ async def test_the_agent_edits_its_view_and_the_host_is_unchanged_until_a_sync(
     sandbox = await _start(runtime, host_project)
     try:
         listing, _ = await _sh(sandbox, f"cd {TARGET} && stat -c '%n %u %g' . src/app.py private")
-        assert listing.split("\n")[:3] == [". 1000 1000", "src/app.py 1000 1000", "private 1000 1000"]
+        owners = [". 1000 1000", "src/app.py 1000 1000", "private 1000 1000"]
+        assert listing.split("\n")[:3] == owners
         output, code = await _sh(sandbox, f"cat {TARGET}/private && cd {TARGET} && "
                                  "echo 'x = 2' > src/app.py && echo new > src/new.py && "
                                  "rm README && mkdir -p docs && echo d > docs/d.md")  # fmt: skip
@@ -102,7 +103,8 @@ async def test_the_agent_edits_its_view_and_the_host_is_unchanged_until_a_sync(
             ("README", "deleted"), ("docs", "added"), ("docs/d.md", "added"),
             ("src/app.py", "modified"), ("src/new.py", "added"),
         ]  # fmt: skip
-        assert changes[3].diff == "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+        app = "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+        assert changes[3].diff == app
 
         applied, refused = projects.sync(upper, host_project, ["src/app.py"])
         assert [c.path for c in applied] == ["src/app.py"] and refused == []

@@ -17,6 +17,7 @@ from ringfence.cli.keys import keys
 from ringfence.cli.mcp import mcp
 from ringfence.cli.proposals import approve, proposals, propose, reject
 from ringfence.cli.sandbox import sandbox
+from ringfence.cli.sandbox_project import COMMANDS as SANDBOX_PROJECT_COMMANDS
 from ringfence.cli.sandbox_state import COMMANDS as SANDBOX_STATE_COMMANDS
 from ringfence.cli.serve import serve
 from ringfence.cli.template import template
@@ -35,7 +36,7 @@ main.add_command(exec_command)
 main.add_command(doctor)
 main.add_command(serve)
 main.add_command(keys)
-for command in SANDBOX_STATE_COMMANDS:
+for command in [*SANDBOX_STATE_COMMANDS, *SANDBOX_PROJECT_COMMANDS]:
     sandbox.add_command(command)
 main.add_command(sandbox)
 main.add_command(files)

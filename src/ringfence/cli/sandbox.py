@@ -7,6 +7,7 @@ Errors are one line on stderr: exit 2 for bad input, 1 otherwise (``exec``: 125)
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -66,7 +67,7 @@ def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
 @click.group()
 def sandbox() -> None:
     """Create, list and kill interactive sandboxes; run commands in them; checkpoint,
-    roll back, pause, resume, fork and snapshot them."""
+    roll back, pause, resume, fork and snapshot them; diff and sync their project view."""
 
 
 @sandbox.command("create")
@@ -89,6 +90,16 @@ def sandbox() -> None:
     "--auto-resume/--no-auto-resume", default=True, show_default=True,
     help="Whether a request to it while paused resumes it.",
 )  # fmt: skip
+@click.option(
+    "--project", "project_dir", type=click.Path(file_okay=False), metavar="DIR",
+    help="Show this directory of the server's host (under its project roots) as a "
+    "copy-on-write view: 'sandbox diff' shows the sandbox's changes, 'sandbox sync' applies "
+    "them.",
+)  # fmt: skip
+@click.option(
+    "--project-path", default="/home/user/project", show_default=True, metavar="PATH",
+    help="Where the sandbox sees --project.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the whole record as JSON.")
 @api_options
 def create(
@@ -107,6 +118,8 @@ def create(
     auto_pause: float | None,
     on_timeout: str,
     auto_resume: bool,
+    project_dir: str | None,
+    project_path: str,
     as_json: bool,
     url: str | None,
     api_key: str | None,
@@ -116,6 +129,9 @@ def create(
     \b
     Example (pip works inside, nothing else is reachable):
       ringfence sandbox create --allow-domain pypi.org --allow-domain files.pythonhosted.org
+    
+    Example (an agent works on a copy of ./repo; review, then apply):
+      ringfence sandbox create --project ./repo
     """
     from ringfence.client import Sandbox
 
@@ -127,10 +143,13 @@ def create(
     env, metadata = _pairs(env_items, "--env"), _pairs(metadata_items, "--metadata")
     network = policy_from_options(allow_domains, deny_domains, network_file)
     with client_errors():
+        project = None
+        if project_dir is not None:  # a relative DIR is the caller's, resolved here
+            project = {"source": os.path.abspath(project_dir), "path": project_path}
         sbx = Sandbox.create(
             template, timeout=timeout, env=env, metadata=metadata, limits=limits,
             network=network, snapshot=snapshot, auto_pause=auto_pause, on_timeout=on_timeout,
-            auto_resume=auto_resume, url=url, api_key=api_key,
+            auto_resume=auto_resume, project=project, url=url, api_key=api_key,
         )  # fmt: skip
         info = sbx.info()
         sbx.close()

@@ -31,10 +31,18 @@ from ringfence.client._errors import (
     ResourceExhausted,
 )
 from ringfence.client._files import AsyncFiles, AsyncWatchHandle, WriteInfo
+from ringfence.client._project import AsyncProject
 from ringfence.client._proposals import ProposalNotFound, WaitTimeout
 from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
 from ringfence.client._sync import Proposals, Ringfence
-from ringfence.client._sync_sandbox import CommandHandle, Commands, Files, Sandbox, WatchHandle
+from ringfence.client._sync_sandbox import (
+    CommandHandle,
+    Commands,
+    Files,
+    Project,
+    Sandbox,
+    WatchHandle,
+)
 from ringfence.client._types import (
     CommandResult,
     EntryInfo,
@@ -51,6 +59,7 @@ __all__ = [
     "AsyncCommandHandle",
     "AsyncCommands",
     "AsyncFiles",
+    "AsyncProject",
     "AsyncProposals",
     "AsyncRingfence",
     "AsyncSandbox",
@@ -75,6 +84,7 @@ __all__ = [
     "OutputMessage",
     "ProcessInfo",
     "ProcessNotFound",
+    "Project",
     "Proposal",
     "ProposalNotFound",
     "ProposalState",

@@ -30,6 +30,7 @@ from ringfence.client._code import (
 from ringfence.client._commands import AsyncCommands
 from ringfence.client._files import AsyncFiles
 from ringfence.client._link import Link, http_client
+from ringfence.client._project import AsyncProject, ProjectSource, project_mount
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
 from ringfence.models import (
     CheckpointInfo,
@@ -60,7 +61,8 @@ def sandbox_spec(
     **lifecycle: Any,
 ) -> SandboxSpec:
     """The request for a new sandbox, checked before anything is sent. ``lifecycle``:
-    ``snapshot``, ``auto_pause``, ``on_timeout``, ``auto_resume`` (None: the default).
+    ``snapshot``, ``auto_pause``, ``on_timeout``, ``auto_resume``, ``project`` (None: the
+    default).
 
     Raises:
         InvalidRequest: a field is invalid.
@@ -107,6 +109,7 @@ class AsyncSandbox:
         self._info = info
         self.commands = AsyncCommands(link)
         self.files = AsyncFiles(link)
+        self.project = AsyncProject(link)
         self._code = AsyncCode(link)
 
     @property
@@ -132,6 +135,7 @@ class AsyncSandbox:
         auto_pause: float | None = None,
         on_timeout: str = "kill",
         auto_resume: bool = True,
+        project: ProjectSource | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> AsyncSandbox:
@@ -146,6 +150,10 @@ class AsyncSandbox:
         ``auto_pause``: seconds without a request after which it is paused to disk;
         ``on_timeout="pause"``: its timeout pauses it instead of killing it;
         ``auto_resume=False``: requests to it while paused are refused until ``resume``.
+        ``project``: a directory on the server's host (a path, resolved against the current
+        directory; or a ``ProjectMount`` to choose where it is shown) shown at
+        /home/user/project as a copy-on-write view: ``project.diff`` and ``project.sync``
+        read and apply what the sandbox changed; only under the server's project roots.
 
         Raises:
             InvalidRequest: bad arguments (a policy too broad, say), no API key, limits above
@@ -155,6 +163,7 @@ class AsyncSandbox:
         spec = sandbox_spec(
             template, timeout, env, metadata, limits, network, snapshot=snapshot,
             auto_pause=auto_pause, on_timeout=on_timeout, auto_resume=auto_resume,
+            project=project_mount(project),
         )  # fmt: skip
         settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
         http = http_client(settings)

@@ -21,6 +21,7 @@ from ringfence.client._code import Context, ErrorCallback, Execution, ResultCall
 from ringfence.client._code import OutputCallback as CodeOutputCallback
 from ringfence.client._commands import AsyncCommandHandle, AsyncCommands, OutputCallback
 from ringfence.client._files import AsyncFiles, AsyncWatchHandle, WriteData, WriteInfo
+from ringfence.client._project import AsyncProject, ProjectSource
 from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
 from ringfence.client._types import (
     CommandResult,
@@ -33,12 +34,14 @@ from ringfence.models import (
     CheckpointInfo,
     NetworkPolicy,
     Paused,
+    ProjectDiff,
+    ProjectSyncReport,
     ResourceLimits,
     SandboxState,
     Snapshot,
 )
 
-__all__ = ["CommandHandle", "Commands", "Files", "Sandbox", "WatchHandle"]
+__all__ = ["CommandHandle", "Commands", "Files", "Project", "Sandbox", "WatchHandle"]
 
 run = _portal.run
 
@@ -51,6 +54,7 @@ class Sandbox:
         self._inner = inner
         self.commands = Commands(inner.commands)
         self.files = Files(inner.files)
+        self.project = Project(inner.project)
 
     @property
     def id(self) -> str:
@@ -74,6 +78,7 @@ class Sandbox:
         auto_pause: float | None = None,
         on_timeout: str = "kill",
         auto_resume: bool = True,
+        project: ProjectSource | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> Sandbox:
@@ -83,7 +88,8 @@ class Sandbox:
                 AsyncSandbox.create(
                     template, timeout=timeout, env=env, metadata=metadata, limits=limits,
                     network=network, snapshot=snapshot, auto_pause=auto_pause,
-                    on_timeout=on_timeout, auto_resume=auto_resume, url=url, api_key=api_key,
+                    on_timeout=on_timeout, auto_resume=auto_resume, project=project, url=url,
+                    api_key=api_key,
                 )
             )
         )  # fmt: skip
@@ -330,6 +336,19 @@ class CommandHandle:
 
     def disconnect(self) -> None:
         run(self._inner.disconnect())
+
+
+class Project:
+    """See ``AsyncProject``."""
+
+    def __init__(self, inner: AsyncProject) -> None:
+        self._inner = inner
+
+    def diff(self) -> ProjectDiff:
+        return run(self._inner.diff())
+
+    def sync(self, paths: Sequence[str] | None = None) -> ProjectSyncReport:
+        return run(self._inner.sync(paths))
 
 
 class Files:

@@ -25,6 +25,7 @@ from ringfence.server.routes import keys as key_routes
 from ringfence.server.routes import meta
 from ringfence.server.routes import network as network_routes
 from ringfence.server.routes import proposals as proposal_routes
+from ringfence.server.routes import sandbox_projects as project_routes
 from ringfence.server.routes import sandbox_state as state_routes
 from ringfence.server.routes import sandboxes as sandbox_routes
 from ringfence.server.routes import volumes as volume_routes
@@ -96,6 +97,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(state_routes.router)
     app.include_router(state_routes.snapshots)
     app.include_router(volume_routes.router)
+    app.include_router(project_routes.router)
     app.include_router(network_routes.router)
     app.include_router(proposal_routes.router)
     app.include_router(audit_routes.router)

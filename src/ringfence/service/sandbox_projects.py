@@ -144,9 +144,7 @@ class SandboxProjects:
         upper, bound = await self._layer(tenant, sandbox_id, actor)
         details: dict[str, object] = {"source": str(bound.source), "paths": paths}
         try:
-            applied, refused = await asyncio.to_thread(
-                projects.sync, upper, bound.source, paths
-            )
+            applied, refused = await asyncio.to_thread(projects.sync, upper, bound.source, paths)
         except (OSError, SandboxError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else exc.message
             details["error"] = why
@@ -166,7 +164,5 @@ class SandboxProjects:
         bound = self._sandboxes.launch_of(tenant, sandbox_id).project
         upper = live.project_layer
         if bound is None or upper is None:
-            raise Conflict(
-                f"sandbox {sandbox_id} has no project view (create it with a project)"
-            )
+            raise Conflict(f"sandbox {sandbox_id} has no project view (create it with a project)")
         return upper, bound
