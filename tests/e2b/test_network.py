@@ -98,6 +98,8 @@ def net_server(origin: Origin, tmp_path_factory: pytest.TempPathFactory) -> Iter
     default = {"rules": [
         {"domain": "allowed.test", "cidr": cidr, "ports": [80]},
         {"domain": "denied.test", "action": "deny", "ports": [80]},
+        # An internal range API clients may not name (not in INTERNAL_CIDRS): the operator's.
+        {"domain": "mirror.test", "cidr": "10.77.0.0/16", "ports": [80]},
     ]}  # fmt: skip
     env = {
         "RINGFENCE_NETWORK_HOSTS": json.dumps({name: [address] for name in NAMES}),
@@ -160,9 +162,19 @@ def test_allow_out_opens_only_what_it_lists(net_server: LiveServer, origin: Orig
 
 
 def test_internet_access_is_the_operators_default_or_a_400(net_server: LiveServer) -> None:
+    """The default's rules come back as the operator's: its internal range, which the key
+    could not name itself, passes for this tenant (and a native read-and-resend too)."""
     with Sandbox.create(allow_internet_access=True) as sbx:
         assert reaches(sbx, "allowed.test")
         assert not reaches(sbx, "other.test")
+        url = f"{net_server.url}/v1/sandboxes/{sbx.sandbox_id}/network"
+        auth = {"Authorization": f"Bearer {net_server.key}"}
+        shown = httpx.get(url, headers=auth).json()
+        assert ("mirror.test", "10.77.0.0/16") in [(r["domain"], r["cidr"]) for r in shown["rules"]]
+        assert httpx.put(url, json=shown, headers=auth).status_code == 200
+        own = {"rules": [{"domain": "mirror.test", "cidr": "10.77.0.0/24", "ports": [80]}]}
+        refused = httpx.put(url, json=own, headers=auth)
+        assert refused.status_code == 400 and "internal network" in refused.text
     with Sandbox.create(allow_internet_access=False) as closed:
         assert not reaches(closed, "allowed.test")
     with pytest.raises(SandboxException, match="allow_internet_access: this server defines"):
