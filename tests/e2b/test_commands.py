@@ -124,10 +124,3 @@ def test_git_helpers_run_the_sandboxs_git(sbx: Sandbox) -> None:
     sbx.files.write("/home/user/repo/a.txt", "a")
     status = sbx.git.status("/home/user/repo")
     assert status.current_branch and [f.name for f in status.file_status] == ["a.txt"]
-
-
-def test_a_pty_is_refused_as_unimplemented(sbx: Sandbox) -> None:
-    from e2b import PtySize
-
-    with pytest.raises(SandboxException, match=r"(?i)unimplemented"):
-        sbx.pty.create(PtySize(rows=24, cols=80))

@@ -189,12 +189,6 @@ def test_unknown_pid_is_not_found(daemon: Daemon) -> None:
         assert (response.status_code, response.json()["code"]) == (404, "not_found")
 
 
-def test_pty_is_unimplemented(daemon: Daemon) -> None:
-    body = sh("true", pty={"size": {"cols": 80, "rows": 24}})
-    events = list(daemon.stream(START, body))
-    assert events[-1]["_end"]["error"]["code"] == "unimplemented"
-
-
 def test_listening_fd_is_not_inherited(daemon: Daemon) -> None:
     events = list(daemon.stream(START, {"process": {"cmd": "ls", "args": ["/proc/self/fd"]}}))
     fds = sorted(int(x) for x in output(events).split())

@@ -9,6 +9,12 @@ than growing memory. The process leaves the table once its end event is queued.
 
 Signals go to the whole process group, so grandchildren die with their parent; a grandchild
 that starts its own session (a daemon) escapes the group and dies only with the sandbox.
+
+A terminal (``spawn(..., terminal=(rows, cols))``, see ``_pty``) is a process like the others
+with one difference in its plumbing: its stdin, stdout and stderr are one pty, its output is
+published as ``pty`` data, its input is written to the pty's master (``write_stdin``), and a
+signal reaches its whole session (an interactive shell's jobs are process groups of their
+own).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ __all__ = ["Proc", "find", "listing", "spawn"]
 
 _READ = 32 * 1024
 QUEUE_LIMIT = 512 * 1024
-_POLLIN, _POLLHUP, _POLLERR = 0x1, 0x10, 0x8
+TERMINAL_WAIT = 10.0  # seconds a write waits for a terminal that reads nothing
+_POLLIN, _POLLOUT = 0x1, 0x4
 _SIGKILL = 9
 _SIGNAL_NAMES = {
     1: "hangup",
@@ -54,6 +61,7 @@ _SIGNAL_NAMES = {
 
 _table_lock = _thread.allocate_lock()
 _table: dict[int, Proc] = {}
+_terminals = [0]  # terminals running (or starting): bounded by _pty.LIMIT
 
 
 class Proc:
@@ -61,7 +69,8 @@ class Proc:
         self.pid = pid
         self.config = config
         self.tag = tag
-        self.stdin: int | None = None
+        self.stdin: int | None = None  # a pipe, or a terminal's master (then terminal)
+        self.terminal = False
         self.stdin_lock = _thread.allocate_lock()
         self.lock = _thread.allocate_lock()  # guards subscribers and exited
         self.subscribers: list[Queue] = []
@@ -94,28 +103,77 @@ class Proc:
                 os.killpg(self.pid, signum)
             except ProcessLookupError:
                 raise RpcError("not_found", f"process {self.pid} has already exited") from None
+            if self.terminal:
+                from ._pty import kill_session
 
-    def write_stdin(self, data: bytes) -> None:
+                kill_session(self.pid, signum)
+
+    def write_stdin(self, data: bytes, *, terminal: bool = False) -> None:
+        """Write ``data`` to its stdin pipe, or (``terminal``) to its terminal.
+
+        A terminal's master is non-blocking: a process that reads nothing gets
+        ``TERMINAL_WAIT`` seconds to make room before the write fails (the caller's request
+        never hangs on it).
+        """
         with self.stdin_lock:
+            if terminal != self.terminal:
+                raise RpcError(
+                    "failed_precondition",
+                    f"process {self.pid} is a terminal: send its input as pty"
+                    if self.terminal
+                    else f"process {self.pid} has no terminal: send its input as stdin",
+                )
             if self.stdin is None:
                 raise RpcError(
                     "failed_precondition",
                     f"stdin of process {self.pid} is closed (start it with stdin: true)",
                 )
             view = memoryview(data)
+            deadline = time.monotonic() + TERMINAL_WAIT
             try:
                 while view:
-                    view = view[os.write(self.stdin, view) :]
-            except BrokenPipeError:
+                    try:
+                        view = view[os.write(self.stdin, view) :]
+                    except BlockingIOError:
+                        if not _writable(self.stdin, deadline):
+                            raise RpcError(
+                                "unavailable",
+                                f"the terminal of process {self.pid} has not read its input "
+                                f"for {TERMINAL_WAIT:g} s",
+                            ) from None
+            except OSError:  # EPIPE for a pipe, EIO for a terminal nobody holds any more
                 raise RpcError(
                     "failed_precondition", f"process {self.pid} closed its stdin"
                 ) from None
 
+    def resize(self, rows: int, cols: int) -> None:
+        """Set its terminal's size; failed_precondition if it has none."""
+        from ._pty import resize
+
+        with self.stdin_lock:
+            if not self.terminal:
+                raise RpcError(
+                    "failed_precondition", f"process {self.pid} has no terminal to resize"
+                )
+            if self.stdin is None:
+                raise RpcError("not_found", f"process {self.pid} has already exited")
+            resize(self.stdin, rows, cols)
+
     def close_stdin(self) -> None:
         with self.stdin_lock:
-            if self.stdin is not None:
-                os.close(self.stdin)
-                self.stdin = None
+            if self.terminal:
+                raise RpcError(
+                    "failed_precondition",
+                    f"process {self.pid} is a terminal: send it an end of file (ctrl-D, "
+                    "byte 4) as its input instead",
+                )
+            self._close_input()
+
+    def _close_input(self) -> None:
+        """Close its stdin pipe or its terminal's master (``stdin_lock`` held)."""
+        if self.stdin is not None:
+            os.close(self.stdin)
+            self.stdin = None
 
     def _publish(self, event: dict[str, object]) -> None:
         frame = envelope(dumps({"event": event}).encode())
@@ -136,7 +194,20 @@ class Proc:
                 os.killpg(self.pid, _SIGKILL)
             except OSError:
                 pass  # already gone
+            if self.terminal:
+                from ._pty import kill_session
+
+                kill_session(self.pid, _SIGKILL)
             self.timed_out = True
+
+
+def _writable(fd: int, deadline: float) -> bool:
+    """Wait until ``fd`` takes a write or ``deadline`` passes; whether it does."""
+    import select
+
+    poller = select.poll()
+    poller.register(fd, _POLLOUT)
+    return bool(poller.poll(max(0, int((deadline - time.monotonic()) * 1000))))
 
 
 def find(selector: dict[str, object] | None) -> Proc:
@@ -190,34 +261,44 @@ def spawn(
     config: dict[str, object],
     timeout: float | None,
     user: str = SANDBOX_USER,
+    terminal: tuple[int, int] | None = None,
 ) -> tuple[Proc, Queue]:
     """Start the process as ``user`` with a first subscriber attached; raise RpcError if it
-    cannot run."""
+    cannot run. ``terminal`` is ``(rows, cols)`` for a process on a new pty (then ``stdin``
+    is moot: a terminal always takes input)."""
     if not os.path.isdir(cwd):
         raise invalid(f"the working directory {cwd!r} does not exist or is not a directory")
     program = which(cmd, env)
     argv = [cmd, *args]
     if any("\0" in a for a in argv) or any("\0" in k + v or "=" in k for k, v in env.items()):
         raise invalid("arguments and environment must not contain NUL (or = in names)")
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    in_r, in_w = os.pipe() if stdin else (-1, -1)
+    if terminal is not None:
+        _reserve_terminal()
     try:
-        pid = _start(program, argv, env, cwd, in_r, out_w, err_w, user)
+        names, child, writer = _plumbing(stdin, terminal)
+    except BaseException:
+        if terminal is not None:
+            _release_terminal()
+        raise
+    try:
+        pid = _start(program, argv, env, cwd, child, user, terminal=terminal is not None)
     except OSError as exc:
-        for fd in (out_r, err_r, in_w):
+        for fd in (*names, writer):
             if fd >= 0:
                 os.close(fd)
+        if terminal is not None:
+            _release_terminal()
         raise RpcError(
             "permission_denied" if exc.errno in (1, 13) else "invalid_argument",
             f"cannot start {cmd!r}: {os.strerror(exc.errno or 0)}",
         ) from None
     finally:
-        for fd in (out_w, err_w, in_r):
+        for fd in set(child):
             if fd >= 0:
                 os.close(fd)
     proc = Proc(pid, config, tag)
-    proc.stdin = in_w if in_w >= 0 else None
+    proc.stdin = writer if writer >= 0 else None
+    proc.terminal = terminal is not None
     if timeout:
         proc.timeout = timeout
         proc.deadline = time.monotonic() + timeout
@@ -225,8 +306,41 @@ def spawn(
     proc.subscribers.append(queue)
     with _table_lock:
         _table[pid] = proc
-    start_thread(lambda: _pump(proc, out_r, err_r))
+    start_thread(lambda: _pump(proc, names))
     return proc, queue
+
+
+def _plumbing(
+    stdin: bool, terminal: tuple[int, int] | None
+) -> tuple[dict[int, str], tuple[int, int, int], int]:
+    """The daemon's ends (fd → the output's name), the child's fds 0, 1 and 2 (-1: none),
+    and the fd its input is written to (-1: none)."""
+    if terminal is not None:
+        from ._pty import open_terminal
+
+        master, slave = open_terminal(*terminal)
+        return {master: "pty"}, (slave, slave, slave), os.dup(master)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe() if stdin else (-1, -1)
+    return {out_r: "stdout", err_r: "stderr"}, (in_r, out_w, err_w), in_w
+
+
+def _reserve_terminal() -> None:
+    from ._pty import LIMIT
+
+    with _table_lock:
+        if _terminals[0] >= LIMIT:
+            raise RpcError(
+                "resource_exhausted",
+                f"this sandbox already runs {LIMIT} terminals: kill one before opening another",
+            )
+        _terminals[0] += 1
+
+
+def _release_terminal() -> None:
+    with _table_lock:
+        _terminals[0] -= 1
 
 
 def _start(
@@ -234,20 +348,23 @@ def _start(
     argv: list[str],
     env: dict[str, str],
     cwd: str,
-    stdin: int,
-    out: int,
-    err: int,
+    fds: tuple[int, int, int],
     user: str,
+    *,
+    terminal: bool = False,
 ) -> int:
-    """Start ``program`` as ``user`` in a new session with these fds as 0, 1 and 2; return
-    its pid.
+    """Start ``program`` as ``user`` in a new session with ``fds`` as 0, 1 and 2 (stdin -1:
+    /dev/null); return its pid. ``terminal``: the fds are one pty slave, which becomes the
+    session's controlling terminal.
 
     posix_spawn (a vfork: no copy of the daemon's page tables) when the command runs in the
-    daemon's own working directory as the daemon's own user; fork otherwise (posix_spawn
-    can neither change directory on every Python this runs on nor change uid). Exec
-    failures (and a uid the kernel refused) raise OSError either way.
+    daemon's own working directory as the daemon's own user without a terminal; fork
+    otherwise (posix_spawn can neither change directory on every Python this runs on, nor
+    change uid, nor take a controlling terminal). Exec failures (and a uid the kernel
+    refused) raise OSError either way.
     """
-    if cwd == _CWD and not switches(user):
+    stdin, out, err = fds
+    if cwd == _CWD and not switches(user) and not terminal:
         actions = [
             (os.POSIX_SPAWN_DUP2, stdin, 0)
             if stdin >= 0
@@ -258,15 +375,20 @@ def _start(
         return os.posix_spawn(
             program, argv, env, file_actions=actions, setsid=True, setsigdef=(13, 25)
         )
+    if terminal:
+        from ._pty import control  # imported before the fork: the child only calls
     gate_r, gate_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: only async-signal-safe-ish os calls until exec
         try:
             os.setsid()
-            null = os.open("/dev/null", os.O_RDONLY) if stdin < 0 else stdin
-            os.dup2(null, 0)
-            os.dup2(out, 1)
-            os.dup2(err, 2)
+            if terminal:
+                control(stdin)
+            else:
+                null = os.open("/dev/null", os.O_RDONLY) if stdin < 0 else stdin
+                os.dup2(null, 0)
+                os.dup2(out, 1)
+                os.dup2(err, 2)
             become(user)  # before chdir: the user's own permissions decide it
             os.chdir(cwd)
             _signal.signal(13, _signal.SIG_DFL)  # SIGPIPE: Python ignores it, programs expect it
@@ -290,10 +412,12 @@ def _start(
     return pid
 
 
-def _pump(proc: Proc, out_r: int, err_r: int) -> None:
+def _pump(proc: Proc, names: dict[int, str]) -> None:
+    """Publish what the fds in ``names`` yield (as ``data`` of that name) until the process
+    has exited and they are drained; then reap it (``_finish``). Closes the fds."""
     import select
 
-    names = {out_r: "stdout", err_r: "stderr"}
+    owned = list(names)
     poller = select.poll()
     for fd in names:
         poller.register(fd, _POLLIN)
@@ -323,7 +447,12 @@ def _pump(proc: Proc, out_r: int, err_r: int) -> None:
                     poller.unregister(pidfd)
                     exited = True
                     continue
-                data = os.read(fd, _READ)
+                try:
+                    data = os.read(fd, _READ)
+                except BlockingIOError:  # a terminal's master: another reader was faster
+                    continue
+                except OSError:  # EIO: a terminal whose every slave fd is closed
+                    data = b""
                 if not data:
                     poller.unregister(fd)
                     del names[fd]
@@ -337,7 +466,7 @@ def _pump(proc: Proc, out_r: int, err_r: int) -> None:
                 flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
                 exited = os.waitid(os.P_PID, proc.pid, flags) is not None
     finally:
-        for fd in (out_r, err_r, pidfd):
+        for fd in (*owned, pidfd):
             if fd >= 0:
                 os.close(fd)
         _finish(proc)
@@ -358,10 +487,13 @@ def _finish(proc: Proc) -> None:
         end = {"exitCode": -1, "exited": False, "status": f"signal: {name}"}
     if proc.timed_out:
         end["error"] = f"the command timed out after {proc.timeout:g} s and was killed"
-    proc.close_stdin()
+    with proc.stdin_lock:
+        proc._close_input()
     proc._publish({"end": end})
     with _table_lock:
         _table.pop(proc.pid, None)
+    if proc.terminal:
+        _release_terminal()
     with proc.lock:
         for queue in proc.subscribers:
             queue.close()

@@ -15,7 +15,14 @@ Connect error ``deadline_exceeded`` (the E2B SDKs' ``TimeoutException``). E2B's 
 pass ``timeout=0`` for a command that must outlive a minute.
 
 A client leaving the ``Start`` stream does not kill the process; ``Connect`` re-attaches
-(output from that moment on, no replay). PTYs are not supported yet (``unimplemented``).
+(output from that moment on, no replay), and any number of streams may follow one process.
+
+Terminals: ``Start`` with ``pty{size{rows, cols}}`` runs the process on a new pty of that
+size (see ``_pty``); its output streams as ``data{pty}``, ``SendInput``/``StreamInput`` take
+``input{pty}``, ``Update{pty{size}}`` resizes it, ``SendSignal`` reaches its whole session.
+Terminal input to a process without one (and stdin to a terminal) is
+``failed_precondition``; a sandbox running ``_pty.LIMIT`` terminals refuses another with
+``resource_exhausted``.
 """
 
 from __future__ import annotations
@@ -56,14 +63,17 @@ if TYPE_CHECKING:
     from ._rpc import Call
 
 _SIGNALS = {"SIGNAL_UNSPECIFIED": 0, "SIGNAL_SIGTERM": 15, "SIGNAL_SIGKILL": 9}
-_NO_PTY = "PTY sessions are not supported by this sandbox yet; run the command without a pty"
 _KEEPALIVE = envelope(b'{"event":{"keepalive":{}}}')
 
 
 def start(call: Call) -> None:
     msg = call.message
-    if msg_dict(msg, "pty") is not None:
-        raise RpcError("unimplemented", _NO_PTY)
+    pty = msg_dict(msg, "pty")
+    terminal = None
+    if pty is not None:
+        from ._pty import size_of
+
+        terminal = size_of(pty)
     process = msg_dict(msg, "process") or {}
     cmd = msg_str(process, "cmd")
     if not cmd:
@@ -93,6 +103,7 @@ def start(call: Call) -> None:
         config=config,
         timeout=timeout,
         user=user,
+        terminal=terminal,
     )
     _follow(call, proc, queue, None, deadline_ends_stream=not timeout_ms)
 
@@ -153,11 +164,12 @@ def send_input(call: Call) -> Msg:
 
 
 def _write_input(proc: _process.Proc, data: Msg) -> None:
-    if msg_bytes(data, "pty") is not None:
-        raise RpcError("unimplemented", _NO_PTY)
-    payload = msg_bytes(data, "stdin")
+    if data.get("stdin") is not None and data.get("pty") is not None:
+        raise invalid("input is one of stdin and pty, not both")
+    terminal = data.get("pty") is not None
+    payload = msg_bytes(data, "pty" if terminal else "stdin")
     if payload:
-        proc.write_stdin(payload)
+        proc.write_stdin(payload, terminal=terminal)
 
 
 def close_stdin(call: Call) -> Msg:
@@ -190,4 +202,11 @@ def stream_input(call: Call) -> Msg:
 
 
 def update(call: Call) -> Msg:
-    raise RpcError("unimplemented", _NO_PTY)
+    proc = _process.find(msg_dict(call.message, "process"))
+    pty = msg_dict(call.message, "pty")
+    if pty is None:
+        return {}  # nothing to change (envd's Update changes only a terminal's size)
+    from ._pty import size_of
+
+    proc.resize(*size_of(pty))
+    return {}
