@@ -5,11 +5,15 @@ attacks a terminal's input could try."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +169,28 @@ async def test_async_pty_with_on_data(e2b_server: E2bServer) -> None:
         assert result.exit_code == 0 and b"12 34" in seen
     finally:
         await sandbox.kill()
+
+
+JS_SCENARIO = Path(__file__).parents[1] / "js" / "e2b_pty.mjs"
+
+
+def test_js_sdk_pty(e2b_server: E2bServer) -> None:
+    node = shutil.which("node")
+    assert node, "the machine's node is required (scripts/setup installs it)"
+    done = subprocess.run(
+        [node, str(JS_SCENARIO)],
+        cwd=JS_SCENARIO.parent,
+        env={**os.environ, "E2B_API_URL": e2b_server.url, "E2B_SANDBOX_URL": e2b_server.url,
+             "E2B_API_KEY": e2b_server.key},
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "answer": "1000 /tmp js xterm-256color",
+        "resized": True,
+        "watched": True,
+        "exit": "CommandExitError:4",
+        "killed": True,
+        "killedAgain": False,
+    }
