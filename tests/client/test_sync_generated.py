@@ -39,6 +39,8 @@ PAIRS = [
     (sdk.AsyncFiles, sdk.Files),
     (sdk.AsyncProject, sdk.Project),
     (sdk.AsyncWatchHandle, sdk.WatchHandle),
+    (sdk.AsyncPty, sdk.Pty),
+    (sdk.AsyncPtyHandle, sdk.PtyHandle),
 ]
 # The async name of a member -> its blocking name (None: it has none).
 RENAMED = {
@@ -208,7 +210,7 @@ class _Answer(types.SimpleNamespace):
         return iter(())
 
 
-_ANSWER = _Answer(pid=7, commands=None, files=None, project=None)
+_ANSWER = _Answer(pid=7, commands=None, files=None, project=None, pty=None)
 
 
 async def _answer() -> Any:

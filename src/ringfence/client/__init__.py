@@ -1,7 +1,8 @@
 """The Python SDK.
 
 - ``AsyncSandbox`` (source of truth) and its blocking twin ``Sandbox``: interactive sandboxes
-  with ``commands``, ``files`` and code contexts (``run_code``), shaped like E2B's SDK.
+  with ``commands``, ``files``, terminals (``pty``) and code contexts (``run_code``), shaped
+  like E2B's SDK.
   ``Sandbox`` runs the async methods on one loop thread (``_sync_sandbox``).
 - ``AsyncRingfence`` (source of truth) and its blocking twin ``Ringfence``: one-shot
   executions, and proposals (remediations that run once a human approves them).
@@ -33,6 +34,7 @@ from ringfence.client._errors import (
 from ringfence.client._files import AsyncFiles, AsyncWatchHandle, WriteInfo
 from ringfence.client._project import AsyncProject
 from ringfence.client._proposals import ProposalNotFound, WaitTimeout
+from ringfence.client._pty import AsyncPty, AsyncPtyHandle
 from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
 from ringfence.client._sync import Proposals, Ringfence
 from ringfence.client._sync_sandbox import (
@@ -40,6 +42,8 @@ from ringfence.client._sync_sandbox import (
     Commands,
     Files,
     Project,
+    Pty,
+    PtyHandle,
     Sandbox,
     WatchHandle,
 )
@@ -61,6 +65,8 @@ __all__ = [
     "AsyncFiles",
     "AsyncProject",
     "AsyncProposals",
+    "AsyncPty",
+    "AsyncPtyHandle",
     "AsyncRingfence",
     "AsyncSandbox",
     "AsyncWatchHandle",
@@ -89,6 +95,8 @@ __all__ = [
     "ProposalNotFound",
     "ProposalState",
     "Proposals",
+    "Pty",
+    "PtyHandle",
     "ResourceExhausted",
     "Result",
     "Ringfence",

@@ -31,6 +31,7 @@ from ringfence.client._commands import AsyncCommands
 from ringfence.client._files import AsyncFiles
 from ringfence.client._link import Link, http_client
 from ringfence.client._project import AsyncProject, ProjectSource, project_mount
+from ringfence.client._pty import AsyncPty
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
 from ringfence.models import (
     CheckpointInfo,
@@ -110,6 +111,7 @@ class AsyncSandbox:
         self.commands = AsyncCommands(link)
         self.files = AsyncFiles(link)
         self.project = AsyncProject(link)
+        self.pty = AsyncPty(link)
         self._code = AsyncCode(link)
 
     @property

@@ -22,6 +22,7 @@ from ringfence.client._code import OutputCallback as CodeOutputCallback
 from ringfence.client._commands import AsyncCommandHandle, AsyncCommands, OutputCallback
 from ringfence.client._files import AsyncFiles, AsyncWatchHandle, WriteData, WriteInfo
 from ringfence.client._project import AsyncProject, ProjectSource
+from ringfence.client._pty import AsyncPty, AsyncPtyHandle, DataCallback
 from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
 from ringfence.client._types import (
     CommandResult,
@@ -41,7 +42,16 @@ from ringfence.models import (
     Snapshot,
 )
 
-__all__ = ["CommandHandle", "Commands", "Files", "Project", "Sandbox", "WatchHandle"]
+__all__ = [
+    "CommandHandle",
+    "Commands",
+    "Files",
+    "Project",
+    "Pty",
+    "PtyHandle",
+    "Sandbox",
+    "WatchHandle",
+]
 
 run = _portal.run
 
@@ -55,6 +65,7 @@ class Sandbox:
         self.commands = Commands(inner.commands)
         self.files = Files(inner.files)
         self.project = Project(inner.project)
+        self.pty = Pty(inner.pty)
 
     @property
     def id(self) -> str:
@@ -349,6 +360,72 @@ class Project:
 
     def sync(self, paths: Sequence[str] | None = None) -> ProjectSyncReport:
         return run(self._inner.sync(paths))
+
+
+class Pty:
+    """See ``AsyncPty``; ``on_data`` runs in the SDK's loop thread."""
+
+    def __init__(self, inner: AsyncPty) -> None:
+        self._inner = inner
+
+    def create(
+        self,
+        rows: int = 24,
+        cols: int = 80,
+        *,
+        cmd: Sequence[str] | None = None,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        on_data: DataCallback | None = None,
+    ) -> PtyHandle:
+        return PtyHandle(
+            run(
+                self._inner.create(
+                    rows, cols, cmd=cmd, envs=envs, cwd=cwd, user=user, timeout=timeout,
+                    on_data=on_data,
+                )
+            )
+        )  # fmt: skip
+
+    def connect(self, pid: int, *, on_data: DataCallback | None = None) -> PtyHandle:
+        return PtyHandle(run(self._inner.connect(pid, on_data=on_data)))
+
+    def send_input(self, pid: int, data: str | bytes) -> None:
+        run(self._inner.send_input(pid, data))
+
+    def resize(self, pid: int, rows: int, cols: int) -> None:
+        run(self._inner.resize(pid, rows, cols))
+
+    def kill(self, pid: int) -> bool:
+        return run(self._inner.kill(pid))
+
+
+class PtyHandle:
+    """See ``AsyncPtyHandle``; iterate it for ``bytes``."""
+
+    def __init__(self, inner: AsyncPtyHandle) -> None:
+        self._inner = inner
+        self.pid = inner.pid
+
+    def __iter__(self) -> Iterator[bytes]:
+        return _portal.iterate(self._inner)
+
+    def wait(self) -> int:
+        return run(self._inner.wait())
+
+    def send_input(self, data: str | bytes) -> None:
+        run(self._inner.send_input(data))
+
+    def resize(self, rows: int, cols: int) -> None:
+        run(self._inner.resize(rows, cols))
+
+    def kill(self) -> bool:
+        return run(self._inner.kill())
+
+    def disconnect(self) -> None:
+        run(self._inner.disconnect())
 
 
 class Files:
