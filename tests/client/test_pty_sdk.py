@@ -20,7 +20,6 @@ from ringfence.errors import InvalidRequest, SandboxError
 from tests.client.conftest import FROM_SANDBOX, LiveServer, frame, mock_link
 
 WAIT = 30  # a bound, never an expectation: every wait here ends on an event
-ONE_STORE = pytest.mark.parametrize("live", ["sqlite"], indirect=True)  # no store involved
 
 
 @pytest.fixture
@@ -39,7 +38,6 @@ async def read_until(term: AsyncPtyHandle, needle: bytes) -> bytes:
     raise AssertionError(f"the terminal ended before {needle!r}: {seen!r}")
 
 
-@ONE_STORE
 async def test_a_terminal_streams_takes_input_resizes_and_ends_with_its_exit_code(
     sbx: AsyncSandbox,
 ) -> None:
@@ -54,7 +52,6 @@ async def test_a_terminal_streams_takes_input_resizes_and_ends_with_its_exit_cod
     assert await asyncio.wait_for(term.wait(), WAIT) == 5
 
 
-@ONE_STORE
 async def test_on_data_a_second_watcher_and_kill(sbx: AsyncSandbox) -> None:
     got: list[bytes] = []
     seen = asyncio.Event()
@@ -78,7 +75,6 @@ async def test_on_data_a_second_watcher_and_kill(sbx: AsyncSandbox) -> None:
         await sbx.pty.send_input(term.pid, "x")
 
 
-@ONE_STORE
 async def test_root_terminal_and_bad_requests(sbx: AsyncSandbox) -> None:
     term = await sbx.pty.create(cmd=["/bin/sh", "-c", "id -u; stty size"], user="root")
     assert b"0\r\n24 80" in await read_until(term, b"24 80")
@@ -93,7 +89,6 @@ async def test_root_terminal_and_bad_requests(sbx: AsyncSandbox) -> None:
     await plain.kill()
 
 
-@ONE_STORE
 def test_the_blocking_twin(live: LiveServer) -> None:
     with Sandbox.create(url=live.url, api_key=live.key) as sandbox:
         term = sandbox.pty.create(rows=10, cols=40)

@@ -107,7 +107,7 @@ def test_pty_input_cannot_push_input_or_reach_the_hosts_terminals(sbx: Sandbox) 
         # TIOCSTI (push bytes into a terminal's input queue) is refused by seccomp; the
         # sandbox's devpts is its own: its terminals only, never the host's.
         probe = (
-            "python3 -c \"import fcntl, termios\n"
+            'python3 -c "import fcntl, termios\n'
             "try: fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('pushed')\n"
             "except OSError as e: print('refused', e.errno)\"; "
             "echo \"=$((5*5))= $(ls /dev/pts | sort | tr '\\n' ' ')=$((6*6))=\"\n"
