@@ -143,7 +143,10 @@ def _bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound now: a taken port fails the start before the store is
     opened or reconciled. Raises ``OSError``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: accepted sockets inherit the protocol, and asyncio sets
+    # TCP_NODELAY only on sockets that say TCP. Without it an answer's body waited for the
+    # client's delayed ACK of its head (40 ms on every keep-alive request).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
