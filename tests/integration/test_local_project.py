@@ -156,3 +156,25 @@ async def test_checkpoints_include_the_project_layer_and_exports_are_refused(
     finally:
         await sandbox.kill()
     assert sandbox.project_layer is None
+
+
+async def test_a_mount_inside_the_source_is_not_shown(
+    runtime: LocalSandboxRuntime, host_project: Path, tmp_path: Path
+) -> None:
+    import subprocess
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mounted-secret").write_text("from another mount\n")
+    (host_project / "mnt").mkdir()
+    subprocess.run(["mount", "--bind", str(elsewhere), str(host_project / "mnt")], check=True)
+    try:
+        sandbox = await _start(runtime, host_project)
+        try:
+            output, _ = await _sh(sandbox, f"ls -A {TARGET}/mnt; cat {TARGET}/mnt/* 2>&1",
+                                  user="root")  # fmt: skip
+            assert "from another mount" not in output and "mounted-secret" not in output
+        finally:
+            await sandbox.kill()
+    finally:
+        subprocess.run(["umount", str(host_project / "mnt")], check=True)

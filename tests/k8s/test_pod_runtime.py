@@ -75,3 +75,23 @@ async def test_a_sandbox_killed_as_soon_as_it_started_ends(
         result = await sandbox.kill()
     assert result.status is Status.CANCELLED
     assert not sandbox.running
+
+
+async def test_a_project_view_is_refused_never_ignored() -> None:
+    from ringfence.backends._interactive import BoundProject
+    from ringfence.errors import StateUnsupported
+
+    with tempfile.TemporaryDirectory(prefix="rf-") as runtime_dir:
+        cluster = FakeCluster()
+        config = Config(backend="job", runtime_dir=Path(runtime_dir))
+        runtime = PodSandboxRuntime(config, cluster)  # type: ignore[arg-type]
+        try:
+            project = BoundProject(Path("/srv/p"), "/home/user/p")
+            spec = LaunchSpec(image="python:3.12-slim", env={}, limits=ResourceLimits(),
+                              timeout=60, project=project)  # fmt: skip
+            with pytest.raises(StateUnsupported):
+                await runtime.start(spec)
+            assert not cluster.objects  # nothing was created
+        finally:
+            await runtime.aclose()
+            cluster.close()

@@ -109,6 +109,8 @@ class SandboxProjects:
 
     def __init__(self, sandboxes: Sandboxes) -> None:
         self._sandboxes = sandboxes
+        # One sync at a time per sandbox: its lock, and how many syncs hold or await it.
+        self._syncing: dict[str, tuple[asyncio.Lock, int]] = {}
 
     async def diff(self, tenant: str, sandbox_id: str, *, actor: str = SYSTEM) -> ProjectDiff:
         """What the sandbox changed in its project view, with diffs of text files.
@@ -143,8 +145,13 @@ class SandboxProjects:
         """
         upper, bound = await self._layer(tenant, sandbox_id, actor)
         details: dict[str, object] = {"source": str(bound.source), "paths": paths}
+        lock, users = self._syncing.get(sandbox_id, (asyncio.Lock(), 0))
+        self._syncing[sandbox_id] = (lock, users + 1)
         try:
-            applied, refused = await asyncio.to_thread(projects.sync, upper, bound.source, paths)
+            async with lock:  # two at once would each meet the other's half-applied files
+                applied, refused = await asyncio.to_thread(
+                    projects.sync, upper, bound.source, paths
+                )
         except (OSError, SandboxError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else exc.message
             details["error"] = why
@@ -154,6 +161,12 @@ class SandboxProjects:
             if isinstance(exc, SandboxError):
                 raise
             raise SandboxError(f"the project view cannot be read: {why}") from exc
+        finally:
+            lock, users = self._syncing[sandbox_id]
+            if users == 1:
+                del self._syncing[sandbox_id]
+            else:
+                self._syncing[sandbox_id] = (lock, users - 1)
         details["applied"] = [change.path for change in applied]
         details["refused"] = {refusal.path: refusal.reason for refusal in refused}
         self._sandboxes.record(tenant, actor, "sandbox.project_sync", sandbox_id, "ok", details)

@@ -189,12 +189,18 @@ class PodSandboxRuntime:
         Raises:
             SandboxError: it could not be created or never became ready (the message says why).
             InvalidRequest: the image is a host directory; egress rules and no proxy here.
-            StateUnsupported: ``spec.volumes`` given (Pods mount no volumes yet).
+            StateUnsupported: ``spec.volumes`` given (Pods mount no volumes yet), or
+                ``spec.project`` (a Pod has no host directory to show).
         """
         if spec.volumes:
             raise StateUnsupported(
                 "volumes: sandbox Pods cannot mount volumes yet (they live on the server's "
                 "disk); use the local backend"
+            )
+        if spec.project is not None:  # the service refuses it first; never ignored here
+            raise StateUnsupported(
+                "project: sandbox Pods have no project views (a host directory of the "
+                "server's is not on the Pod's node); use the local backend"
             )
         sandbox_id = uuid.uuid4().hex
         egress = self._egress
