@@ -1,6 +1,6 @@
 """The official E2B SDKs (``e2b``, ``e2b-code-interpreter``), unmodified, against a real
-``ringfence serve`` on loopback: only ``E2B_API_URL``, ``E2B_SANDBOX_URL`` and
-``E2B_API_KEY`` point them at it."""
+``ringfence serve`` on loopback: only ``E2B_API_URL``, ``E2B_SANDBOX_URL``,
+``E2B_VOLUME_API_URL`` and ``E2B_API_KEY`` point them at it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,10 @@ def e2b_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]
     ``default``'s admin key; ``other_key`` is tenant globex's)."""
     saved = {name: os.environ.get(name) for name in _VARIABLES}
     for live in _serving(Server(tmp_path_factory.mktemp("e2b") / "data", None)):
-        os.environ.update(E2B_API_URL=live.url, E2B_SANDBOX_URL=live.url, E2B_API_KEY=live.key)
+        os.environ.update(
+            E2B_API_URL=live.url, E2B_SANDBOX_URL=live.url, E2B_VOLUME_API_URL=live.url,
+            E2B_API_KEY=live.key,
+        )  # fmt: skip
         os.environ.pop("E2B_DEBUG", None)
         os.environ.pop("E2B_DOMAIN", None)
         try:
@@ -38,7 +41,10 @@ def e2b_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]
                     os.environ[name] = value
 
 
-_VARIABLES = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DEBUG", "E2B_DOMAIN")
+_VARIABLES = (
+    "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL", "E2B_API_KEY", "E2B_DEBUG",
+    "E2B_DOMAIN",
+)  # fmt: skip
 
 
 def audit_records(

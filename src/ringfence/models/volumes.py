@@ -53,7 +53,7 @@ class VolumeEntry(BaseModel):
 
     name: str
     path: str = Field(description="Absolute, from the volume's root ('/' is the root).")
-    type: Literal["file", "directory", "symlink", "other"]
+    type: Literal["file", "directory", "symlink", "unknown"]
     size: int
     mode: int = Field(description="Permission bits (and the type's, as stat gives them).")
     uid: int = Field(description="Owner as sandboxes see it (0 root, 1000 the user).")

@@ -352,14 +352,14 @@ def _target(parent: int, name: str, info: os.stat_result) -> str | None:
     return None
 
 
-def _kind(mode: int) -> Literal["file", "directory", "symlink", "other"]:
+def _kind(mode: int) -> Literal["file", "directory", "symlink", "unknown"]:
     if stat.S_ISREG(mode):
         return "file"
     if stat.S_ISDIR(mode):
         return "directory"
     if stat.S_ISLNK(mode):
         return "symlink"
-    return "other"
+    return "unknown"  # a FIFO, a socket, a device node (inert: the mount is nodev)
 
 
 def _entry(path: str, name: str, info: os.stat_result, target: str | None) -> VolumeEntry:

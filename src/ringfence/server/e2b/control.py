@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
 from ringfence.models import Sandbox, SandboxSpec, SandboxState
-from ringfence.server.e2b import network, state
+from ringfence.server.e2b import network, state, volumes
 from ringfence.server.e2b.context import E2bContext
 from ringfence.server.e2b.context import answer as _answer
 from ringfence.server.e2b.context import caller as _caller
@@ -45,6 +45,7 @@ __all__ = ["router"]
 router = APIRouter()
 router.include_router(state.router)  # before this module's catch-alls for what is missing
 router.include_router(network.router)
+router.include_router(volumes.router)
 
 SandboxId = Annotated[str, Path(max_length=64)]
 ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
@@ -75,8 +76,6 @@ def _refuse_unsupported(body: NewSandbox) -> None:
         raise InvalidRequest("mcp: the MCP gateway template is not supported")
     if (body.iam or {}).get("tokens"):
         raise InvalidRequest("iam: workload identity tokens are not supported")
-    if body.volumeMounts:
-        raise InvalidRequest("volumeMounts: volumes are not supported")
 
 
 @router.post("/v2/sandboxes", status_code=201)
@@ -94,6 +93,7 @@ async def create(body: NewSandbox, request: Request, x_api_key: ApiKey = None) -
             timeout=body.timeout,
             env=body.envVars or {},
             metadata=body.metadata or {},
+            volumes=volumes.mounts_of(body.volumeMounts),
             **state.lifecycle_of(body),
             **network.create_fields(
                 body.allow_internet_access, body.network, caller.tenant, context.sandboxes.config
@@ -237,11 +237,9 @@ _EVERY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 @router.api_route("/templates/{name:path}", methods=_EVERY_METHOD, status_code=400)
 @router.api_route("/v{version:int}/templates", methods=_EVERY_METHOD, status_code=400)
 @router.api_route("/v{version:int}/templates/{name:path}", methods=_EVERY_METHOD, status_code=400)
-@router.api_route("/volumes", methods=_EVERY_METHOD, status_code=400)
-@router.api_route("/volumes/{name:path}", methods=_EVERY_METHOD, status_code=400)
 async def unsupported_collection(request: Request, x_api_key: ApiKey = None) -> JSONResponse:
-    """E2B's template builds and management, and its volumes: not (yet) in Ringfence, said
-    in E2B's error shape (a snapshot's delete is ``server.e2b.state``'s, matched first)."""
+    """E2B's template builds and management: not (yet) in Ringfence, said in E2B's error
+    shape (a snapshot's delete is ``server.e2b.state``'s, matched first)."""
     await _caller(request, x_api_key)
     parts = request.url.path.strip("/").split("/")
     what = parts[1] if parts[0].startswith("v") and parts[0][1:].isdigit() else parts[0]

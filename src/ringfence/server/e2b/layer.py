@@ -6,7 +6,9 @@ With ``E2B_API_URL`` and ``E2B_SANDBOX_URL`` both set to this server, the SDKs s
   ``E2b-Sandbox-Port`` header;
 - envd calls with ``E2b-Sandbox-Port: 49983`` and the code interpreter's with ``49999``,
   both with ``E2b-Sandbox-Id``;
-- and signed file URLs (``/files?...&signature=``) with no E2B header at all.
+- signed file URLs (``/files?...&signature=``) with no E2B header at all;
+- and, with ``E2B_VOLUME_API_URL`` set to this server too, volume content calls
+  (``/volumecontent/...``) with a volume's token (``server.e2b.volumes``).
 
 The layer routes each to its own small app (E2B's error shapes, its own body limit, no
 OpenAPI: docs/e2b.md describes it); everything else goes on to the native app untouched.
@@ -32,6 +34,7 @@ from ringfence.server.e2b.traffic import (
     envd_router,
     unknown_port,
 )
+from ringfence.server.e2b.volumes import CONTENT_STREAMED, content_router
 from ringfence.server.limits import BodyLimit
 from ringfence.service.keys import Keys
 from ringfence.service.sandboxes import SandboxService
@@ -60,6 +63,10 @@ class E2bLayer:
         self.control = BodyLimit(_app(context, "control", control_router), max_request_bytes)
         self.envd = BodyLimit(_app(context, "sandbox", envd_router), max_request_bytes, _STREAMED)
         self.code = BodyLimit(_app(context, "sandbox", code_router), max_request_bytes)
+        self.volume_content = BodyLimit(
+            _app(context, "control", content_router), max_request_bytes,
+            re.compile(CONTENT_STREAMED),
+        )  # fmt: skip
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,6 +82,8 @@ class E2bLayer:
             await unknown_port(port, path)(scope, receive, send)
         elif _CONTROL_PATHS.fullmatch(path):
             await self.control(scope, receive, send)
+        elif path.startswith("/volumecontent/"):
+            await self.volume_content(scope, receive, send)
         elif path == "/files" and b"signature=" in scope.get("query_string", b""):
             await self.envd(scope, receive, send)
         else:

@@ -43,6 +43,7 @@ MAX_REMEMBERED = 2048
 class Purpose(StrEnum):
     ENVD = "envd"  # X-Access-Token: envd, and the code interpreter
     TRAFFIC = "traffic"  # E2B-Traffic-Access-Token: the code interpreter only
+    VOLUME = "volume"  # a volume's token (the grant's sandbox_id is the volume's id)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,11 @@ class Grants:
         self._issued[grant] = self._token(grant, Purpose.ENVD)
         while len(self._issued) > MAX_REMEMBERED:
             del self._issued[next(iter(self._issued))]
+        return self._token(grant, purpose)
+
+    def token_only(self, grant: Grant, purpose: Purpose) -> str:
+        """The token for ``grant``, not remembered: no signed URL resolves through it (a
+        volume's)."""
         return self._token(grant, purpose)
 
     def issued(self) -> list[Grant]:
