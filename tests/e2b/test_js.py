@@ -15,6 +15,7 @@ from pathlib import Path
 from tests.e2b.conftest import E2bServer
 
 SCENARIO = Path(__file__).parents[1] / "js" / "e2b_scenario.mjs"
+VOLUMES = SCENARIO.with_name("e2b_volumes.mjs")
 
 
 def test_js_sdk_scenario(e2b_server: E2bServer) -> None:
@@ -58,4 +59,30 @@ def test_js_sdk_scenario(e2b_server: E2bServer) -> None:
         "chart": ["line", "js"],
         "data": {"a": [1, 2]},
         "contextsAfterRemove": 2,
+    }
+
+
+def test_js_sdk_volumes(e2b_server: E2bServer) -> None:
+    node = shutil.which("node")
+    assert node, "the machine's node is required (scripts/setup installs it)"
+    done = subprocess.run(
+        [node, str(VOLUMES)],
+        cwd=VOLUMES.parent,
+        env={**os.environ, "E2B_API_URL": e2b_server.url, "E2B_SANDBOX_URL": e2b_server.url,
+             "E2B_VOLUME_API_URL": e2b_server.url, "E2B_API_KEY": e2b_server.key},
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    name = seen.pop("name")
+    assert name.startswith("js-")
+    assert seen == {
+        "listed": True,
+        "written": ["/js/a.txt", 7, 1000],
+        "read": "from js",
+        "entries": ["a.txt"],
+        "inside": "from js",
+        "mounts": [{"name": name, "path": "/mnt/data"}],
+        "back": "from sandbox\n",
+        "destroyed": True,
     }

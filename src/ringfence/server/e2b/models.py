@@ -107,6 +107,7 @@ class ListedSandbox(BaseModel):
     diskSizeMB: int
     state: str = "running"
     metadata: dict[str, str]
+    volumeMounts: list[dict[str, str]] = Field(default_factory=list)  # [{name, path}]
 
 
 class Lifecycle(BaseModel):
@@ -144,4 +145,5 @@ def listed(sandbox: Sandbox) -> dict[str, Any]:
         "memoryMB": (limits.memory or 0) >> 20,
         "diskSizeMB": (limits.disk or 0) >> 20,
         "metadata": sandbox.metadata,
+        "volumeMounts": [{"name": m.name, "path": m.path} for m in sandbox.volumes],
     }
