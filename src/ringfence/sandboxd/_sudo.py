@@ -156,7 +156,7 @@ def _start(request: dict[str, object], fds: list[int]) -> int:
                 os.dup2(fd, target)
             become(user)
             for directory in (str(request["cwd"]), env.get("HOME", "/"), "/"):
-                try:  # noqa: SIM105 - contextlib costs memory
+                try:
                     os.chdir(directory)
                     break
                 except OSError:
