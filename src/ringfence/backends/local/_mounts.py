@@ -127,9 +127,7 @@ def userns_mappings(ids: dict[int, int], gids: dict[int, int] | None = None) -> 
             helper.stderr.close()
 
 
-def idmapped_view(
-    source: str | int, target: str, userns: int, writable: bool = False
-) -> None:
+def idmapped_view(source: str | int, target: str, userns: int, writable: bool = False) -> None:
     """Show ``source`` (a path, or an open directory descriptor: no path is looked up
     again) at ``target`` (an existing directory) read-only, nosuid and nodev, with its ids
     mapped through ``userns`` (from ``userns_mapping``: host uid 0's files appear as that

@@ -159,7 +159,10 @@ def bwrap_args(
     if fds.userns_block is not None:
         project = [writable.project[0]] if writable is not None and writable.project else []
         targets = [
-            WORKSPACE, *project, *(m.target for m in request.mounts), *(s[1] for s in shared)
+            WORKSPACE,
+            *project,
+            *(m.target for m in request.mounts),
+            *(s[1] for s in shared),
         ]
         argv += _open_parents(targets, layout)
     if trust_bundle is not None:
