@@ -131,3 +131,39 @@ def test_a_symlink_as_the_source_is_never_followed(view: View) -> None:
     link.symlink_to(view.host)
     with pytest.raises(OSError):
         projects.diff(view.upper, link)
+
+
+def test_names_that_are_not_utf8_are_shown_escaped_and_synced_as_they_are(view: View) -> None:
+    import json
+
+    raw = os.fsencode(view.merged) + b"/caf\xe9.txt"
+    with open(raw, "wb") as made:
+        made.write(b"latin-1 name\n")
+    os.symlink(b"target-\xff", os.fsencode(view.merged) + b"/link\xfe")
+
+    changes, _ = projects.diff(view.upper, view.host)
+
+    assert [(c.path, c.target) for c in changes] == [
+        ("caf\\xe9.txt", None), ("link\\xfe", "target-\\xff"),
+    ]  # fmt: skip
+    json.dumps([c.model_dump(mode="json") for c in changes])  # no 500 for a hostile name
+    applied, refused = projects.sync(view.upper, view.host, ["caf\\xe9.txt", "link\\xfe"])
+    assert [c.path for c in applied] == ["caf\\xe9.txt", "link\\xfe"] and refused == []
+    with open(os.fsencode(view.host) + b"/caf\xe9.txt", "rb") as synced:
+        assert synced.read() == b"latin-1 name\n"
+    assert os.readlink(os.fsencode(view.host) + b"/link\xfe") == b"target-\xff"
+
+
+def test_many_directories_hold_no_descriptor_each(view: View) -> None:
+    import resource
+
+    for index in range(600):
+        (view.merged / f"d{index}").mkdir()
+        (view.merged / f"d{index}" / "f").write_text("x")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+    try:
+        changes, _ = projects.diff(view.upper, view.host)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert len(changes) == 1200

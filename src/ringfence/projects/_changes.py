@@ -38,7 +38,7 @@ from ringfence.errors import SandboxError
 from ringfence.models.projects import ChangeAction, EntryKind
 from ringfence.projects import _fs
 
-__all__ = ["MAX_ENTRIES", "Change", "Owner", "ProjectError", "read_changes"]
+__all__ = ["MAX_ENTRIES", "Change", "Owner", "ProjectError", "read_changes", "shown_name"]
 
 MAX_ENTRIES = 200_000
 _OPAQUE = ("user.overlay.opaque", "trusted.overlay.opaque")
@@ -84,7 +84,8 @@ class Change:
 
     @property
     def path(self) -> str:
-        return "/".join(self.parts)
+        """As the API shows it (and a sync's paths select it): see ``shown_name``."""
+        return _shown(self.parts)
 
 
 def kind_of(st: os.stat_result) -> EntryKind:
@@ -102,12 +103,14 @@ def _is_whiteout(st: os.stat_result) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Dir:
+    """A directory of the upper layer still to read: reopened by its path when its turn
+    comes (one descriptor per level of the walk, never one per directory waiting)."""
+
     parts: tuple[str, ...]
-    upper: int  # fd
-    host: int | None  # fd of the host's directory at the same path, if it has one
     opaque: bool
+    on_host: bool  # the host has a directory at the same path
 
 
 def read_changes(upper_fd: int, host_fd: int, owner: Owner) -> list[Change]:
@@ -120,85 +123,107 @@ def read_changes(upper_fd: int, host_fd: int, owner: Owner) -> list[Change]:
     device = os.fstat(upper_fd).st_dev
     changes: list[Change] = []
     seen = 0
-    stack = [_Dir((), os.dup(upper_fd), os.dup(host_fd), False)]
-    try:
-        while stack:
-            here = stack.pop()
-            try:
-                found, below = _read_dir(here, device, owner)
-            finally:
-                os.close(here.upper)
-                if here.host is not None:
-                    os.close(here.host)
-            seen += len(found)
-            if seen > MAX_ENTRIES:
-                raise ProjectError(f"the project layer holds more than {MAX_ENTRIES} entries")
-            changes += found
-            stack += reversed(below)
-    finally:
-        for left in stack:
-            os.close(left.upper)
-            if left.host is not None:
-                os.close(left.host)
+    stack = [_Dir((), False, True)]
+    while stack:
+        here = stack.pop()
+        upper = _open_path(upper_fd, here.parts)
+        if upper is None:  # gone or swapped meanwhile (the sandbox runs): nothing to read
+            continue
+        host = _open_path(host_fd, here.parts) if here.on_host else None
+        try:
+            if os.fstat(upper).st_dev != device:
+                raise ProjectError(
+                    f"refusing the project layer: {_shown(here.parts)} is on another file system"
+                )
+            found, below, walked = _read_dir(here, upper, host, device, owner)
+        finally:
+            os.close(upper)
+            if host is not None:
+                os.close(host)
+        seen += walked
+        if seen > MAX_ENTRIES:
+            raise ProjectError(f"the project layer holds more than {MAX_ENTRIES} entries")
+        changes += found
+        stack += reversed(below)
     return sorted(changes, key=lambda change: change.parts)
 
 
-def _read_dir(here: _Dir, device: int, owner: Owner) -> tuple[list[Change], list[_Dir]]:
+def _open_path(root_fd: int, parts: tuple[str, ...]) -> int | None:
+    """The directory ``root_fd``/``parts``, opened without following; None when a
+    component is gone, a link or not a directory."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts:
+            child = os.open(part, _fs.DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
+def _read_dir(
+    here: _Dir, upper: int, host_fd: int | None, device: int, owner: Owner
+) -> tuple[list[Change], list[_Dir], int]:
+    """The changes in one directory, the directories below it to read, entries walked."""
     changes: list[Change] = []
     below: list[_Dir] = []
-    names = sorted(os.listdir(here.upper))
+    names = sorted(os.listdir(upper))
     for name in names:
         parts = (*here.parts, name)
-        st = _fs.lstat_at(here.upper, name)
+        st = _fs.lstat_at(upper, name)
         if st is None:
             continue
-        where = "/".join(parts)
         if st.st_dev != device:
-            raise ProjectError(f"refusing the project layer: {where} is on another file system")
-        for key in _fs.xattr_names(here.upper, name):
+            raise ProjectError(
+                f"refusing the project layer: {_shown(parts)} is on another file system"
+            )
+        for key in _fs.xattr_names(upper, name):
             if key.endswith(_REFUSED_XATTRS):
-                raise ProjectError(f"refusing the project layer: {where} has {key}")
-        host = _fs.lstat_at(here.host, name) if here.host is not None else None
+                raise ProjectError(f"refusing the project layer: {_shown(parts)} has {key}")
+        host = _fs.lstat_at(host_fd, name) if host_fd is not None else None
         if _is_whiteout(st):
             if host is not None:
                 changes.append(Change(parts, "deleted", kind_of(host), None, host))
             continue
         kind = kind_of(st)
         if kind == "dir":
-            opaque = here.opaque or any(_fs.xattr(here.upper, name, key) == b"y" for key in _OPAQUE)
+            opaque = here.opaque or any(_fs.xattr(upper, name, key) == b"y" for key in _OPAQUE)
             if host is None:
                 changes.append(Change(parts, "added", "dir", st, None))
             elif not stat.S_ISDIR(host.st_mode):
                 changes.append(Change(parts, "modified", "dir", st, host))
-            host_dir = None
-            if host is not None and stat.S_ISDIR(host.st_mode) and here.host is not None:
-                host_dir = _open_host_dir(here.host, name)
-            upper_dir = os.open(name, _fs.DIR_FLAGS, dir_fd=here.upper)
-            below.append(_Dir(parts, upper_dir, host_dir, opaque))
+            on_host = host is not None and stat.S_ISDIR(host.st_mode)
+            below.append(_Dir(parts, opaque, on_host))
             continue
-        change = _compare(here, name, parts, kind, st, host, owner)
+        change = _compare(upper, host_fd, name, parts, kind, st, host, owner)
         if change is not None:
             changes.append(change)
-    if here.opaque and here.host is not None:
+    if here.opaque and host_fd is not None:
         kept = set(names)
-        for name in sorted(os.listdir(here.host)):
-            if name not in kept and (host := _fs.lstat_at(here.host, name)) is not None:
+        for name in sorted(os.listdir(host_fd)):
+            if name not in kept and (host := _fs.lstat_at(host_fd, name)) is not None:
                 changes.append(Change((*here.parts, name), "deleted", kind_of(host), None, host))
-    return changes, below
+    return changes, below, len(names)
 
 
-def _open_host_dir(host_fd: int, name: str) -> int | None:
-    """The host's directory ``name``; None when it is gone or was swapped for a link."""
-    try:
-        return os.open(name, _fs.DIR_FLAGS, dir_fd=host_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EACCES):
-            return None
-        raise
+def _shown(parts: tuple[str, ...]) -> str:
+    """A path as the API shows it: a name that is not UTF-8 with its bytes escaped."""
+    return "/".join(shown_name(part) for part in parts)
+
+
+def shown_name(name: str) -> str:
+    """``name`` (as ``os.listdir`` gives it: undecodable bytes as surrogates) as text any
+    JSON encoder takes, its undecodable bytes written ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _compare(
-    here: _Dir,
+    upper: int,
+    host_fd: int | None,
     name: str,
     parts: tuple[str, ...],
     kind: EntryKind,
@@ -206,22 +231,22 @@ def _compare(
     host: os.stat_result | None,
     owner: Owner,
 ) -> Change | None:
-    target = os.readlink(name, dir_fd=here.upper) if kind == "symlink" else None
+    target = os.readlink(name, dir_fd=upper) if kind == "symlink" else None
     if host is None:
         return Change(parts, "added", kind, st, None, target)
     if kind_of(host) != kind or kind == "other":
         return Change(parts, "modified", kind, st, host, target)
     if kind == "symlink":
-        assert here.host is not None
-        same = os.readlink(name, dir_fd=here.host) == target
+        assert host_fd is not None
+        same = os.readlink(name, dir_fd=host_fd) == target
         return None if same else Change(parts, "modified", kind, st, host, target)
     if stat.S_IMODE(st.st_mode) != stat.S_IMODE(host.st_mode) or st.st_size != host.st_size:
         return Change(parts, "modified", kind, st, host)
     if not owner.may_read(host):
         note = "the host's file is not readable by the directory's owner: not compared"
         return Change(parts, "modified", kind, st, host, note=note)
-    assert here.host is not None
-    with _fs.opened_file(here.upper, name, st) as mine, _host_file(here.host, name, host) as theirs:
+    assert host_fd is not None
+    with _fs.opened_file(upper, name, st) as mine, _host_file(host_fd, name, host) as theirs:
         if theirs is None or not _fs.same_content(mine, theirs, st.st_size):
             return Change(parts, "modified", kind, st, host)
     return None

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from ringfence.models import ProjectChange
 from ringfence.projects import _fs
-from ringfence.projects._changes import Change, Owner
+from ringfence.projects._changes import Change, Owner, shown_name
 
 __all__ = ["MAX_DIFF_BYTES", "MAX_TEXT_BYTES", "render"]
 
@@ -41,7 +41,7 @@ def render(
                 kind=change.kind,
                 mode=stat.S_IMODE(upper.st_mode) if upper is not None else None,
                 size=upper.st_size if upper is not None and change.kind == "file" else None,
-                target=change.target,
+                target=None if change.target is None else shown_name(change.target),
                 binary=binary,
                 diff=text,
                 note=note,

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from ringfence.models import SyncedChange, SyncRefusal
 from ringfence.projects import _fs
-from ringfence.projects._changes import Change, Owner, read_changes
+from ringfence.projects._changes import Change, Owner, read_changes, shown_name
 
 __all__ = ["sync"]
 
@@ -120,7 +120,7 @@ def _host_parent(host_fd: int, upper_fd: int, parents: list[str], mount: int) ->
                 os.mkdir(part, 0o700, dir_fd=fd)
                 os.chmod(part, mode, dir_fd=fd, follow_symlinks=False)
             elif not stat.S_ISDIR(st.st_mode):
-                where = "/".join(parents[: depth + 1])
+                where = "/".join(map(shown_name, parents[: depth + 1]))
                 raise _Refused(f"{where} is not a directory on the host (a link, or a file)")
             _fs.check_mount(fd, part, mount)
             child = os.open(part, _fs.DIR_FLAGS, dir_fd=fd)
@@ -136,7 +136,8 @@ def _upper_mode(upper_fd: int, parts: list[str]) -> int:
     with _fs.opened_path(upper_fd, parts[:-1]) as parent:
         st = _fs.lstat_at(parent, parts[-1])
     if st is None or not stat.S_ISDIR(st.st_mode):
-        raise _Refused(f"{'/'.join(parts)} is not a directory in the sandbox any more")
+        where = "/".join(map(shown_name, parts))
+        raise _Refused(f"{where} is not a directory in the sandbox any more")
     return stat.S_IMODE(st.st_mode) & 0o777
 
 
