@@ -12,6 +12,7 @@ from ringfence.backends._interactive import (
     LiveSandbox,
     SandboxRuntime,
     StateSupport,
+    Usage,
 )
 from ringfence.backends._protocol import Executor, OutputCallback, StartCallback
 from ringfence.config import Config
@@ -29,6 +30,7 @@ __all__ = [
     "SandboxRuntime",
     "StartCallback",
     "StateSupport",
+    "Usage",
     "create_executor",
     "create_sandbox_runtime",
 ]

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from ringfence.errors import StateUnsupported
+from ringfence.errors import BackendUnavailable, StateUnsupported
 from ringfence.models import ExecutionResult, NetworkPolicy, ResourceLimits
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "SandboxRuntime",
     "StateSupport",
     "Stateless",
+    "Unmeasured",
     "Usage",
 ]
 
@@ -66,6 +67,8 @@ class Usage:
     disk_bytes: int  # bytes its writable files use
     disk_limit: int
     pids: int  # processes and threads now
+    # Of ``memory_bytes``' charge, the page cache (the files a tmpfs holds count here too).
+    memory_cache_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,16 @@ class LiveSandbox(Protocol):
         ``LaunchSpec.restore``. Raises ``CheckpointNotFound``, ``StateUnsupported``."""
         ...
 
+    async def usage(self) -> Usage:
+        """What it uses now, read when asked (a few small reads: nothing is sampled in
+        the background). Zero limits mean none is set. A frozen sandbox is read too.
+
+        Raises:
+            SandboxNotRunning: it has ended.
+            BackendUnavailable: this backend cannot measure it (the message says why).
+        """
+        ...
+
 
 class SandboxRuntime(Protocol):
     async def start(self, spec: LaunchSpec) -> LiveSandbox:
@@ -206,6 +219,16 @@ class SandboxRuntime(Protocol):
     async def aclose(self) -> None:
         """Kill every sandbox it started."""
         ...
+
+
+class Unmeasured:
+    """``usage`` of a sandbox whose backend cannot measure it: refused with
+    ``BackendUnavailable`` saying why (``unmeasured``)."""
+
+    unmeasured = "this backend does not measure its sandboxes"
+
+    async def usage(self) -> Usage:
+        raise BackendUnavailable(f"the sandbox's usage cannot be read: {self.unmeasured}")
 
 
 class Stateless:

@@ -12,7 +12,7 @@ import contextlib
 import socket
 from pathlib import Path
 
-from ringfence.backends._interactive import Stateless
+from ringfence.backends._interactive import Stateless, Unmeasured
 from ringfence.backends._supervisor import SupervisingExecutor
 from ringfence.errors import ExecutionNotFound, SandboxError
 from ringfence.models import ExecutionRequest, ExecutionResult
@@ -22,8 +22,11 @@ __all__ = ["DaemonSandbox", "listen", "start_daemon_sandbox"]
 _BACKLOG = 256
 
 
-class DaemonSandbox(Stateless):
-    """A running interactive sandbox: where its daemon listens, and its lifecycle."""
+class DaemonSandbox(Unmeasured, Stateless):
+    """A running interactive sandbox: where its daemon listens, and its lifecycle. The
+    runtimes that know its processes and files wrap it to measure it (``usage``)."""
+
+    unmeasured = "the daemon's execution alone names no cgroup or files to read"
 
     def __init__(
         self,

@@ -7,10 +7,10 @@ Ringfence's but ``ringfence._units``, and every other layer may import it.
 
 One module per aggregate: ``executions`` (a request, its lifecycle, its result and record),
 ``sandboxes`` (an interactive sandbox), ``snapshots`` (its checkpoints, snapshots, pause and
-fork), ``limits``, ``mounts`` and ``network`` (what a sandbox may use and reach),
-``proposals`` (a remediation and the decisions on it), ``keys`` (API keys and roles) and
-``audit`` (which audit records a reader asks for). ``problems`` words a validation error
-for a client. Import from here: ``from ringfence.models import X``.
+fork), ``limits``, ``mounts`` and ``network`` (what a sandbox may use and reach), ``metrics``
+(what it uses), ``proposals`` (a remediation and the decisions on it), ``keys`` (API keys
+and roles) and ``audit`` (which audit records a reader asks for). ``problems`` words a
+validation error for a client. Import from here: ``from ringfence.models import X``.
 """
 
 from ringfence.models._fields import MAX_TIMEOUT_SECONDS, Env
@@ -31,6 +31,7 @@ from ringfence.models.limits import (
     ResourceLimits,
     SandboxLimits,
 )
+from ringfence.models.metrics import SandboxMetrics
 from ringfence.models.mounts import Mount
 from ringfence.models.network import (
     REDACTED,
@@ -114,6 +115,7 @@ __all__ = [
     "Role",
     "Sandbox",
     "SandboxLimits",
+    "SandboxMetrics",
     "SandboxSpec",
     "SandboxState",
     "Snapshot",

@@ -25,6 +25,7 @@ from ringfence.server.routes import keys as key_routes
 from ringfence.server.routes import meta
 from ringfence.server.routes import network as network_routes
 from ringfence.server.routes import proposals as proposal_routes
+from ringfence.server.routes import sandbox_metrics as metrics_routes
 from ringfence.server.routes import sandbox_projects as project_routes
 from ringfence.server.routes import sandbox_state as state_routes
 from ringfence.server.routes import sandboxes as sandbox_routes
@@ -94,6 +95,7 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
     app.include_router(sandbox_routes.router)
+    app.include_router(metrics_routes.router)
     app.include_router(state_routes.router)
     app.include_router(state_routes.snapshots)
     app.include_router(volume_routes.router)

@@ -10,6 +10,7 @@ final state is stored and nothing of it remains on the host.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import dataclasses
 import functools
@@ -67,6 +68,7 @@ from ringfence.service.sandbox_projects import SandboxProjects, bind_project, ch
 from ringfence.service.sandbox_state import SandboxStates
 from ringfence.service.state_files import StateFiles
 from ringfence.service.volumes import VolumeService
+from ringfence.service.usage import SandboxUsage
 from ringfence.store import Store
 from ringfence.templates import DAEMON_PYTHON, TemplateNotFound, has_program
 from ringfence.templates import resolve as resolve_template
@@ -133,6 +135,7 @@ class SandboxService(Pausing):
         self.files = StateFiles(config.data_dir, credentials or CredentialKey.generate())
         self.state = SandboxStates(self, store, self.files)  # checkpoints, snapshots, fork
         self.projects = SandboxProjects(self)  # diff and sync of project views
+        self.usage = SandboxUsage(self)  # metrics: read when asked
         self._locks: dict[str, asyncio.Lock] = {}  # one pause or resume at a time, by id
         self._egress_asker = egress_asker
         self._egress_gateway = egress_gateway
@@ -696,6 +699,24 @@ class SandboxService(Pausing):
         """
         return (await self._awake(tenant, sandbox_id, actor)).live
 
+    async def running_live(self, tenant: str, sandbox_id: str) -> LiveSandbox:
+        """The runtime's handle on a sandbox running here, frozen or not, to read (its
+        metrics): never resumed, and no request to it (``auto_pause`` does not count it).
+
+        Raises:
+            SandboxNotFound: no such sandbox in this tenant.
+            SandboxNotRunning: it has ended, or is paused to disk.
+        """
+        return (await self._running(tenant, sandbox_id)).live
+
+    def running_sandboxes(self) -> builtins.list[tuple[str, str, LiveSandbox]]:
+        """(tenant, sandbox id, handle) of every sandbox running here, frozen ones too."""
+        return [
+            (entry.tenant, sandbox_id, entry.live)
+            for sandbox_id, entry in self._live.items()
+            if not entry.ended.done() and entry.pausing is None
+        ]
+
     def launch_of(self, tenant: str, sandbox_id: str) -> LaunchSpec:
         """How a sandbox running here was started, values included (for its fork's
         children only): its environment without the variable of its own id.
@@ -725,6 +746,7 @@ class SandboxService(Pausing):
 
     async def aclose(self) -> None:
         """Kill every sandbox (and the pool's) and wait until each end is stored."""
+        await self.usage.aclose()
         if self._pool is not None:
             await self._pool.aclose()
         for sandbox_id, entry in list(self._live.items()):

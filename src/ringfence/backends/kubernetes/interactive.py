@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from ringfence.backends._interactive import LaunchSpec, Stateless
+from ringfence.backends._interactive import LaunchSpec, Stateless, Unmeasured
 from ringfence.backends.kubernetes._client import Cluster
 from ringfence.backends.kubernetes._relay import Relay
 from ringfence.backends.kubernetes._watch import watch
@@ -57,10 +57,14 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return ready and bool((pod.get("status") or {}).get("podIP"))
 
 
-class PodSandbox(Stateless):
+class PodSandbox(Unmeasured, Stateless):
     """A running sandbox Pod: where the control plane reaches its daemon, and its end."""
 
     reason = "the kubernetes backend does not capture sandbox state yet (docs/kubernetes.md)"
+    unmeasured = (
+        "the kubernetes backend does not read pod metrics yet (the cluster's metrics API, "
+        "metrics.k8s.io, is not queried; see docs/kubernetes.md)"
+    )
 
     def __init__(
         self,

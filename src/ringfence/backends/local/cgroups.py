@@ -21,6 +21,11 @@ without it still runs sandboxes; ``Cgroup.can_freeze`` is False there and ``free
 (v1 ``freezer.state`` FROZEN, v2 ``cgroup.events`` "frozen 1"), within a bound. A v1 task
 that is frozen does not die of SIGKILL until thawed, so ``kill_all`` thaws after signalling:
 the pending SIGKILL is all the task runs.
+
+Usage (``Cgroup.usage``, the sandbox's metrics) is read from the cgroup's own files when
+asked, never sampled: v2's ``cpu.stat``, ``memory.current`` and ``pids.current``; v1's
+memory and pids hierarchies, and CPU time from the cpuacct hierarchy when the host mounts
+one (it is joined beside the others, like the freezer; without it CPU time is unknown).
 """
 
 from __future__ import annotations
@@ -38,15 +43,32 @@ from pathlib import Path
 from ringfence.errors import BackendUnavailable, SandboxError, StateUnsupported
 from ringfence.models import ResourceLimits
 
-__all__ = ["Cgroup", "CgroupDriver", "detect"]
+__all__ = ["Cgroup", "CgroupDriver", "CgroupUsage", "detect"]
 
 CONTROLLERS = ("memory", "pids", "cpu")
 FREEZER = "freezer"  # v1 only, optional: without it sandboxes run but cannot be frozen
+# v1 only, optional: the CPU time a sandbox used (v2's cpu.stat has it in every cgroup).
+# Often mounted with cpu ("cpu,cpuacct"): then it is the cpu directory itself.
+CPUACCT = "cpuacct"
+OPTIONAL_V1 = (FREEZER, CPUACCT)
 GROUP = "ringfence"
 _CPU_PERIOD_US = 100_000
 _KILL_ROUNDS = 2000  # x 1 ms: a sandbox whose pids keep reappearing for 2 s is an error
 _RMDIR_ROUNDS = 1000
+_V1_UNLIMITED = 1 << 62  # v1 shows "no memory limit" as a page-rounded LONG_MAX
 _FREEZE_SECONDS = 2.0  # a cgroup not frozen by then (a task stuck in the kernel) is an error
+
+
+@dataclass(frozen=True)
+class CgroupUsage:
+    """What a cgroup's processes use now (``Cgroup.usage``)."""
+
+    cpu_seconds: float | None  # since the cgroup was made; None: not accounted here
+    memory_bytes: int  # charged to it now, without the page cache it could drop at once
+    memory_cache_bytes: int  # of which page cache (tmpfs files written count here too)
+    pids: int  # processes and threads now
+    memory_limit: int  # 0: none
+    cpus: float  # its CPU quota in cores; 0: none
 
 
 class Cgroup(ABC):
@@ -71,6 +93,11 @@ class Cgroup(ABC):
     @abstractmethod
     def oom_kills(self) -> int:
         """How many processes the out-of-memory killer has killed in this cgroup."""
+
+    @abstractmethod
+    def usage(self) -> CgroupUsage:
+        """What its processes use now: a few small reads of its own files (no sampling,
+        nothing kept). Raises ``SandboxError`` once the cgroup is gone."""
 
     @abstractmethod
     def _dirs(self) -> list[Path]: ...
@@ -200,8 +227,28 @@ class _V1Cgroup(Cgroup):
     def oom_kills(self) -> int:
         return _read_counter(self.dirs["memory"] / "memory.oom_control", "oom_kill")
 
+    def usage(self) -> CgroupUsage:
+        memory = self.dirs["memory"]
+        stat = _read_flat(memory / "memory.stat")
+        total = int(_read(memory / "memory.usage_in_bytes"))
+        cpu = None
+        if CPUACCT in self.dirs:
+            cpu = int(_read(self.dirs[CPUACCT] / "cpuacct.usage")) / 1e9
+        quota = int(_read(self.dirs["cpu"] / "cpu.cfs_quota_us"))
+        period = int(_read(self.dirs["cpu"] / "cpu.cfs_period_us"))
+        limit = int(_read(memory / "memory.limit_in_bytes"))
+        return CgroupUsage(
+            cpu_seconds=cpu,
+            memory_bytes=max(0, total - stat.get("total_inactive_file", 0)),
+            memory_cache_bytes=stat.get("total_cache", 0),
+            pids=int(_read(self.dirs["pids"] / "pids.current")),
+            memory_limit=limit if limit < _V1_UNLIMITED else 0,
+            cpus=quota / period if quota > 0 and period > 0 else 0.0,
+        )
+
     def _dirs(self) -> list[Path]:
-        return list(self.dirs.values())
+        # cpu and cpuacct share one directory where the host mounts them together.
+        return list(dict.fromkeys(self.dirs.values()))
 
     @property
     def can_freeze(self) -> bool:
@@ -277,6 +324,22 @@ class _V2Cgroup(Cgroup):
 
     def oom_kills(self) -> int:
         return _read_counter(self.directory / "memory.events", "oom_kill")
+
+    def usage(self) -> CgroupUsage:
+        stat = _read_flat(self.directory / "memory.stat")
+        cpu = _read_flat(self.directory / "cpu.stat").get("usage_usec", 0) / 1e6
+        quota, _, period = _read(self.directory / "cpu.max").partition(" ")
+        limit = _read(self.directory / "memory.max")
+        return CgroupUsage(
+            cpu_seconds=cpu,
+            memory_bytes=max(
+                0, int(_read(self.directory / "memory.current")) - stat.get("inactive_file", 0)
+            ),
+            memory_cache_bytes=stat.get("file", 0),
+            pids=int(_read(self.directory / "pids.current")),
+            memory_limit=0 if limit == "max" else int(limit),
+            cpus=0.0 if quota == "max" else int(quota) / int(period or _CPU_PERIOD_US),
+        )
 
     def _dirs(self) -> list[Path]:
         return [self.directory]
@@ -441,7 +504,7 @@ def detect() -> CgroupDriver:
             except (OSError, SandboxError) as exc:
                 problems.append(f"cgroup v2 at {directory}: {exc}")
     groups: dict[str, Path] = {}
-    for controller in (*CONTROLLERS, FREEZER):
+    for controller in (*CONTROLLERS, *OPTIONAL_V1):
         v1 = next((m for m in mounts if m.fstype == "cgroup" and controller in m.options), None)
         if v1 is None:
             continue
@@ -510,6 +573,16 @@ def _move(directory: Path, pid: int) -> bool:
             return False
         raise
     return True
+
+
+def _read_flat(path: Path) -> dict[str, int]:
+    """A flat-keyed cgroup file ("name value" lines) as a dict. Raises ``SandboxError``."""
+    values = {}
+    for line in _read(path).splitlines():
+        name, _, value = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            values[name] = int(value)
+    return values
 
 
 def _read_pids(path: Path) -> list[int]:

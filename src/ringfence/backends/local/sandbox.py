@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
-from ringfence.backends._interactive import Checkpoint, StateSupport
+from ringfence.backends._interactive import Checkpoint, StateSupport, Usage
 from ringfence.backends.daemon_sandbox import DaemonSandbox
 from ringfence.backends.local.backend import SandboxParts
 from ringfence.backends.local.snapshots import (
@@ -33,6 +34,7 @@ from ringfence.backends.local.snapshots import (
     SnapshotStore,
 )
 from ringfence.backends.local.volume import Volume
+from ringfence.backends.proc_usage import cpu_seconds_of
 from ringfence.errors import (
     CheckpointNotFound,
     RingfenceError,
@@ -80,6 +82,7 @@ class LocalSandbox:
         """``missing``: why this sandbox has no volume (with ``parts`` None)."""
         self._inner = inner
         self._parts = parts
+        self._budget_bytes = budget.bytes  # its volume's room for checkpoints
         self._missing = missing
         self._store: SnapshotStore | None = None
         if parts is not None and parts.volume is not None:
@@ -240,6 +243,47 @@ class LocalSandbox:
         async with self._lock:
             self._check_running()
             await asyncio.to_thread(store.export, checkpoint_id, target)
+
+    async def usage(self) -> Usage:
+        """Read from its cgroup (CPU time, memory, processes, and the limits as the
+        kernel holds them) and its volume's tmpfs (disk: its live files, without what
+        only its checkpoints hold; of its disk limit, without the checkpoint budget).
+        A frozen sandbox is read as well. On a cgroup v1 host without a cpuacct
+        hierarchy, CPU time is that of its live processes only."""
+        parts = self._cgroup_parts()
+        self._check_running()
+        return await asyncio.to_thread(self._usage, parts)
+
+    def _usage(self, parts: SandboxParts) -> Usage:
+        try:
+            now = parts.cgroup.usage()
+        except SandboxError as exc:
+            if not self.running or not _cgroup_exists(parts):
+                raise SandboxNotRunning("the sandbox has ended") from exc
+            raise
+        cpu = now.cpu_seconds
+        if cpu is None:
+            cpu = cpu_seconds_of(parts.cgroup.pids())
+        disk_bytes = disk_limit = 0
+        if parts.volume is not None:
+            try:
+                disk = os.statvfs(parts.volume.path)
+            except OSError as exc:
+                raise SandboxNotRunning("the sandbox has ended") from exc
+            held = sum(c.bytes for c in self._store.list()) if self._store is not None else 0
+            used = (disk.f_blocks - disk.f_bfree) * disk.f_frsize
+            disk_bytes = max(0, used - held)
+            disk_limit = max(0, disk.f_blocks * disk.f_frsize - self._budget_bytes)
+        return Usage(
+            cpu_seconds=cpu,
+            cpus=now.cpus,
+            memory_bytes=now.memory_bytes,
+            memory_limit=now.memory_limit,
+            disk_bytes=disk_bytes,
+            disk_limit=disk_limit,
+            pids=now.pids,
+            memory_cache_bytes=now.memory_cache_bytes,
+        )
 
     def _in_frozen(
         self,

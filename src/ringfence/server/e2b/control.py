@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ringfence.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning
 from ringfence.models import Sandbox, SandboxSpec, SandboxState
-from ringfence.server.e2b import network, state, volumes
+from ringfence.server.e2b import metrics, network, state, volumes
 from ringfence.server.e2b.context import E2bContext
 from ringfence.server.e2b.context import answer as _answer
 from ringfence.server.e2b.context import caller as _caller
@@ -46,6 +46,7 @@ router = APIRouter()
 router.include_router(state.router)  # before this module's catch-alls for what is missing
 router.include_router(network.router)
 router.include_router(volumes.router)
+router.include_router(metrics.router)
 
 SandboxId = Annotated[str, Path(max_length=64)]
 ApiKey = Annotated[str | None, Header(alias="X-API-KEY")]
@@ -225,8 +226,9 @@ async def list_sandboxes(request: Request, x_api_key: ApiKey = None) -> JSONResp
 async def unsupported(
     sandbox_id: SandboxId, feature: str, request: Request, x_api_key: ApiKey = None
 ) -> JSONResponse:
-    """metrics and the rest: not (yet) in Ringfence (pause, snapshots and fork are
-    ``server.e2b.state``'s, the network ``server.e2b.network``'s, matched first)."""
+    """The rest: not (yet) in Ringfence (pause, snapshots and fork are
+    ``server.e2b.state``'s, the network ``server.e2b.network``'s, metrics
+    ``server.e2b.metrics``', matched first)."""
     await _caller(request, x_api_key)
     raise InvalidRequest(f"{feature}: not supported by Ringfence's E2B compatibility yet")
 

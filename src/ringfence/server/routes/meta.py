@@ -10,6 +10,7 @@ from ringfence import __version__
 from ringfence.models import Role
 from ringfence.server import deps
 from ringfence.server.auth import Caller
+from ringfence.server.routes.sandbox_metrics import prometheus_lines
 
 __all__ = ["router"]
 
@@ -41,11 +42,14 @@ async def whoami(caller: Caller) -> Identity:
 @router.get(
     "/metrics",
     response_class=PlainTextResponse,
-    summary="Prometheus metrics: the warm pool and live sandboxes (no key needed)",
+    summary="Prometheus metrics: the warm pool, live sandboxes and what they use (no key "
+    "needed)",
 )
 async def metrics(request: Request) -> str:
     """Counts only (no tenant's data): sandboxes alive on this server, and per template the
-    pool's ready sandboxes, its target, and claims served from it (hits) or not (misses)."""
+    pool's ready sandboxes, its target, and claims served from it (hits) or not (misses);
+    what the running sandboxes use together, and how many use how much of their limits
+    (each scrape reads every running sandbox once: a few small file reads each)."""
     sandboxes = deps.sandboxes(request)
     lines = [
         "# HELP ringfence_sandboxes_running Interactive sandboxes alive on this server.",
@@ -65,4 +69,5 @@ async def metrics(request: Request) -> str:
             f'ringfence_{name}{{template="{template}"}} {getattr(stat, field)}'
             for template, stat in sorted(stats.items())
         ]
+    lines += prometheus_lines(await sandboxes.usage.totals())
     return "\n".join(lines) + "\n"

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ringfence.backends import Checkpoint, StateSupport
+from ringfence.backends import Checkpoint, StateSupport, Usage
 from ringfence.backends.daemon_sandbox import DaemonSandbox
+from ringfence.backends.proc_usage import cpu_seconds_of, disk_bytes_of, resident_bytes_of
 from ringfence.errors import CheckpointNotFound, SandboxError, SandboxNotRunning, StateUnsupported
 from ringfence.models import ExecutionResult
 
@@ -133,6 +134,26 @@ class FakeStatefulSandbox:
         target.mkdir(mode=0o700, parents=False)
         shutil.copytree(source, target / _FILES, symlinks=True)
         seal_export(target, self._key)
+
+    async def usage(self) -> Usage:
+        """Its processes' CPU time and resident memory (from ``/proc``: what exited
+        unreaped is lost), its home's bytes as its disk; no limits (the fake applies
+        none)."""
+        self._check_running()
+
+        def read() -> Usage:
+            pids = self._pids()
+            return Usage(
+                cpu_seconds=cpu_seconds_of(pids),
+                cpus=0.0,
+                memory_bytes=resident_bytes_of(pids),
+                memory_limit=0,
+                disk_bytes=disk_bytes_of(self._home),
+                disk_limit=0,
+                pids=len(pids),
+            )
+
+        return await asyncio.to_thread(read)
 
     def _known(self, checkpoint_id: str) -> str:
         if checkpoint_id not in self._checkpoints:
