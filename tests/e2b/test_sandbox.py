@@ -150,12 +150,3 @@ def test_lifecycle_is_on_the_audit_record_under_the_callers_key(e2b_server: E2bS
     for action in ("sandbox.create", "sandbox.set_timeout", "sandbox.kill"):
         records = audit_records(e2b_server, target, action)
         assert [r["actor"] for r in records] == [key_id], action
-
-
-def test_features_ringfence_lacks_answer_not_supported(e2b_server: E2bServer) -> None:
-    # update_network is mapped now (tests/e2b/test_network.py).
-    with Sandbox.create() as sbx:
-        for attempt in (sbx.get_metrics,):
-            with pytest.raises(SandboxException, match="not supported"):
-                attempt()
-        assert sbx.is_running(), "none of them touched the sandbox"

@@ -20,6 +20,7 @@ from ringfence.cli.sandbox import sandbox
 from ringfence.cli.sandbox_project import COMMANDS as SANDBOX_PROJECT_COMMANDS
 from ringfence.cli.sandbox_shell import shell
 from ringfence.cli.sandbox_state import COMMANDS as SANDBOX_STATE_COMMANDS
+from ringfence.cli.sandbox_top import top
 from ringfence.cli.serve import serve
 from ringfence.cli.template import template
 
@@ -40,6 +41,7 @@ main.add_command(keys)
 for command in [*SANDBOX_STATE_COMMANDS, *SANDBOX_PROJECT_COMMANDS]:
     sandbox.add_command(command)
 sandbox.add_command(shell)
+sandbox.add_command(top)
 main.add_command(sandbox)
 main.add_command(files)
 main.add_command(audit)

@@ -40,6 +40,7 @@ from ringfence.models import (
     Paused,
     ResourceLimits,
     SandboxLimits,
+    SandboxMetrics,
     SandboxSpec,
     SandboxState,
     Snapshot,
@@ -255,6 +256,17 @@ class AsyncSandbox:
             await self._link.rest("POST", "/timeout", {"timeout": timeout})
         )
         return self._info
+
+    async def metrics(self) -> SandboxMetrics:
+        """What it uses now: CPU (time, and percent of its limit over the last moments),
+        memory, disk and processes, read from its cgroup and volume. A paused sandbox is
+        read as it is (not resumed).
+
+        Raises:
+            SandboxNotFound, SandboxNotRunning (ended, or paused to disk).
+            BackendUnavailable: the server's backend cannot measure sandboxes.
+        """
+        return SandboxMetrics.model_validate(await self._link.rest("GET", "/metrics"))
 
     async def get_network(self) -> NetworkPolicy:
         """The egress policy in force (header values shown as ``<redacted>``).

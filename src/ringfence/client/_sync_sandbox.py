@@ -38,6 +38,7 @@ from ringfence.models import (
     ProjectDiff,
     ProjectSyncReport,
     ResourceLimits,
+    SandboxMetrics,
     SandboxState,
     Snapshot,
 )
@@ -139,6 +140,10 @@ class Sandbox:
 
     def set_timeout(self, timeout: float) -> SandboxInfo:
         return run(self._inner.set_timeout(timeout))
+
+    def metrics(self) -> SandboxMetrics:
+        """See ``AsyncSandbox.metrics``."""
+        return run(self._inner.metrics())
 
     def get_network(self) -> NetworkPolicy:
         """See ``AsyncSandbox.get_network``."""

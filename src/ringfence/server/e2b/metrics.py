@@ -67,9 +67,7 @@ async def metrics(
     if sandbox.state not in (SandboxState.RUNNING, SandboxState.PAUSED):
         raise gone(sandbox_id)
     try:
-        samples = await context.sandboxes.usage.history(
-            principal.tenant, sandbox_id, since, until
-        )
+        samples = await context.sandboxes.usage.history(principal.tenant, sandbox_id, since, until)
     except SandboxNotRunning:
         if sandbox.state is SandboxState.PAUSED:  # to disk: nothing runs to be measured
             return JSONResponse([])

@@ -42,8 +42,7 @@ async def whoami(caller: Caller) -> Identity:
 @router.get(
     "/metrics",
     response_class=PlainTextResponse,
-    summary="Prometheus metrics: the warm pool, live sandboxes and what they use (no key "
-    "needed)",
+    summary="Prometheus metrics: the pool, live sandboxes, what they use (no key needed)",
 )
 async def metrics(request: Request) -> str:
     """Counts only (no tenant's data): sandboxes alive on this server, and per template the
