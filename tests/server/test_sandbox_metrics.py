@@ -112,6 +112,27 @@ async def test_a_frozen_sandbox_is_read_and_stays_paused(api: Api) -> None:
     assert got.json()["state"] == "paused"
 
 
+async def test_a_rollback_shows_in_the_next_reading_of_an_idle_sandbox(api: Api) -> None:
+    sandbox_id = await _create(api, timeout=300)
+    base = f"/v1/sandboxes/{sandbox_id}"
+    taken = await api.client.post(f"{base}/checkpoints", headers=api.acme)
+    assert taken.status_code in (200, 201), taken.text
+    written = await api.client.put(
+        f"{base}/files", params={"path": "/home/user/big.bin"},
+        headers={**api.acme, "content-type": "application/octet-stream"},
+        content=b"\x02" * (20 * MIB),
+    )  # fmt: skip
+    assert written.status_code == 200, written.text
+    full = await _metrics(api, sandbox_id)
+    again = await _metrics(api, sandbox_id)  # idle: the same reading, carried cheaply
+    assert again["disk_bytes"] == full["disk_bytes"] >= 20 * MIB
+    rolled = await api.client.post(f"{base}/rollback", headers=api.acme,
+                                   json={"checkpoint": taken.json()["id"]})  # fmt: skip
+    assert rolled.status_code in (200, 204), rolled.text
+    after = await _metrics(api, sandbox_id)
+    assert after["disk_bytes"] <= full["disk_bytes"] - 19 * MIB, (full, after)
+
+
 def _value(scraped: str, series: str) -> float:
     match = re.search(rf"^{re.escape(series)} (\S+)$", scraped, re.MULTILINE)
     assert match is not None, f"{series} not in:\n{scraped}"

@@ -37,7 +37,7 @@ import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringfence.errors import BackendUnavailable, SandboxError, StateUnsupported
@@ -98,6 +98,11 @@ class Cgroup(ABC):
     def usage(self) -> CgroupUsage:
         """What its processes use now: a few small reads of its own files (no sampling,
         nothing kept). Raises ``SandboxError`` once the cgroup is gone."""
+
+    @abstractmethod
+    def cpu_seconds(self) -> float | None:
+        """Its CPU time alone (one read; None where not accounted): unchanged since an
+        earlier read means none of its tasks has run since. Raises ``SandboxError``."""
 
     @abstractmethod
     def _dirs(self) -> list[Path]: ...
@@ -217,6 +222,7 @@ class CgroupDriver(ABC):
 @dataclass
 class _V1Cgroup(Cgroup):
     dirs: dict[str, Path]  # controller -> directory
+    _limits: tuple[int, float] | None = field(default=None, init=False, repr=False)
 
     def add(self, pid: int) -> bool:
         return all(_move(directory, pid) for directory in self.dirs.values())
@@ -228,23 +234,31 @@ class _V1Cgroup(Cgroup):
         return _read_counter(self.dirs["memory"] / "memory.oom_control", "oom_kill")
 
     def usage(self) -> CgroupUsage:
-        memory = self.dirs["memory"]
-        stat = _read_flat(memory / "memory.stat")
-        total = int(_read(memory / "memory.usage_in_bytes"))
-        cpu = None
-        if CPUACCT in self.dirs:
-            cpu = int(_read(self.dirs[CPUACCT] / "cpuacct.usage")) / 1e9
-        quota = int(_read(self.dirs["cpu"] / "cpu.cfs_quota_us"))
-        period = int(_read(self.dirs["cpu"] / "cpu.cfs_period_us"))
-        limit = int(_read(memory / "memory.limit_in_bytes"))
+        memory = str(self.dirs["memory"])
+        stat = _read_bytes(f"{memory}/memory.stat")
+        total = int(_read_bytes(f"{memory}/memory.usage_in_bytes"))
+        cpu = self.cpu_seconds()
+        if self._limits is None:  # set at create, never changed: read once
+            quota = int(_read_bytes(f"{self.dirs['cpu']}/cpu.cfs_quota_us"))
+            period = int(_read_bytes(f"{self.dirs['cpu']}/cpu.cfs_period_us"))
+            limit = int(_read_bytes(f"{memory}/memory.limit_in_bytes"))
+            self._limits = (
+                limit if limit < _V1_UNLIMITED else 0,
+                quota / period if quota > 0 and period > 0 else 0.0,
+            )
         return CgroupUsage(
             cpu_seconds=cpu,
-            memory_bytes=max(0, total - stat.get("total_inactive_file", 0)),
-            memory_cache_bytes=stat.get("total_cache", 0),
-            pids=int(_read(self.dirs["pids"] / "pids.current")),
-            memory_limit=limit if limit < _V1_UNLIMITED else 0,
-            cpus=quota / period if quota > 0 and period > 0 else 0.0,
+            memory_bytes=max(0, total - _stat_value(stat, b"total_inactive_file")),
+            memory_cache_bytes=_stat_value(stat, b"total_cache"),
+            pids=int(_read_bytes(f"{self.dirs['pids']}/pids.current")),
+            memory_limit=self._limits[0],
+            cpus=self._limits[1],
         )
+
+    def cpu_seconds(self) -> float | None:
+        if CPUACCT not in self.dirs:
+            return None
+        return int(_read_bytes(f"{self.dirs[CPUACCT]}/cpuacct.usage")) / 1e9
 
     def _dirs(self) -> list[Path]:
         # cpu and cpuacct share one directory where the host mounts them together.
@@ -315,6 +329,7 @@ def v1_limit_files(limits: ResourceLimits) -> list[tuple[str, str]]:
 @dataclass
 class _V2Cgroup(Cgroup):
     directory: Path
+    _limits: tuple[int, float] | None = field(default=None, init=False, repr=False)
 
     def add(self, pid: int) -> bool:
         return _move(self.directory, pid)
@@ -326,20 +341,28 @@ class _V2Cgroup(Cgroup):
         return _read_counter(self.directory / "memory.events", "oom_kill")
 
     def usage(self) -> CgroupUsage:
-        stat = _read_flat(self.directory / "memory.stat")
-        cpu = _read_flat(self.directory / "cpu.stat").get("usage_usec", 0) / 1e6
-        quota, _, period = _read(self.directory / "cpu.max").partition(" ")
-        limit = _read(self.directory / "memory.max")
+        directory = str(self.directory)
+        stat = _read_bytes(f"{directory}/memory.stat")
+        cpu = self.cpu_seconds()
+        if self._limits is None:  # set at create, never changed: read once
+            quota, _, period = _read_bytes(f"{directory}/cpu.max").partition(b" ")
+            limit = _read_bytes(f"{directory}/memory.max").strip()
+            self._limits = (
+                0 if limit == b"max" else int(limit),
+                0.0 if quota == b"max" else int(quota) / int(period or _CPU_PERIOD_US),
+            )
+        current = int(_read_bytes(f"{directory}/memory.current"))
         return CgroupUsage(
             cpu_seconds=cpu,
-            memory_bytes=max(
-                0, int(_read(self.directory / "memory.current")) - stat.get("inactive_file", 0)
-            ),
-            memory_cache_bytes=stat.get("file", 0),
-            pids=int(_read(self.directory / "pids.current")),
-            memory_limit=0 if limit == "max" else int(limit),
-            cpus=0.0 if quota == "max" else int(quota) / int(period or _CPU_PERIOD_US),
+            memory_bytes=max(0, current - _stat_value(stat, b"inactive_file")),
+            memory_cache_bytes=_stat_value(stat, b"file"),
+            pids=int(_read_bytes(f"{directory}/pids.current")),
+            memory_limit=self._limits[0],
+            cpus=self._limits[1],
         )
+
+    def cpu_seconds(self) -> float:
+        return _stat_value(_read_bytes(f"{self.directory}/cpu.stat"), b"usage_usec") / 1e6
 
     def _dirs(self) -> list[Path]:
         return [self.directory]
@@ -575,14 +598,30 @@ def _move(directory: Path, pid: int) -> bool:
     return True
 
 
-def _read_flat(path: Path) -> dict[str, int]:
-    """A flat-keyed cgroup file ("name value" lines) as a dict. Raises ``SandboxError``."""
-    values = {}
-    for line in _read(path).splitlines():
-        name, _, value = line.partition(" ")
-        with contextlib.suppress(ValueError):
-            values[name] = int(value)
-    return values
+def _read_bytes(path: str) -> bytes:
+    """A small cgroup file's bytes, cheaply (no text layer: ``usage`` reads several per
+    sandbox on every scrape). Raises ``SandboxError``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SandboxError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return os.read(fd, 1 << 16)
+    except OSError as exc:
+        raise SandboxError(f"cannot read {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def _stat_value(data: bytes, key: bytes) -> int:
+    """The value of ``key`` in a flat-keyed file's bytes ("name value" lines); 0 if absent."""
+    start = data.find(key + b" ")
+    while start > 0 and data[start - 1 : start] != b"\n":  # a longer key ending in it
+        start = data.find(key + b" ", start + 1)
+    if start < 0:
+        return 0
+    end = data.find(b"\n", start)
+    return int(data[start + len(key) + 1 : end if end >= 0 else None])
 
 
 def _read_pids(path: Path) -> list[int]:

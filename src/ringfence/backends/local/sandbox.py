@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
@@ -48,6 +49,9 @@ from ringfence.models import ExecutionResult, Status
 __all__ = ["LocalSandbox", "layers_of"]
 
 T = TypeVar("T")
+# An idle sandbox's usage is carried this long at most (reclaim may shrink its memory
+# without any of its tasks running).
+_CARRY_SECONDS = 30.0
 
 
 def layers_of(volume: Volume) -> dict[str, Path]:
@@ -83,6 +87,7 @@ class LocalSandbox:
         self._inner = inner
         self._parts = parts
         self._budget_bytes = budget.bytes  # its volume's room for checkpoints
+        self._last_usage: tuple[float, Usage] | None = None  # (monotonic, read) for ``usage``
         self._missing = missing
         self._store: SnapshotStore | None = None
         if parts is not None and parts.volume is not None:
@@ -152,7 +157,7 @@ class LocalSandbox:
 
     async def checkpoint(self) -> Checkpoint:
         store, parts = self._stateful()
-        async with self._lock:
+        async with self._changing_files():
             self._check_running()
             return await asyncio.to_thread(self._in_frozen, parts, store.take)
 
@@ -174,7 +179,7 @@ class LocalSandbox:
                 into files that never existed together.
         """
         store, parts = self._stateful()
-        async with self._lock:
+        async with self._changing_files():
             self._check_running()
             root = Path(f"/proc/{parts.init}/root")
             volume = _volume(parts)
@@ -204,9 +209,19 @@ class LocalSandbox:
 
     async def delete_checkpoint(self, checkpoint_id: str) -> None:
         store, _ = self._stateful()
-        async with self._lock:
+        async with self._changing_files():
             self._check_running()
             await asyncio.to_thread(store.delete, checkpoint_id)
+
+    @contextlib.asynccontextmanager
+    async def _changing_files(self) -> AsyncIterator[None]:
+        """Hold the lock for an operation that changes its files or checkpoints without
+        any of its tasks running (``usage`` carries no earlier read over it)."""
+        async with self._lock:
+            try:
+                yield
+            finally:
+                self._last_usage = None
 
     async def freeze(self) -> None:
         parts = self._cgroup_parts()
@@ -249,13 +264,31 @@ class LocalSandbox:
         kernel holds them) and its volume's tmpfs (disk: its live files, without what
         only its checkpoints hold; of its disk limit, without the checkpoint budget).
         A frozen sandbox is read as well. On a cgroup v1 host without a cpuacct
-        hierarchy, CPU time is that of its live processes only."""
+        hierarchy, CPU time is that of its live processes only.
+
+        Read on the event loop, not in a thread: a handful of reads of files the kernel
+        serves from memory (tens of microseconds), where a thread hop costs more than the
+        reads, and a scrape reads every sandbox."""
         parts = self._cgroup_parts()
         self._check_running()
-        return await asyncio.to_thread(self._usage, parts)
+        return self._usage(parts)
 
     def _usage(self, parts: SandboxParts) -> Usage:
+        """Read it; or, when its CPU time has not moved since the previous read (none of
+        its tasks ran: an idle or frozen sandbox) less than ``_CARRY_SECONDS`` ago, that
+        read again for the price of one file. What the server itself changes in its files
+        (a rollback) drops the previous read."""
         try:
+            cpu_now = parts.cgroup.cpu_seconds()
+            last = self._last_usage
+            if (
+                cpu_now is not None
+                and last is not None
+                and last[1].cpu_seconds == cpu_now
+                and time.monotonic() - last[0] < _CARRY_SECONDS
+                and not self._lock.locked()  # no checkpoint or rollback under way
+            ):
+                return last[1]
             now = parts.cgroup.usage()
         except SandboxError as exc:
             if not self.running or not _cgroup_exists(parts):
@@ -274,7 +307,7 @@ class LocalSandbox:
             used = (disk.f_blocks - disk.f_bfree) * disk.f_frsize
             disk_bytes = max(0, used - held)
             disk_limit = max(0, disk.f_blocks * disk.f_frsize - self._budget_bytes)
-        return Usage(
+        usage = Usage(
             cpu_seconds=cpu,
             cpus=now.cpus,
             memory_bytes=now.memory_bytes,
@@ -284,6 +317,8 @@ class LocalSandbox:
             pids=now.pids,
             memory_cache_bytes=now.memory_cache_bytes,
         )
+        self._last_usage = (time.monotonic(), usage)
+        return usage
 
     def _in_frozen(
         self,
