@@ -178,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         progress("run it as root (the local backend's sandboxes need it)")
         return 2
+    # Each sandbox's default CPU limit counts against the server's total (32 per core by
+    # default): room for --count idle ones, which use none of it.
+    os.environ.setdefault("RINGFENCE_MAX_TOTAL_CPUS", str(max(64, 2 * args.count)))
+    os.environ.setdefault("RINGFENCE_MAX_SANDBOXES_PER_TENANT", str(max(100, args.count)))
     with running_server() as server:
         report = asyncio.run(measure(args, server))
     print(report.render())

@@ -46,6 +46,54 @@ def read(
             sbx.close()
 
 
+@files.command("archive")
+@click.argument("sandbox_id")
+@click.argument("path", default=".")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the tar archive here (default: stdout).",
+)  # fmt: skip
+@click.option(
+    "-x", "--extract", "extract_to", type=click.Path(file_okay=False, path_type=Path),
+    help="Extract it into this directory instead (made if missing; must be empty), refusing "
+    "entries that would land outside it.",
+)  # fmt: skip
+@api_options
+def archive(
+    sandbox_id: str,
+    path: str,
+    output: Path | None,
+    extract_to: Path | None,
+    url: str | None,
+    api_key: str | None,
+) -> None:
+    """Download the directory PATH (default: the home) as a tar archive, streamed: to
+    stdout, a file (-o), or extracted (-x). Symbolic links stay links; fifos, sockets and
+    devices are left out."""
+    from ringfence.client import Sandbox
+
+    if output is not None and extract_to is not None:
+        raise click.UsageError("give -o or -x, not both")
+    if output is None and extract_to is None and sys.stdout.isatty():
+        raise click.UsageError("stdout is a terminal: give -o FILE or -x DIR (or pipe it)")
+    with client_errors():
+        sbx = Sandbox.connect(sandbox_id, url=url, api_key=api_key)
+        try:
+            if extract_to is not None:
+                click.echo(sbx.files.download_dir(path, extract_to))
+                return
+            if output is not None:
+                with output.open("wb") as sink:
+                    for chunk in sbx.files.read_archive(path):
+                        sink.write(chunk)
+                return
+            for chunk in sbx.files.read_archive(path):
+                sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+        finally:
+            sbx.close()
+
+
 @files.command("write")
 @click.argument("sandbox_id")
 @click.argument("path")

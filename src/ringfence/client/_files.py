@@ -153,6 +153,53 @@ class AsyncFiles:
             raise
         return target
 
+    async def read_archive(self, path: str) -> AsyncIterator[bytes]:
+        """A directory's tree as a tar stream (POSIX pax), in chunks as they arrive:
+        names relative to it, symbolic links stored as links (never followed), fifos,
+        sockets and devices left out. A stream cut short (the sandbox ended) lacks the tar
+        end marker, which a tar reader reports.
+
+        Raises:
+            FileNotFound (on the first iteration); InvalidRequest: not a directory.
+        """
+        async with self._link.download(path, route="/files/archive") as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def download_dir(self, path: str, local_dir: str | Path) -> Path:
+        """Copy a directory out of the sandbox into ``local_dir`` (made if missing; it
+        must be empty), streamed: the archive goes to a temporary file beside it, then is
+        extracted with tarfile's ``data`` filter, which refuses what a hostile sandbox could
+        put in an archive to escape (``..``, links pointing outside ``local_dir``, hard
+        links out, devices; setuid bits are dropped, absolute names made relative). A
+        symbolic link that points outside (absolute, or up past ``local_dir``) is left out
+        (``read_archive`` has it); anything else refused fails the whole copy, leaving what
+        was extracted before it.
+
+        Raises:
+            As ``read_archive``; OSError; SandboxError: the archive is not a sound tar
+                (cut short, or refused by the filter: the message says which entry).
+        """
+        import tarfile
+
+        target = Path(local_dir)
+        target.mkdir(parents=True, exist_ok=True)
+        if any(target.iterdir()):
+            raise InvalidRequest(f"{target} is not empty")
+        temp = target.with_name(f".{target.name}.archive-{secrets.token_hex(6)}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            with open(fd, "wb") as sink:
+                async for chunk in self.read_archive(path):
+                    await asyncio.to_thread(sink.write, chunk)
+            await asyncio.to_thread(_extract, temp, target)
+        except tarfile.TarError as exc:
+            raise SandboxError(f"the sandbox's archive of {path} was refused: {exc}") from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+        return target
+
     async def list(self, path: str, depth: int = 1) -> list[EntryInfo]:
         """The entries under a directory, ``depth`` levels deep (1: its children).
 
@@ -215,6 +262,23 @@ class AsyncFiles:
             FILESYSTEM, "WatchDir", {"path": path, "recursive": recursive}
         )
         return await AsyncWatchHandle.started(stream)
+
+
+def _extract(archive: Path, target: Path) -> None:
+    import tarfile
+
+    if not hasattr(tarfile, "data_filter"):  # Python before 3.11.4: no safe extraction
+        raise SandboxError("extracting a sandbox's archive needs Python 3.11.4 or later")
+    def safe(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
+        try:
+            return tarfile.data_filter(member, destination)
+        except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
+            if member.issym():  # a link out of it: left out, nothing is written through it
+                return None
+            raise
+
+    with tarfile.open(archive, "r:") as tar:
+        tar.extractall(target, filter=safe)
 
 
 class AsyncWatchHandle:

@@ -141,14 +141,18 @@ class Link:
         return RpcStream(response, Decoder(not_found), self.settings.url)
 
     @asynccontextmanager
-    async def download(self, path: str) -> AsyncIterator[AsyncIterator[bytes]]:
-        """The bytes of a file in the sandbox, as they arrive.
+    async def download(
+        self, path: str, *, route: str = "/files"
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """The bytes of a file in the sandbox (``route="/files/archive"``: a directory as
+        a tar stream), as they arrive.
 
         Raises:
-            FileNotFound, InvalidRequest (a directory), SandboxNotFound, ServerUnreachable.
+            FileNotFound, InvalidRequest (a directory; for an archive, not one),
+            SandboxNotFound, ServerUnreachable.
         """
         request = self.http.build_request(
-            "GET", f"{self.base}/files", params={"path": path}, timeout=_STREAM_TIMEOUT
+            "GET", f"{self.base}{route}", params={"path": path}, timeout=_STREAM_TIMEOUT
         )
         try:
             response = await self.http.send(request, stream=True)

@@ -462,6 +462,12 @@ class Files:
     def download(self, path: str, local_path: str | Path) -> Path:
         return run(self._inner.download(path, local_path))
 
+    def read_archive(self, path: str) -> Iterator[bytes]:
+        return _portal.iterate(self._inner.read_archive(path))
+
+    def download_dir(self, path: str, local_dir: str | Path) -> Path:
+        return run(self._inner.download_dir(path, local_dir))
+
     def list(self, path: str, depth: int = 1) -> list[EntryInfo]:
         return run(self._inner.list(path, depth))
 

@@ -23,7 +23,7 @@ from ._http import Closed
 from ._paths import resolve
 from ._xattrs import metadata_of, read_metadata, write_metadata
 
-__all__ = ["COMMIT_HEADER", "serve"]
+__all__ = ["COMMIT_HEADER", "serve", "serve_archive"]
 
 # ``at-end``: the upload is committed only once its body is whole (the host asks so for a
 # signed URL's multipart upload, which it refuses whole should a second part follow).
@@ -59,6 +59,40 @@ def serve(server: Server, request: Request, conn: Conn) -> None:
             _upload(request, conn)
         else:
             _error(conn, 405, "use GET to download and POST or PUT to upload")
+    except RpcError as err:
+        _error(conn, _STATUS.get(err.code, 500), err.message)
+
+
+def serve_archive(server: Server, request: Request, conn: Conn) -> None:
+    """``GET /files/archive?path=DIR``: the directory as a tar stream (``archive``),
+    chunked as it is read. Errors before the first byte are JSON; one after it (the
+    sandbox ending) cuts the stream short, which a tar reader sees (no end marker)."""
+    try:
+        server.check_user(request)
+        if request.method != "GET":
+            _error(conn, 405, "use GET to download a directory as a tar archive")
+            return
+        path = resolve(request.query.get("path"))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise from_os_error(exc, f"open directory {path}") from None
+        try:
+            from .archive import tar_stream
+
+            skip = frozenset(("proc", "sys", "dev")) if path == "/" else frozenset()
+            pieces = tar_stream(fd, skip_dirs=skip)
+            try:
+                first = next(pieces)
+            except OSError as exc:
+                raise from_os_error(exc, f"list {path}") from None
+            conn.start_chunked(200, "application/x-tar")
+            conn.send_chunk(first)
+            for piece in pieces:
+                conn.send_chunk(piece)
+            conn.end_chunked()
+        finally:
+            os.close(fd)
     except RpcError as err:
         _error(conn, _STATUS.get(err.code, 500), err.message)
 

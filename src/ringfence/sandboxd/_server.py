@@ -135,6 +135,11 @@ class Server:
 
             _filehttp.serve(self, request, conn)
             return
+        if path == "/files/archive":
+            from . import _filehttp
+
+            _filehttp.serve_archive(self, request, conn)
+            return
         if path == "/init" and request.method == "POST":
             self._init(request, conn)
             return

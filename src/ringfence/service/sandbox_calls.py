@@ -125,6 +125,23 @@ class SandboxCalls:
         upstream = await daemon.send("GET", "/files", params=params, headers=headers)
         return Answer(upstream, download=upstream.status_code == 200)
 
+    async def read_archive(
+        self, caller: SandboxCaller, path: str | None, headers: Headers, *,
+        user: str | None = None,
+    ) -> Answer:  # fmt: skip
+        """Download the directory at ``path`` as a tar stream (``sandboxd.archive``: what
+        it stores and skips), passed on as the daemon produces it, never held whole.
+
+        Raises:
+            InvalidRequest: no ``path`` (None), checked as for ``read_file``.
+        """
+        daemon = await self._daemon(caller, user)
+        if not path:
+            raise InvalidRequest("the path query parameter is required")
+        params = {"path": path, **_as(user)}
+        upstream = await daemon.send("GET", "/files/archive", params=params, headers=headers)
+        return Answer(upstream, download=upstream.status_code == 200)
+
     async def file_writer(
         self, caller: SandboxCaller, *, user: str | None = None, clip_paths: bool = True
     ) -> FileWriter:

@@ -58,6 +58,16 @@ class UsageSource(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    """One reading, kept as it came (a watched sandbox's history holds these: cheaper
+    than the API's model, made only when asked)."""
+
+    at: datetime
+    usage: Usage
+    percent: float
+
+
 @dataclass
 class _Track:
     """The last reading of one sandbox, and its samples while watched."""
@@ -67,7 +77,7 @@ class _Track:
     cpu_seconds: float
     percent: float
     watched_until: float = 0.0
-    samples: deque[SandboxMetrics] = field(
+    samples: deque[_Sample] = field(
         default_factory=lambda: deque(maxlen=int(WATCH_SECONDS / SAMPLE_SECONDS) + 1)
     )
 
@@ -106,6 +116,9 @@ class SandboxUsage:
             SandboxNotRunning: it has ended, or is paused to disk.
             BackendUnavailable: its backend cannot measure it.
         """
+        return _metrics(sandbox_id, await self._read(tenant, sandbox_id))
+
+    async def _read(self, tenant: str, sandbox_id: str) -> _Sample:
         live = await self._source.running_live(tenant, sandbox_id)
         return await self._measure(tenant, sandbox_id, live)
 
@@ -116,19 +129,19 @@ class SandboxUsage:
         oldest first, with one taken now; from now on it is watched (sampled every
         ``SAMPLE_SECONDS``) for ``WATCH_SECONDS``, so a later call sees more. Raises as
         ``now``."""
-        sample = await self.now(tenant, sandbox_id)
+        sample = await self._read(tenant, sandbox_id)
         track = self._tracks.get(sandbox_id)
         if track is None:  # forgotten meanwhile (it ended)
             raise SandboxNotRunning(f"sandbox {sandbox_id} has ended")
-        if not track.samples or track.samples[-1].timestamp < sample.timestamp:
+        if not track.samples or track.samples[-1].at < sample.at:
             track.samples.append(sample)
         track.watched_until = time.monotonic() + WATCH_SECONDS
         if self._sampler is None or self._sampler.done():
             self._sampler = asyncio.create_task(self._sample_watched())
         return [
-            s
+            _metrics(sandbox_id, s)
             for s in track.samples
-            if (start is None or s.timestamp >= start) and (end is None or s.timestamp <= end)
+            if (start is None or s.at >= start) and (end is None or s.at <= end)
         ]
 
     async def totals(self) -> UsageTotals:
@@ -136,10 +149,8 @@ class SandboxUsage:
         counted as unmeasured. CPU use is over the time since the previous call (0 for a
         sandbox new since then)."""
         running = self._source.running_sandboxes()
-        readings = await asyncio.gather(
-            *(live.usage() for _, _, live in running), return_exceptions=True
-        )
-        at = time.monotonic()
+        readings = [await _reading(live) for _, _, live in running]  # one after another:
+        at = time.monotonic()  # a local read awaits nothing, and a task each costs more
         scraped: dict[str, tuple[float, float]] = {}
         measured: list[tuple[Usage, float]] = []  # usage, its CPU share of its limit
         unmeasured = 0
@@ -180,7 +191,7 @@ class SandboxUsage:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
 
-    async def _measure(self, tenant: str, sandbox_id: str, live: LiveSandbox) -> SandboxMetrics:
+    async def _measure(self, tenant: str, sandbox_id: str, live: LiveSandbox) -> _Sample:
         usage = await live.usage()
         at = time.monotonic()
         track = self._tracks.get(sandbox_id)
@@ -205,7 +216,7 @@ class SandboxUsage:
                 self._remember(sandbox_id, _Track(tenant, at, usage.cpu_seconds, percent))
             else:
                 track.at, track.cpu_seconds, track.percent = at, usage.cpu_seconds, percent
-        return _metrics(sandbox_id, usage, percent)
+        return _Sample(datetime.now(UTC), usage, percent)
 
     def _remember(self, sandbox_id: str, track: _Track) -> None:
         if len(self._tracks) >= MAX_TRACKED:
@@ -231,7 +242,8 @@ class SandboxUsage:
             ]
             if not watched:
                 return
-            await asyncio.gather(*(self._sample(i, t, running[i][1]) for i, t in watched))
+            for sandbox_id, track in watched:  # one after another, as ``totals`` reads
+                await self._sample(sandbox_id, track, running[sandbox_id][1])
 
     async def _sample(self, sandbox_id: str, track: _Track, live: LiveSandbox) -> None:
         try:
@@ -266,10 +278,18 @@ def _counts(shares: Iterable[float]) -> tuple[int, ...]:
     return tuple(sum(v <= bound for v in values) for bound in BUCKETS)
 
 
-def _metrics(sandbox_id: str, usage: Usage, percent: float) -> SandboxMetrics:
+async def _reading(live: LiveSandbox) -> Usage | BaseException:
+    try:
+        return await live.usage()
+    except Exception as exc:  # boundary: ``totals`` counts it unmeasured and goes on
+        return exc
+
+
+def _metrics(sandbox_id: str, sample: _Sample) -> SandboxMetrics:
+    usage, percent = sample.usage, sample.percent
     return SandboxMetrics(
         sandbox_id=sandbox_id,
-        timestamp=datetime.now(UTC),
+        timestamp=sample.at,
         cpu_seconds=round(usage.cpu_seconds, 6),
         cpu_percent=percent,
         cpus=usage.cpus,

@@ -294,6 +294,35 @@ async def read_file(
     return await answered(await calls.read_file(on, path, request.headers, user=user))
 
 
+@router.get(
+    "/{sandbox_id}/files/archive",
+    responses={
+        **_LIVE_ERRORS,
+        200: {
+            "description": "A tar stream (POSIX pax) of the directory's tree, names relative "
+            "to it: directories, regular files, and symbolic links stored as links (never "
+            "followed); fifos, sockets and devices are left out. Streamed as it is read; a "
+            "stream cut short (the sandbox ended) lacks the tar end marker.",
+            "content": {"application/x-tar": {}},
+        },
+    },
+    summary="Download a directory of the sandbox as a tar archive (streamed)",
+)
+async def read_archive(
+    sandbox_id: SandboxId,
+    caller: Caller,
+    request: Request,
+    path: Annotated[str, SandboxPath(description="A directory; relative to the home.")],
+    user: SandboxUser = None,
+) -> Response:
+    calls = _calls(request)
+    on = _on(caller, sandbox_id)
+    response = await answered(await calls.read_archive(on, path, request.headers, user=user))
+    if response.status_code == 200:  # the server asked for a tar: it names the type
+        response.headers["content-type"] = "application/x-tar"
+    return response
+
+
 @router.put(
     "/{sandbox_id}/files",
     responses={

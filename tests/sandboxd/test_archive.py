@@ -1,0 +1,181 @@
+"""A directory as a tar stream (``sandboxd.archive``, ``GET /files/archive``): the tree
+round-trips, links are stored as links and never followed, nothing outside the directory
+is read even when the tree changes under the walk, special files are left out, and the
+stream comes in bounded pieces."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from ringfence.sandboxd.archive import CHUNK, Walk, tar_stream
+from tests.sandboxd.conftest import Daemon
+
+
+def _tree(root: Path) -> None:
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "src" / "pkg" / "mod.py").write_text("print('hi')\n")
+    (root / "src" / "empty").mkdir()
+    (root / "data.bin").write_bytes(bytes(range(256)) * 100)
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "ünïcode name").write_text("x")
+    os.symlink("src/pkg/mod.py", root / "inside-link")
+    os.symlink("/etc", root / "etc-link")  # names something outside: kept as a link only
+    os.mkfifo(root / "fifo")
+
+
+def _archive(root: Path, walk: Walk | None = None) -> tuple[list[bytes], tarfile.TarFile]:
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        pieces = list(tar_stream(fd, walk))
+    finally:
+        os.close(fd)
+    return pieces, tarfile.open(fileobj=io.BytesIO(b"".join(pieces)), mode="r:")
+
+
+def test_a_tree_round_trips_with_links_as_links_and_no_special_files(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    _tree(root)
+    walk = Walk()
+    _, tar = _archive(root, walk)
+    members = {m.name: m for m in tar.getmembers()}
+    assert set(members) == {
+        "data.bin", "etc-link", "inside-link", "run.sh", "src", "src/empty", "src/pkg",
+        "src/pkg/mod.py", "ünïcode name",
+    }  # fmt: skip
+    assert members["etc-link"].issym() and members["etc-link"].linkname == "/etc"
+    assert members["inside-link"].issym()
+    assert members["src/pkg"].isdir() and members["run.sh"].mode == 0o755
+    extracted = tar.extractfile("data.bin")
+    assert extracted is not None and extracted.read() == bytes(range(256)) * 100
+    assert (walk.skipped, walk.unreadable, walk.entries) == (1, 0, 9)
+    assert all(not m.name.startswith(("/", "..")) and m.uname == "" for m in members.values())
+
+
+def test_a_large_file_streams_in_bounded_pieces(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    with open(root / "big", "wb") as f:
+        f.truncate(40 * CHUNK)  # sparse: cheap to make, 10 MiB to stream
+    pieces, tar = _archive(root)
+    assert len(pieces) >= 40 and max(len(p) for p in pieces) <= CHUNK + 2 * tarfile.BLOCKSIZE
+    assert tar.getmember("big").size == 40 * CHUNK
+
+
+def test_a_directory_swapped_for_a_link_mid_walk_is_stored_as_the_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("host secret")
+    root = tmp_path / "root"
+    root.mkdir()
+    with open(root / "0-big", "wb") as f:
+        f.truncate(4 * CHUNK)  # streamed first (names are sorted): the swap lands meanwhile
+    (root / "z-dir").mkdir()
+    (root / "z-dir" / "own").write_text("mine")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        stream = tar_stream(fd)
+        pieces = [next(stream)]
+        os.rename(root / "z-dir", tmp_path / "moved")
+        os.symlink(outside, root / "z-dir")
+        pieces += list(stream)
+    finally:
+        os.close(fd)
+    data = b"".join(pieces)
+    assert b"host secret" not in data
+    tar = _tar(data)
+    swapped = tar.getmember("z-dir")
+    assert swapped.issym() and swapped.linkname == str(outside)
+    assert "z-dir/secret" not in tar.getnames()
+
+
+def test_the_daemon_serves_a_directory_as_a_tar(daemon: Daemon) -> None:
+    root = daemon.home / "project"
+    root.mkdir()
+    _tree(root)
+    got = daemon.client.get("/files/archive", params={"path": "project"})
+    assert got.status_code == 200, got.text
+    assert got.headers["content-type"] == "application/x-tar"
+    tar = _tar(got.content)
+    assert "src/pkg/mod.py" in tar.getnames() and "fifo" not in tar.getnames()
+    missing = daemon.client.get("/files/archive", params={"path": "nope"})
+    assert missing.status_code == 404
+    a_file = daemon.client.get("/files/archive", params={"path": "project/run.sh"})
+    assert a_file.status_code == 400
+    assert daemon.client.get("/files/archive").status_code == 400
+
+
+def _crafted(path: Path, *entries: tarfile.TarInfo) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for entry in entries:
+            tar.addfile(entry, io.BytesIO(b"evil") if entry.isfile() else None)
+    return path
+
+
+def _entry(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfile.TarInfo:
+    entry = tarfile.TarInfo(name)
+    entry.type, entry.linkname = kind, linkname
+    entry.size = 4 if kind == tarfile.REGTYPE else 0
+    return entry
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [_entry("../escape")],
+        [_entry("hard", tarfile.LNKTYPE, "/etc/passwd")],
+        [_entry("dev", tarfile.CHRTYPE)],
+    ],
+    ids=["dotdot", "hard-link-out", "device"],
+)
+def test_the_sdk_refuses_an_archive_that_would_write_outside(
+    tmp_path: Path, entries: list[tarfile.TarInfo]
+) -> None:
+    from ringfence.client._files import _extract
+
+    target = tmp_path / "target"
+    target.mkdir()
+    with pytest.raises(tarfile.TarError):
+        _extract(_crafted(tmp_path / "evil.tar", *entries), target)
+    assert not (tmp_path / "escape").exists() and not Path("/tmp/escape").exists()
+
+
+def test_a_link_out_is_left_out_and_nothing_is_written_through_it(tmp_path: Path) -> None:
+    from ringfence.client._files import _extract
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = tmp_path / "target"
+    target.mkdir()
+    crafted = _crafted(
+        tmp_path / "links.tar",
+        _entry("out", tarfile.SYMTYPE, str(outside)),
+        _entry("up", tarfile.SYMTYPE, "../outside"),
+        _entry("out/escape"),
+        _entry("ok", tarfile.SYMTYPE, "out/escape"),
+    )
+    _extract(crafted, target)
+    assert list(outside.iterdir()) == []
+    assert (target / "out").is_dir() and not (target / "out").is_symlink()
+    assert not os.path.lexists(target / "up")
+    assert os.readlink(target / "ok") == "out/escape"
+
+
+def test_an_absolute_name_lands_inside_the_target(tmp_path: Path) -> None:
+    from ringfence.client._files import _extract
+
+    target = tmp_path / "target"
+    target.mkdir()
+    _extract(_crafted(tmp_path / "abs.tar", _entry("/abs/escape")), target)
+    assert (target / "abs" / "escape").read_bytes() == b"evil"
+    assert not Path("/abs").exists()
+
+
+def _tar(data: bytes) -> tarfile.TarFile:
+    return tarfile.open(fileobj=io.BytesIO(data), mode="r:")
