@@ -269,6 +269,7 @@ def _extract(archive: Path, target: Path) -> None:
 
     if not hasattr(tarfile, "data_filter"):  # Python before 3.11.4: no safe extraction
         raise SandboxError("extracting a sandbox's archive needs Python 3.11.4 or later")
+
     def safe(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
         try:
             return tarfile.data_filter(member, destination)

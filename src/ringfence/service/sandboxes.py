@@ -67,8 +67,8 @@ from ringfence.service.sandbox_pausing import (
 from ringfence.service.sandbox_projects import SandboxProjects, bind_project, check_project
 from ringfence.service.sandbox_state import SandboxStates
 from ringfence.service.state_files import StateFiles
-from ringfence.service.volumes import VolumeService
 from ringfence.service.usage import SandboxUsage
+from ringfence.service.volumes import VolumeService
 from ringfence.store import Store
 from ringfence.templates import DAEMON_PYTHON, TemplateNotFound, has_program
 from ringfence.templates import resolve as resolve_template
