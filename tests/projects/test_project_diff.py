@@ -167,3 +167,18 @@ def test_many_directories_hold_no_descriptor_each(view: View) -> None:
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert len(changes) == 1200
+
+
+def test_a_file_replacing_a_host_directory_says_the_directory_goes(view: View) -> None:
+    (view.host / "d").mkdir()
+    (view.host / "d/inner").write_text("inner\n")
+    shutil.rmtree(view.merged / "d")
+    (view.merged / "d").write_text("now a file\n")
+
+    (change,) = projects.diff(view.upper, view.host)[0]
+
+    assert (change.path, change.action, change.kind) == ("d", "modified", "file")
+    assert change.note is not None and "replaces a directory" in change.note
+    assert change.diff == "--- a/d\n+++ b/d\n@@ -0,0 +1 @@\n+now a file\n"
+    projects.sync(view.upper, view.host, ["d"])
+    assert (view.host / "d").read_text() == "now a file\n"

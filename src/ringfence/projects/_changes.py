@@ -41,6 +41,9 @@ from ringfence.projects import _fs
 __all__ = ["MAX_ENTRIES", "Change", "Owner", "ProjectError", "read_changes", "shown_name"]
 
 MAX_ENTRIES = 200_000
+# A file or link where the host has a directory: a sync removes that directory, whose
+# entries the diff does not list one by one.
+REPLACES_DIR = "replaces a directory on the host, with everything in it"
 _OPAQUE = ("user.overlay.opaque", "trusted.overlay.opaque")
 _REFUSED_XATTRS = ("overlay.redirect", "overlay.metacopy")
 
@@ -235,7 +238,8 @@ def _compare(
     if host is None:
         return Change(parts, "added", kind, st, None, target)
     if kind_of(host) != kind or kind == "other":
-        return Change(parts, "modified", kind, st, host, target)
+        replaced = REPLACES_DIR if stat.S_ISDIR(host.st_mode) else None
+        return Change(parts, "modified", kind, st, host, target, note=replaced)
     if kind == "symlink":
         assert host_fd is not None
         same = os.readlink(name, dir_fd=host_fd) == target

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from ringfence.models import ProjectChange
 from ringfence.projects import _fs
-from ringfence.projects._changes import Change, Owner, shown_name
+from ringfence.projects._changes import REPLACES_DIR, Change, Owner, shown_name
 
 __all__ = ["MAX_DIFF_BYTES", "MAX_TEXT_BYTES", "render"]
 
@@ -28,8 +28,9 @@ def render(
     truncated = False
     for change in changes:
         text, binary, note = None, False, change.note
-        if change.kind == "file" and note is None:
-            text, binary, note = _file_diff(change, upper_fd, host_fd, owner)
+        if change.kind == "file" and note in (None, REPLACES_DIR):
+            text, binary, why = _file_diff(change, upper_fd, host_fd, owner)
+            note = note or why
             if text is not None and len(text) > budget:
                 text, note, truncated = None, "left out: the answer's diffs reached their cap", True
             budget -= len(text or "")
