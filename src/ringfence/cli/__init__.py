@@ -23,6 +23,7 @@ from ringfence.cli.sandbox_state import COMMANDS as SANDBOX_STATE_COMMANDS
 from ringfence.cli.sandbox_top import top
 from ringfence.cli.serve import serve
 from ringfence.cli.template import template
+from ringfence.cli.volume import volume
 
 __all__ = ["main"]
 
@@ -44,6 +45,7 @@ sandbox.add_command(shell)
 sandbox.add_command(top)
 main.add_command(sandbox)
 main.add_command(files)
+main.add_command(volume)
 main.add_command(audit)
 main.add_command(template)
 main.add_command(propose)

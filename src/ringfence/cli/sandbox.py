@@ -100,6 +100,10 @@ def sandbox() -> None:
     "--project-path", default="/home/user/project", show_default=True, metavar="PATH",
     help="Where the sandbox sees --project.",
 )  # fmt: skip
+@click.option(
+    "--volume", "volume_items", multiple=True, metavar="NAME:PATH[:ro]",
+    help="Mount a volume of yours at PATH (read-only with :ro); see 'ringfence volume'.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the whole record as JSON.")
 @api_options
 def create(
@@ -120,6 +124,7 @@ def create(
     auto_resume: bool,
     project_dir: str | None,
     project_path: str,
+    volume_items: tuple[str, ...],
     as_json: bool,
     url: str | None,
     api_key: str | None,
@@ -149,7 +154,8 @@ def create(
         sbx = Sandbox.create(
             template, timeout=timeout, env=env, metadata=metadata, limits=limits,
             network=network, snapshot=snapshot, auto_pause=auto_pause, on_timeout=on_timeout,
-            auto_resume=auto_resume, project=project, url=url, api_key=api_key,
+            auto_resume=auto_resume, project=project, volumes=_volumes(volume_items), url=url,
+            api_key=api_key,
         )  # fmt: skip
         info = sbx.info()
         sbx.close()
@@ -196,6 +202,20 @@ def list_(
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _volumes(items: tuple[str, ...]) -> list[dict[str, object]]:
+    """``--volume NAME:PATH[:ro]`` as the SDK's mounts. Raises ``click.BadParameter``."""
+    mounts: list[dict[str, object]] = []
+    for item in items:
+        name, _, rest = item.partition(":")
+        path, _, mode = rest.partition(":")
+        if not name or not path or mode not in ("", "ro", "rw"):
+            raise click.BadParameter(
+                f"{item!r}: expected NAME:PATH or NAME:PATH:ro", param_hint="--volume"
+            )
+        mounts.append({"name": name, "path": path, "read_only": mode == "ro"})
+    return mounts
 
 
 def when(moment: datetime | None) -> str:

@@ -81,6 +81,7 @@ class Call:
     path: str
     params: dict[str, Any] = field(default_factory=dict)
     json: Any = None
+    content: bytes | None = None  # a raw body (a file's bytes), instead of ``json``
 
 
 def build_request(
@@ -128,6 +129,19 @@ def snapshot_call(method: str, snapshot_id: str | None = None, limit: int = 100)
     if snapshot_id is None:
         return Call(method, "/v1/snapshots", params={"limit": limit})
     return Call(method, f"/v1/snapshots/{_segment(snapshot_id)}")
+
+
+def volume_call(
+    method: str, volume: str | None = None, part: str = "", *, content: bytes | None = None,
+    json: Any = None, **params: Any,
+) -> Call:  # fmt: skip
+    """A call on ``/v1/volumes`` (``volume``: its name or id; ``part``: ``files``,
+    ``stat``, ``dir``); parameters that are None are left out."""
+    path = "/v1/volumes" if volume is None else f"/v1/volumes/{_segment(volume)}"
+    if part:
+        path += f"/{part}"
+    given = {name: value for name, value in params.items() if value is not None}
+    return Call(method, path, given, json, content)
 
 
 def get_call(execution_id: str) -> Call:

@@ -44,6 +44,7 @@ from ringfence.models import (
     SandboxSpec,
     SandboxState,
     Snapshot,
+    VolumeMount,
     problems,
 )
 from ringfence.models import Sandbox as SandboxInfo
@@ -63,8 +64,8 @@ def sandbox_spec(
     **lifecycle: Any,
 ) -> SandboxSpec:
     """The request for a new sandbox, checked before anything is sent. ``lifecycle``:
-    ``snapshot``, ``auto_pause``, ``on_timeout``, ``auto_resume``, ``project`` (None: the
-    default).
+    ``snapshot``, ``auto_pause``, ``on_timeout``, ``auto_resume``, ``project``, ``volumes``
+    (None: the default).
 
     Raises:
         InvalidRequest: a field is invalid.
@@ -139,6 +140,7 @@ class AsyncSandbox:
         on_timeout: str = "kill",
         auto_resume: bool = True,
         project: ProjectSource | None = None,
+        volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> AsyncSandbox:
@@ -157,6 +159,8 @@ class AsyncSandbox:
         directory; or a ``ProjectMount`` to choose where it is shown) shown at
         /home/user/project as a copy-on-write view: ``project.diff`` and ``project.sync``
         read and apply what the sandbox changed; only under the server's project roots.
+        ``volumes``: volumes of yours to mount (``[{"name": "data", "path": "/mnt/data"}]``,
+        ``"read_only": True`` to keep it unchanged); they outlive the sandbox (``rf.volumes``).
 
         Raises:
             InvalidRequest: bad arguments (a policy too broad, say), no API key, limits above
@@ -166,7 +170,7 @@ class AsyncSandbox:
         spec = sandbox_spec(
             template, timeout, env, metadata, limits, network, snapshot=snapshot,
             auto_pause=auto_pause, on_timeout=on_timeout, auto_resume=auto_resume,
-            project=project_mount(project),
+            project=project_mount(project), volumes=list(volumes) if volumes else None,
         )  # fmt: skip
         settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
         http = http_client(settings)

@@ -16,13 +16,30 @@ import httpx
 
 from ringfence.client import _base, _proposals
 from ringfence.client._proposals import StateFilter
-from ringfence.errors import CheckpointNotFound
-from ringfence.models import ExecutionRequest, ExecutionResult, Proposal, Risk, Snapshot, Status
+from ringfence.errors import CheckpointNotFound, InvalidRequest, VolumeNotFound
+from ringfence.models import (
+    ExecutionRequest,
+    ExecutionResult,
+    Proposal,
+    Risk,
+    Snapshot,
+    Status,
+    Volume,
+    VolumeEntry,
+    VolumeSpec,
+    problems,
+)
 
 if TYPE_CHECKING:
     from ringfence.client import Sandbox
 
-__all__ = ["Executions", "Proposals", "Ringfence", "Sandboxes"]
+__all__ = [
+    "Executions",
+    "Proposals",
+    "Ringfence",
+    "Sandboxes",
+    "Volumes",
+]
 
 
 class Ringfence:
@@ -52,10 +69,13 @@ class Ringfence:
         self.executions = Executions(self)
         self.proposals = Proposals(self)
         self.sandboxes = Sandboxes(self)
+        self.volumes = Volumes(self)
 
     def _send(self, call: _base.Call) -> httpx.Response:
         try:
-            return self._http.request(call.method, call.path, params=call.params, json=call.json)
+            return self._http.request(
+                call.method, call.path, params=call.params, json=call.json, content=call.content
+            )
         except httpx.HTTPError as exc:
             raise _base.translate(exc, self._settings.url) from exc
 
@@ -140,6 +160,88 @@ class Sandboxes:
         ``CheckpointNotFound``."""
         response = self._client._send(_base.snapshot_call("DELETE", snapshot_id))
         _base.checked(response, CheckpointNotFound)
+
+
+_Entries = list[VolumeEntry]  # (inside Volumes, ``list`` is its method)
+
+
+class Volumes:
+    """Your volumes: named, persistent storage with a quota, mounted into sandboxes at
+    create (``Sandbox.create(volumes=...)``), read and written here without one. A
+    volume is named by its name or its id; paths are from its root."""
+
+    def __init__(self, client: Ringfence) -> None:
+        self._client = client
+
+    def create(self, name: str, *, quota_bytes: int | None = None) -> Volume:
+        """A new, empty volume (``quota_bytes``: default the server's).
+
+        Raises:
+            InvalidRequest: a bad name, or a quota above the server's ceiling.
+            VolumeExists: you have a volume of that name. TooManyRequests: you keep as many
+                as allowed. StateUnsupported: the server keeps no volumes.
+        """
+        try:
+            spec = VolumeSpec(name=name, quota_bytes=quota_bytes)
+        except ValueError as exc:
+            raise InvalidRequest(problems(exc)) from exc
+        body = spec.model_dump(exclude_none=True)
+        response = self._client._send(_base.volume_call("POST", json=body))
+        return Volume.model_validate(_base.checked(response, VolumeNotFound))
+
+    def list(self, *, limit: int = 100) -> list[Volume]:
+        """Your volumes, newest first."""
+        response = self._client._send(_base.volume_call("GET", limit=limit))
+        return [Volume.model_validate(v) for v in _base.checked(response, VolumeNotFound)]
+
+    def get(self, volume: str) -> Volume:
+        """The volume, with the bytes it uses now. Raises ``VolumeNotFound``."""
+        response = self._client._send(_base.volume_call("GET", volume))
+        return Volume.model_validate(_base.checked(response, VolumeNotFound))
+
+    def delete(self, volume: str) -> None:
+        """Delete it and every file in it. Raises ``VolumeNotFound``, ``VolumeInUse`` (a
+        running or paused sandbox mounts it)."""
+        response = self._client._send(_base.volume_call("DELETE", volume))
+        _base.checked(response, VolumeNotFound)
+
+    def write_file(self, volume: str, path: str, data: bytes | str) -> VolumeEntry:
+        """Write a file whole (its parents made; owned by the sandbox user).
+
+        Raises:
+            VolumeFull: it does not fit in the volume's quota. VolumeNotFound.
+            InvalidRequest: a path through a symlink, with '..', or naming a directory.
+        """
+        content = data.encode() if isinstance(data, str) else data
+        call = _base.volume_call("PUT", volume, "files", content=content, path=path)
+        response = self._client._send(call)
+        return VolumeEntry.model_validate(_base.checked(response, VolumeNotFound))
+
+    def read_file(self, volume: str, path: str) -> bytes:
+        """A file's bytes. Raises ``NotFound`` (no such file), ``VolumeNotFound``."""
+        response = self._client._send(_base.volume_call("GET", volume, "files", path=path))
+        if response.is_success:
+            return response.content
+        _base.checked(response)
+        raise AssertionError("unreachable: a failure raises")
+
+    def list_dir(self, volume: str, path: str = "/", *, depth: int = 1) -> _Entries:
+        """What a directory holds, ``depth`` levels down. Raises ``NotFound``,
+        ``VolumeNotFound``."""
+        call = _base.volume_call("GET", volume, "dir", path=path, depth=depth)
+        response = self._client._send(call)
+        return [VolumeEntry.model_validate(e) for e in _base.checked(response)]
+
+    def make_dir(self, volume: str, path: str, *, parents: bool = False) -> VolumeEntry:
+        """Make a directory. Raises ``Conflict`` (something is there), ``NotFound``."""
+        call = _base.volume_call("POST", volume, "dir", path=path, parents=parents)
+        response = self._client._send(call)
+        return VolumeEntry.model_validate(_base.checked(response))
+
+    def remove(self, volume: str, path: str) -> None:
+        """Remove a file, symlink or directory (with what it holds). Raises ``NotFound``."""
+        call = _base.volume_call("DELETE", volume, "files", path=path)
+        _base.checked(self._client._send(call))
 
 
 class Proposals:

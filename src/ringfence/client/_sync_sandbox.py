@@ -41,6 +41,7 @@ from ringfence.models import (
     SandboxMetrics,
     SandboxState,
     Snapshot,
+    VolumeMount,
 )
 
 __all__ = [
@@ -91,6 +92,7 @@ class Sandbox:
         on_timeout: str = "kill",
         auto_resume: bool = True,
         project: ProjectSource | None = None,
+        volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> Sandbox:
@@ -100,8 +102,8 @@ class Sandbox:
                 AsyncSandbox.create(
                     template, timeout=timeout, env=env, metadata=metadata, limits=limits,
                     network=network, snapshot=snapshot, auto_pause=auto_pause,
-                    on_timeout=on_timeout, auto_resume=auto_resume, project=project, url=url,
-                    api_key=api_key,
+                    on_timeout=on_timeout, auto_resume=auto_resume, project=project,
+                    volumes=volumes, url=url, api_key=api_key,
                 )
             )
         )  # fmt: skip
