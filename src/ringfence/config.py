@@ -294,6 +294,20 @@ class Config(BaseSettings):
         description="Terminate TLS in the egress proxy, with a CA of its own trusted inside "
         "sandboxes, for tunnels whose allow rule adds headers (so HTTPS requests get them).",
     )
+    ports_domain: str | None = Field(
+        None,
+        description="The wildcard domain of preview URLs: a server a sandbox runs on a port "
+        "is also reached at {port}-{sandbox_id}.{ports_domain} (point *.{ports_domain} at "
+        "this server; E2B's get_host(port) returns that name). Use a domain of its own, not "
+        "one that shares cookies with the API or console (docs/ports.md). Unset: the path "
+        "route /v1/sandboxes/{id}/ports/{port}/ only.",
+    )
+    max_port_connections_per_sandbox: int = Field(
+        64,
+        ge=1,
+        description="Connections to one sandbox's ports open at once, through its preview "
+        "URLs and its group (past it: 429 too_many_requests).",
+    )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
         description="Where the server keeps its database (SQLite) and its first admin key.",
@@ -396,6 +410,24 @@ class Config(BaseSettings):
         for text in value:
             parse_endpoint(text)
         return value
+
+    @field_validator("ports_domain")
+    @classmethod
+    def _ports_domain(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        domain = value.strip().lower().rstrip(".")
+        labels = domain.split(".")
+        if not domain or not all(
+            0 < len(label) <= 63
+            and label.isascii()
+            and all(c.isalnum() or c == "-" for c in label)
+            and not label.startswith("-")
+            and not label.endswith("-")
+            for label in labels
+        ):
+            raise ValueError(f"{value!r} is not a domain name (e.g. preview.example.com)")
+        return domain
 
     @field_validator("kubernetes_reserved_services")
     @classmethod

@@ -23,6 +23,7 @@ apart without matching message text.
     ├── BackendUnavailable      the host lacks what the backend needs     (backend_unavailable)
     ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
     ├── SandboxNotRunning       the sandbox has ended (killed, expired)   (sandbox_not_running)
+    ├── PortNotListening        nothing listens on that port in the sandbox (port_not_listening)
     ├── TooManyRequests         a limit on concurrent requests was hit    (too_many_requests)
     │   ├── SandboxUidsExhausted every host uid for sandboxes is in use   (sandbox_uids_exhausted)
     │   └── ServerAtCapacity    the server's totals have no room now      (server_at_capacity)
@@ -50,6 +51,7 @@ __all__ = [
     "Forbidden",
     "InvalidRequest",
     "NotFound",
+    "PortNotListening",
     "ProposalNotFound",
     "RingfenceError",
     "SandboxElsewhere",
@@ -192,6 +194,12 @@ class SandboxNotRunning(RingfenceError):
     code = "sandbox_not_running"
 
 
+class PortNotListening(RingfenceError):
+    """Nothing listens on the port asked for, on the sandbox's loopback (a preview URL)."""
+
+    code = "port_not_listening"
+
+
 class SandboxElsewhere(RingfenceError):
     """The sandbox runs, but on another server replica: only that one can reach it."""
 
@@ -268,6 +276,7 @@ HTTP_STATUS: dict[str, int] = {
     BackendUnavailable.code: 503,
     SandboxError.code: 500,
     SandboxNotRunning.code: 409,
+    PortNotListening.code: 502,  # Bad Gateway: the sandbox is the upstream that is not there
     SandboxElsewhere.code: 421,  # Misdirected Request: a router sent it to the wrong replica
     TooManyRequests.code: 429,
     SandboxUidsExhausted.code: 503,  # the host's capacity, not the caller's rate
@@ -283,5 +292,5 @@ _ALL: tuple[type[RingfenceError], ...] = (
     StoreError,
     Unauthenticated, Forbidden, ServerUnreachable, SandboxUidsExhausted, StateUnsupported,
     SnapshotBudgetExceeded, CheckpointNotFound, VolumeNotFound, VolumeExists, VolumeInUse,
-    VolumeFull,
+    VolumeFull, PortNotListening,
 )  # fmt: skip

@@ -104,6 +104,10 @@ def sandbox() -> None:
     "--volume", "volume_items", multiple=True, metavar="NAME:PATH[:ro]",
     help="Mount a volume of yours at PATH (read-only with :ro); see 'ringfence volume'.",
 )  # fmt: skip
+@click.option(
+    "--public-traffic", is_flag=True,
+    help="Let anyone with a preview URL of it reach its ports, without a key.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the whole record as JSON.")
 @api_options
 def create(
@@ -125,6 +129,7 @@ def create(
     project_dir: str | None,
     project_path: str,
     volume_items: tuple[str, ...],
+    public_traffic: bool,
     as_json: bool,
     url: str | None,
     api_key: str | None,
@@ -154,8 +159,8 @@ def create(
         sbx = Sandbox.create(
             template, timeout=timeout, env=env, metadata=metadata, limits=limits,
             network=network, snapshot=snapshot, auto_pause=auto_pause, on_timeout=on_timeout,
-            auto_resume=auto_resume, project=project, volumes=_volumes(volume_items), url=url,
-            api_key=api_key,
+            auto_resume=auto_resume, project=project, volumes=_volumes(volume_items),
+            public_traffic=public_traffic, url=url, api_key=api_key,
         )  # fmt: skip
         info = sbx.info()
         sbx.close()
@@ -234,6 +239,30 @@ def kill(sandbox_id: str, url: str | None, api_key: str | None) -> None:
         info = sbx.kill()
         sbx.close()
     click.echo(f"{info.id} {info.state.value}")
+
+
+@sandbox.command("url")
+@click.argument("sandbox_id")
+@click.argument("port", type=click.IntRange(1, 65535))
+@api_options
+def url_(sandbox_id: str, port: int, url: str | None, api_key: str | None) -> None:
+    """Print the preview URL of PORT: where a server the sandbox runs on that port is
+    reached from outside (send your key as 'Authorization: Bearer', unless the sandbox was
+    created with --public-traffic). A server with a preview domain also answers at
+    PORT-SANDBOX_ID.DOMAIN (docs/ports.md).
+
+    \b
+    Example:
+      ringfence sandbox exec ID -- sh -c 'python3 -m http.server 8000 &'
+      curl -H "Authorization: Bearer $RINGFENCE_API_KEY" "$(ringfence sandbox url ID 8000)"
+    """
+    from ringfence.client import Sandbox
+
+    with client_errors():
+        sbx = Sandbox.connect(sandbox_id, resume=False, url=url, api_key=api_key)
+        shown = sbx.get_url(port)
+        sbx.close()
+    click.echo(shown)
 
 
 @sandbox.command("set-timeout")

@@ -97,7 +97,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
     config_ = uvicorn.Config(
         app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
         timeout_keep_alive=_KEEP_ALIVE_SECONDS, http=protocol,
-        ws="none",  # no WebSocket route: an upgrade would leave server/connections.py's counts
+        ws="wsproto",  # preview URLs' WebSockets (server/connections.py: out of its counts)
     )  # fmt: skip
 
     async def on_exit() -> None:

@@ -64,8 +64,8 @@ def sandbox_spec(
     **lifecycle: Any,
 ) -> SandboxSpec:
     """The request for a new sandbox, checked before anything is sent. ``lifecycle``:
-    ``snapshot``, ``auto_pause``, ``on_timeout``, ``auto_resume``, ``project``, ``volumes``
-    (None: the default).
+    ``snapshot``, ``auto_pause``, ``on_timeout``, ``auto_resume``, ``project``, ``volumes``,
+    ``public_traffic`` (None: the default).
 
     Raises:
         InvalidRequest: a field is invalid.
@@ -125,6 +125,21 @@ class AsyncSandbox:
         """The same as ``id`` (E2B's name)."""
         return self._info.id
 
+    def get_url(self, port: int) -> str:
+        """The preview URL of ``port``: where a server the sandbox runs on that port (on
+        its own loopback) is reached from outside, through the server
+        (``/v1/sandboxes/{id}/ports/{port}/``; docs/ports.md). Requests to it need this
+        SDK's key (``Authorization: Bearer``) unless the sandbox was created with
+        ``public_traffic=True``.
+
+        Raises:
+            InvalidRequest: ``port`` is not from 1 to 65535.
+        """
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise InvalidRequest(f"port must be from 1 to 65535, not {port!r}")
+        base = self._link.settings.url.rstrip("/")
+        return f"{base}/v1/sandboxes/{quote(self.id, safe='')}/ports/{port}/"
+
     @classmethod
     async def create(
         cls,
@@ -141,6 +156,7 @@ class AsyncSandbox:
         auto_resume: bool = True,
         project: ProjectSource | None = None,
         volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None,
+        public_traffic: bool = False,
         url: str | None = None,
         api_key: str | None = None,
     ) -> AsyncSandbox:
@@ -161,6 +177,8 @@ class AsyncSandbox:
         read and apply what the sandbox changed; only under the server's project roots.
         ``volumes``: volumes of yours to mount (``[{"name": "data", "path": "/mnt/data"}]``,
         ``"read_only": True`` to keep it unchanged); they outlive the sandbox (``rf.volumes``).
+        ``public_traffic=True``: anyone with a preview URL of it (``get_url``) may reach
+        its ports, without a key.
 
         Raises:
             InvalidRequest: bad arguments (a policy too broad, say), no API key, limits above
@@ -171,6 +189,7 @@ class AsyncSandbox:
             template, timeout, env, metadata, limits, network, snapshot=snapshot,
             auto_pause=auto_pause, on_timeout=on_timeout, auto_resume=auto_resume,
             project=project_mount(project), volumes=list(volumes) if volumes else None,
+            public_traffic=public_traffic or None,
         )  # fmt: skip
         settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
         http = http_client(settings)

@@ -77,6 +77,10 @@ class Sandbox:
     def sandbox_id(self) -> str:
         return self._inner.id
 
+    def get_url(self, port: int) -> str:
+        """See ``AsyncSandbox.get_url``."""
+        return self._inner.get_url(port)
+
     @classmethod
     def create(
         cls,
@@ -93,6 +97,7 @@ class Sandbox:
         auto_resume: bool = True,
         project: ProjectSource | None = None,
         volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None,
+        public_traffic: bool = False,
         url: str | None = None,
         api_key: str | None = None,
     ) -> Sandbox:
@@ -103,7 +108,7 @@ class Sandbox:
                     template, timeout=timeout, env=env, metadata=metadata, limits=limits,
                     network=network, snapshot=snapshot, auto_pause=auto_pause,
                     on_timeout=on_timeout, auto_resume=auto_resume, project=project,
-                    volumes=volumes, url=url, api_key=api_key,
+                    volumes=volumes, public_traffic=public_traffic, url=url, api_key=api_key,
                 )
             )
         )  # fmt: skip

@@ -24,7 +24,9 @@ Wire protocol
     HTTP/1.1 on the socket: ``GET /health`` (204); Connect RPC with the JSON codec at
     ``POST /process.Process/*`` and ``POST /filesystem.Filesystem/*``; ``GET /files`` and
     ``POST|PUT /files`` (application/octet-stream, optionally gzip; multipart is the host's
-    job: it answers 415). See ``_process_rpc``, ``_files``, ``_watch`` and ``_filehttp``.
+    job: it answers 415); ``GET /ports/{port}`` with ``Upgrade: ringfence-tcp``, a byte
+    pipe to that port on the sandbox's loopback (preview URLs, groups). See
+    ``_process_rpc``, ``_files``, ``_watch``, ``_filehttp`` and ``_tunnel``.
     ``methods`` lists the RPC methods (and which change the sandbox) and the one-user
     rule: the one module the host imports, so both sides read one table.
 

@@ -20,6 +20,7 @@ _RECV = 64 * 1024
 
 REASONS = {
     100: "Continue",
+    101: "Switching Protocols",
     200: "OK",
     204: "No Content",
     400: "Bad Request",
@@ -36,6 +37,7 @@ REASONS = {
     499: "Client Closed Request",
     500: "Internal Server Error",
     501: "Not Implemented",
+    502: "Bad Gateway",
     503: "Service Unavailable",
     504: "Gateway Timeout",
     505: "HTTP Version Not Supported",
@@ -105,6 +107,12 @@ class Conn:
 
     def has_buffered(self) -> bool:
         return bool(self._buf)
+
+    def take_buffered(self) -> bytes:
+        """What was read beyond the request so far (for a connection that is upgraded)."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
 
     def peer_closed(self) -> bool:
         """Whether the peer closed or reset the connection; what it sent stays unread.

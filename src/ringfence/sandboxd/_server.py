@@ -83,6 +83,11 @@ class Server:
         finally:
             sock.close()
 
+    def own_port(self) -> int | None:
+        """The TCP port the daemon listens on (a Pod's), None on a unix socket."""
+        address = self.listener.getsockname()
+        return address[1] if isinstance(address, tuple) else None
+
     def check_user(self, request: Request) -> None:
         """Refuse any user but those served (header or ``username`` query); this thread
         then acts as the one named (the default user when none is)."""
@@ -139,6 +144,11 @@ class Server:
             from . import _filehttp
 
             _filehttp.serve_archive(self, request, conn)
+            return
+        if path.startswith("/ports/"):
+            from . import _tunnel
+
+            _tunnel.serve(request, conn, self.own_port())
             return
         if path == "/init" and request.method == "POST":
             self._init(request, conn)

@@ -16,6 +16,7 @@ from ringfence.mcp.http import McpEndpoint
 from ringfence.server import deps
 from ringfence.server.console import router as console_router
 from ringfence.server.e2b import E2bLayer
+from ringfence.server.e2b.tokens import Grants
 from ringfence.server.errors import install_error_handlers
 from ringfence.server.limits import BodyBeforeRefusal, BodyLimit
 from ringfence.server.openapi import with_server_bounds
@@ -24,6 +25,7 @@ from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import keys as key_routes
 from ringfence.server.routes import meta
 from ringfence.server.routes import network as network_routes
+from ringfence.server.routes import ports as port_routes
 from ringfence.server.routes import proposals as proposal_routes
 from ringfence.server.routes import sandbox_metrics as metrics_routes
 from ringfence.server.routes import sandbox_projects as project_routes
@@ -86,12 +88,19 @@ def create_app(services: Services) -> FastAPI:
         f"{sandbox_routes.STREAMED_PATHS.pattern}|{volume_routes.STREAMED_PATHS.pattern}"
     )
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes, streamed=streamed)
+    grants = Grants()  # E2B's access tokens: its door mints them, preview URLs take them
     app.add_middleware(  # E2B's SDKs' traffic never reaches the native routes
         E2bLayer, keys=keys, sandboxes=sandboxes,
-        max_request_bytes=max_request_bytes,
+        max_request_bytes=max_request_bytes, grants=grants,
     )  # fmt: skip
     # Outside both: a refusal of either waits for the body the client is still sending.
     app.add_middleware(BodyBeforeRefusal, max_bytes=max_request_bytes)
+    # Outermost: a preview URL's request streams to its sandbox, unbounded by the API's
+    # body limit, and nothing under the preview domain reaches the API (docs/ports.md).
+    app.add_middleware(
+        port_routes.PortLayer, ports=sandboxes.ports, keys=keys, grants=grants,
+        domain=services.config.ports_domain,
+    )  # fmt: skip
     app.include_router(meta.router)
     app.include_router(execution_routes.router)
     app.include_router(sandbox_routes.router)

@@ -137,8 +137,8 @@ def client_of(host: str) -> str:
 
 def protocol_class(*, head_timeout: float, per_client: int, in_all: int) -> type[H11Protocol]:
     """uvicorn's h11 protocol, holding to the bounds of this module's docstring (give it as
-    ``uvicorn.Config(http=..., ws="none")``: an upgraded connection would leave the counts).
-    Connections of one server share the counts."""
+    ``uvicorn.Config(http=..., ws="wsproto")``: an upgraded connection leaves the counts,
+    ``handle_websocket_upgrade``). Connections of one server share the counts."""
     unproven = _Unproven(per_client, in_all)
 
     class Protocol(H11Protocol):
@@ -180,6 +180,15 @@ def protocol_class(*, head_timeout: float, per_client: int, in_all: int) -> type
             self._stop_head_deadline()
             self._connection.uncount()
             super().connection_lost(exc)
+
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            """A WebSocket (only preview URLs serve one) leaves this protocol for
+            uvicorn's WebSocket one: it leaves the counts and the head deadline here too.
+            Its head is whole; the app answers it at once, refusing any caller it does not
+            admit, so an upgraded connection never idles unauthenticated."""
+            self._stop_head_deadline()
+            self._connection.uncount()
+            super().handle_websocket_upgrade(event)
 
         def _waiting(self) -> bool:
             """Whether the request is not whole yet, as far as the deadline cares: its head

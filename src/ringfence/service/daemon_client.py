@@ -152,6 +152,11 @@ class DaemonClient:
         self._in_flight = 0
         self._initializing: asyncio.Task[None] | None = None
 
+    @property
+    def socket_path(self) -> str:
+        """Where the daemon listens (its port tunnels open their own connections there)."""
+        return self._socket_path
+
     async def health(self, timeout: float) -> None:
         """Wait until the daemon answers (the first request waits in the backlog while
         the daemon starts).

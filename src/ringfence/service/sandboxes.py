@@ -54,6 +54,7 @@ from ringfence.service.budget import Amount, Budget, Reservation
 from ringfence.service.credentials import CredentialKey
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.pool import PoolStats, Warm, WarmPool
+from ringfence.service.ports import Ports
 from ringfence.service.sandbox_calls import SandboxCalls
 from ringfence.service.sandbox_pausing import (
     DAEMON_START_SECONDS,
@@ -132,6 +133,7 @@ class SandboxService(Pausing):
         self._live: dict[str, LiveEntry] = {}
         self._watchers: set[asyncio.Task[None]] = set()
         self.calls = SandboxCalls(self)  # commands, files and code, passed to the daemons
+        self.ports = Ports(self, config.max_port_connections_per_sandbox)  # preview URLs
         self.files = StateFiles(config.data_dir, credentials or CredentialKey.generate())
         self.state = SandboxStates(self, store, self.files)  # checkpoints, snapshots, fork
         self.projects = SandboxProjects(self)  # diff and sync of project views
@@ -197,7 +199,6 @@ class SandboxService(Pausing):
         # The workstation's parts, each refused here until it is built (docs/design.md 14).
         for name, given in (
             ("group", spec.group is not None),
-            ("public_traffic", spec.public_traffic),
         ):
             if given:
                 raise InvalidRequest(f"{name}: not supported on this server yet")
@@ -304,6 +305,7 @@ class SandboxService(Pausing):
             auto_resume=spec.auto_resume,
             snapshot=spec.snapshot,
             volumes=spec.volumes,
+            public_traffic=spec.public_traffic,
         )
         project = None
         if spec.project is not None:  # resolved: the record names the directory shown
@@ -716,6 +718,11 @@ class SandboxService(Pausing):
             for sandbox_id, entry in self._live.items()
             if not entry.ended.done() and entry.pausing is None
         ]
+
+    def live_tenant(self, sandbox_id: str) -> str | None:
+        """The tenant of a sandbox this process runs (frozen included), or None."""
+        entry = self._live.get(sandbox_id)
+        return entry.tenant if entry is not None and not entry.ended.done() else None
 
     def launch_of(self, tenant: str, sandbox_id: str) -> LaunchSpec:
         """How a sandbox running here was started, values included (for its fork's

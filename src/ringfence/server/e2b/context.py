@@ -55,6 +55,7 @@ def answer(context: E2bContext, principal: Principal, sandbox: Sandbox) -> E2bSa
         sandboxID=sandbox.id,
         envdAccessToken=context.grants.token(grant, Purpose.ENVD),
         trafficAccessToken=context.grants.token(grant, Purpose.TRAFFIC),
+        domain=context.sandboxes.config.ports_domain,  # get_host(port): docs/ports.md
     )
 
 

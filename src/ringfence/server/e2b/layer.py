@@ -59,7 +59,7 @@ class E2bLayer:
         grants: Grants | None = None,
     ) -> None:
         self.app = app
-        context = E2bContext(keys, sandboxes, grants or Grants())
+        context = E2bContext(keys, sandboxes, grants if grants is not None else Grants())
         self.control = BodyLimit(_app(context, "control", control_router), max_request_bytes)
         self.envd = BodyLimit(_app(context, "sandbox", envd_router), max_request_bytes, _STREAMED)
         self.code = BodyLimit(_app(context, "sandbox", code_router), max_request_bytes)

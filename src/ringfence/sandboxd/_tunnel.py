@@ -1,0 +1,153 @@
+"""``GET /ports/{port}`` with ``Upgrade: ringfence-tcp``: a byte pipe to a port on the
+sandbox's own loopback (the host's side of preview URLs and of sandbox groups).
+
+The daemon runs in the sandbox's network namespace, so ``127.0.0.1`` here is the
+sandbox's loopback, never the host's: the host reaches a server the sandbox runs without
+the sandbox gaining any inbound network. The only input is the port number; the address
+is always ``127.0.0.1``, then ``::1`` (nothing else can be named). The daemon's own port,
+when it listens on TCP (a Pod's), is refused: a tunnel must not drive the daemon.
+
+Answers: ``101 Switching Protocols`` then the raw bytes both ways until both sides have
+ended; ``400`` for a malformed request; ``403`` for the daemon's own port; ``502`` with
+``{"code": 502, "message": ...}`` when nothing listens on the port.
+"""
+
+from __future__ import annotations
+
+import _thread
+
+from ._codec import dumps
+
+__all__ = ["UPGRADE", "serve"]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from _socket import socket
+
+    from ._http import Conn, Request
+
+UPGRADE = "ringfence-tcp"
+_CONNECT_SECONDS = 5.0  # a loopback connect is immediate; only a full backlog waits
+_DRAIN_SECONDS = 60.0  # after the host's side ends: how long the sandbox's may still answer
+_CHUNK = 64 * 1024
+_JSON = [("Content-Type", "application/json")]
+
+
+def port_of(path: str) -> int | None:
+    """The port of ``/ports/{port}``: decimal, 1 to 65535, no sign or leading zero."""
+    digits = path[len("/ports/") :]
+    if not (0 < len(digits) <= 5 and digits.isdigit() and digits.isascii()):
+        return None
+    if digits[0] == "0":
+        return None
+    port = int(digits)
+    return port if port <= 65535 else None
+
+
+def _refuse(conn: Conn, status: int, message: str) -> None:
+    conn.close_after = True
+    conn.respond(status, _JSON, dumps({"code": status, "message": message}).encode())
+
+
+def _connect(port: int) -> socket | None:
+    """A connection to ``port`` on the sandbox's loopback (IPv4, then IPv6), or None."""
+    from _socket import AF_INET, AF_INET6, IPPROTO_TCP, SOCK_STREAM, TCP_NODELAY
+    from _socket import socket as Socket
+
+    for family, address in ((AF_INET, ("127.0.0.1", port)), (AF_INET6, ("::1", port, 0, 0))):
+        try:
+            target = Socket(family, SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            target.settimeout(_CONNECT_SECONDS)
+            target.connect(address)
+            target.settimeout(None)
+            target.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1)
+            return target
+        except OSError:
+            target.close()
+    return None
+
+
+def serve(request: Request, conn: Conn, own_port: int | None) -> None:
+    """Answer one tunnel request; with a 101 the connection is the tunnel's until it ends
+    (the caller closes the socket afterwards)."""
+    port = port_of(request.path)
+    if request.method != "GET" or port is None:
+        _refuse(conn, 400, "a tunnel is GET /ports/{port} with a port from 1 to 65535")
+        return
+    if request.headers.get("upgrade", "").lower() != UPGRADE:
+        _refuse(conn, 400, f"a tunnel needs Upgrade: {UPGRADE}")
+        return
+    if port == own_port:
+        _refuse(conn, 403, f"port {port} is the sandbox daemon's own")
+        return
+    target = _connect(port)
+    if target is None:
+        _refuse(conn, 502, f"nothing listens on port {port} in the sandbox")
+        return
+    try:
+        conn.send(
+            f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: {UPGRADE}\r\n"
+            "Connection: Upgrade\r\n\r\n".encode()
+        )
+        conn.close_after = True
+        conn.body = None
+        early = conn.take_buffered()  # what the host sent right behind the request head
+        if early:
+            target.sendall(early)
+        _splice(conn.sock, target)
+    except OSError:
+        pass
+    finally:
+        target.close()
+
+
+def _splice(host: socket, target: socket) -> None:
+    """Copy both ways until both have ended: this thread host → target, another thread
+    target → host. Each end is passed on as a half-close; once the host's side has ended,
+    the sandbox's has ``_DRAIN_SECONDS`` to end too."""
+    from _socket import SHUT_RDWR, SHUT_WR
+
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def back() -> None:
+        try:
+            _copy(target, host)
+            _shutdown(host, SHUT_WR)
+        finally:
+            done.release()
+
+    _thread.start_new_thread(back, ())
+    try:
+        _copy(host, target)
+    finally:
+        _shutdown(target, SHUT_WR)
+        if not done.acquire(True, _DRAIN_SECONDS):
+            _shutdown(target, SHUT_RDWR)
+            _shutdown(host, SHUT_RDWR)
+            done.acquire()
+
+
+def _copy(source: socket, sink: socket) -> None:
+    """Until ``source`` ends or either side fails (a failure ends both directions)."""
+    from _socket import SHUT_RDWR
+
+    try:
+        while True:
+            data = source.recv(_CHUNK)
+            if not data:
+                return
+            sink.sendall(data)
+    except OSError:
+        _shutdown(source, SHUT_RDWR)
+        _shutdown(sink, SHUT_RDWR)
+
+
+def _shutdown(sock: socket, how: int) -> None:
+    try:  # noqa: SIM105 - contextlib costs memory
+        sock.shutdown(how)
+    except OSError:
+        pass

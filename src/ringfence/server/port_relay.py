@@ -1,0 +1,301 @@
+"""One request, or one WebSocket, relayed over a tunnel to a sandbox's port.
+
+HTTP: h11 speaks HTTP/1.1 to the sandbox's server over the tunnel, the request body
+streamed to it as it comes and the answer streamed back as it comes (server-sent events,
+downloads); one tunnel per request. WebSocket: wsproto opens the sandbox server's
+WebSocket, and messages are relayed both ways between it and the ASGI WebSocket, close
+codes included.
+
+What crosses is filtered in both directions by the caller (``headers``); here only
+hop-by-hop headers are dropped and framing is redone. Everything the sandbox answers is
+untrusted: its head is bounded, a broken answer ends the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+
+import h11
+from starlette.types import Receive, Scope, Send
+from wsproto import ConnectionType, WSConnection
+from wsproto import events as ws
+
+from ringfence.service.ports import Tunnel
+
+__all__ = ["HOP_BY_HOP", "Broken", "relay_http", "relay_websocket"]
+
+Headers = list[tuple[bytes, bytes]]
+
+# RFC 9110 7.6.1: meaningful for one connection only, never relayed.
+HOP_BY_HOP = frozenset(
+    {
+        b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate",
+        b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade",
+        b"expect",
+    }
+)  # fmt: skip
+_MAX_HEAD = 64 * 1024
+_CHUNK = 64 * 1024
+_MAX_MESSAGE = 16 * 1024 * 1024  # a WebSocket message from the sandbox, reassembled
+_HEAD_SECONDS = 60.0  # from the request's end to its answer's head, as the daemon's calls
+
+
+class Broken(Exception):
+    """The sandbox's server broke HTTP or closed before answering (nothing was sent yet)."""
+
+
+def _strip(headers: Iterable[tuple[bytes, bytes]]) -> Headers:
+    return [(n.lower(), v) for n, v in headers if n.lower() not in HOP_BY_HOP]
+
+
+async def relay_http(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    tunnel: Tunnel,
+    *,
+    target: bytes,
+    headers: Headers,
+    answer_headers: Headers,
+    drop_answer: frozenset[bytes] = frozenset(),
+) -> None:
+    """Relay the request (``target``, ``headers`` as they go to the sandbox) and its answer
+    (with ``answer_headers`` added and the headers named in ``drop_answer`` removed).
+
+    Raises:
+        Broken: nothing usable came back (before anything was sent to the client).
+    """
+    sandbox = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+    sent = _strip(headers)
+    framing = [(n, v) for n, v in headers if n.lower() in (b"content-length", b"transfer-encoding")]
+    has_body = bool(framing)
+    if any(n.lower() == b"transfer-encoding" for n, _ in framing):
+        sent.append((b"transfer-encoding", b"chunked"))
+    writer = tunnel.writer
+    try:
+        writer.write(sandbox.send(h11.Request(method=scope["method"], target=target, headers=sent)))
+    except h11.LocalProtocolError as exc:
+        raise Broken(f"the request cannot be passed on: {exc}") from exc
+    pump = asyncio.create_task(_pump_body(receive, sandbox, tunnel, has_body))
+    try:
+        response = await _head(sandbox, tunnel)
+        kept = [(n, v) for n, v in _strip(response.headers) if n not in drop_answer]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status_code,
+                "headers": kept + answer_headers,
+            }
+        )
+        while True:
+            event = await _next(sandbox, tunnel, None)
+            if isinstance(event, h11.Data):
+                await send(
+                    {"type": "http.response.body", "body": bytes(event.data), "more_body": True}
+                )
+            elif isinstance(event, h11.EndOfMessage):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            else:  # closed mid-answer: the client must not take it for the whole answer
+                raise ConnectionError("the sandbox's server closed the connection mid-answer")
+    finally:
+        pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await pump
+
+
+async def _pump_body(
+    receive: Receive, sandbox: h11.Connection, tunnel: Tunnel, has_body: bool
+) -> None:
+    """The request body to the sandbox as it comes; then wait for the client to leave, and
+    close the tunnel when it does (so a stream nobody reads ends)."""
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            if chunk and has_body:
+                tunnel.writer.write(sandbox.send(h11.Data(data=chunk)))
+                await tunnel.writer.drain()
+            if not message.get("more_body", False):
+                tunnel.writer.write(sandbox.send(h11.EndOfMessage()))
+                await tunnel.writer.drain()
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                break
+    except (OSError, h11.LocalProtocolError):
+        pass
+    tunnel.writer.close()
+
+
+async def _head(sandbox: h11.Connection, tunnel: Tunnel) -> h11.Response:
+    while True:
+        try:
+            event = await _next(sandbox, tunnel, _HEAD_SECONDS)
+        except TimeoutError as exc:
+            raise Broken("the sandbox's server did not answer within 60 s") from exc
+        except (OSError, h11.RemoteProtocolError) as exc:
+            raise Broken(f"the sandbox's server broke HTTP: {exc}") from exc
+        if isinstance(event, h11.Response):
+            return event
+        if not isinstance(event, h11.InformationalResponse):  # 1xx: the ASGI server's job
+            raise Broken("the sandbox's server closed the connection without answering")
+
+
+async def _next(sandbox: h11.Connection, tunnel: Tunnel, timeout: float | None) -> h11.Event:
+    async with asyncio.timeout(timeout):
+        while True:
+            event = sandbox.next_event()
+            if event is h11.NEED_DATA:
+                sandbox.receive_data(await tunnel.reader.read(_CHUNK))
+                continue
+            if event is h11.PAUSED:
+                raise h11.RemoteProtocolError("the sandbox's server answered more than asked")
+            assert isinstance(event, h11.Event)
+            return event
+
+
+async def relay_websocket(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    tunnel: Tunnel,
+    *,
+    host: str,
+    target: str,
+    headers: Headers,
+) -> None:
+    """Open the sandbox server's WebSocket at ``target`` and relay messages both ways
+    until either side closes. A refusal by the sandbox's server is passed back as its
+    status (the ASGI server's 403 when it cannot send a response).
+
+    Raises:
+        Broken: the sandbox's server broke the handshake.
+    """
+    connection = WSConnection(ConnectionType.CLIENT)
+    subprotocols = [str(p) for p in scope.get("subprotocols", [])]
+    extra = [(n, v) for n, v in _strip(headers) if not n.startswith(b"sec-websocket-")]
+    extra = [(n, v) for n, v in extra if n != b"host"]
+    tunnel.writer.write(
+        connection.send(ws.Request(host=host, target=target, subprotocols=subprotocols,
+                                   extra_headers=extra))
+    )  # fmt: skip
+    accepted = await _handshake(connection, tunnel)
+    if isinstance(accepted, ws.RejectConnection):
+        await _refuse(scope, send, accepted.status_code)
+        return
+    await send({"type": "websocket.accept", "subprotocol": accepted.subprotocol})
+    upstream = asyncio.create_task(_from_sandbox(connection, tunnel, send))
+    try:
+        await _to_sandbox(connection, tunnel, receive, upstream)
+    finally:
+        upstream.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await upstream
+
+
+async def _handshake(
+    connection: WSConnection, tunnel: Tunnel
+) -> ws.AcceptConnection | ws.RejectConnection:
+    async with asyncio.timeout(_HEAD_SECONDS):
+        while True:
+            data = await tunnel.reader.read(_CHUNK)
+            if not data:
+                raise Broken("the sandbox's server closed the connection during the handshake")
+            try:
+                connection.receive_data(data)
+                for event in connection.events():
+                    if isinstance(event, ws.AcceptConnection | ws.RejectConnection):
+                        return event
+            except Exception as exc:  # wsproto's RemoteProtocolError and its kin
+                raise Broken(f"the sandbox's server broke the WebSocket handshake: {exc}") from exc
+
+
+async def _refuse(scope: Scope, send: Send, status: int) -> None:
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await send({"type": "websocket.http.response.start", "status": status, "headers": []})
+        await send({"type": "websocket.http.response.body", "body": b""})
+    else:
+        await send({"type": "websocket.close", "code": 1008})
+
+
+async def _to_sandbox(
+    connection: WSConnection, tunnel: Tunnel, receive: Receive, upstream: asyncio.Task[None]
+) -> None:
+    """The client's messages to the sandbox until the client leaves or the sandbox's side
+    ends (then the client is left to the ASGI server, already told)."""
+    while True:
+        getting = asyncio.ensure_future(receive())
+        done, _ = await asyncio.wait({getting, upstream}, return_when=asyncio.FIRST_COMPLETED)
+        if getting not in done:
+            getting.cancel()
+            return
+        message = getting.result()
+        try:
+            if message["type"] == "websocket.receive":
+                if message.get("text") is not None:
+                    data = connection.send(ws.TextMessage(data=message["text"]))
+                else:
+                    data = connection.send(ws.BytesMessage(data=message.get("bytes") or b""))
+                tunnel.writer.write(data)
+                await tunnel.writer.drain()
+            elif message["type"] == "websocket.disconnect":
+                code = message.get("code", 1000)
+                code = code if 1000 <= code < 5000 and code not in (1005, 1006, 1015) else 1000
+                with contextlib.suppress(Exception):
+                    tunnel.writer.write(connection.send(ws.CloseConnection(code=code)))
+                    await tunnel.writer.drain()
+                return
+        except (OSError, ConnectionError):
+            return
+        except Exception:  # wsproto: the connection is closing; nothing more to send
+            return
+
+
+async def _from_sandbox(connection: WSConnection, tunnel: Tunnel, send: Send) -> None:
+    text: list[str] = []
+    binary: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            data = await tunnel.reader.read(_CHUNK)
+            if not data:
+                await send({"type": "websocket.close", "code": 1001})  # it went away
+                return
+            connection.receive_data(data)
+            for event in connection.events():
+                if isinstance(event, ws.TextMessage | ws.BytesMessage):
+                    size += len(event.data)
+                    if size > _MAX_MESSAGE:
+                        await send({"type": "websocket.close", "code": 1009})
+                        return
+                    if isinstance(event, ws.TextMessage):
+                        text.append(event.data)
+                    else:
+                        binary.append(bytes(event.data))
+                    if event.message_finished:
+                        if isinstance(event, ws.TextMessage):
+                            await send({"type": "websocket.send", "text": "".join(text)})
+                        else:
+                            await send({"type": "websocket.send", "bytes": b"".join(binary)})
+                        text, binary, size = [], [], 0
+                elif isinstance(event, ws.Ping):
+                    tunnel.writer.write(connection.send(event.response()))
+                elif isinstance(event, ws.CloseConnection):
+                    with contextlib.suppress(Exception):
+                        tunnel.writer.write(connection.send(event.response()))
+                    code = event.code if 1000 <= event.code < 5000 and event.code not in (
+                        1005, 1006, 1015) else 1000  # fmt: skip
+                    await send(
+                        {"type": "websocket.close", "code": code, "reason": event.reason or ""}
+                    )
+                    return
+    except (OSError, ConnectionError):
+        with contextlib.suppress(Exception):
+            await send({"type": "websocket.close", "code": 1011})
+    except Exception:  # wsproto: the sandbox's server broke the protocol
+        with contextlib.suppress(Exception):
+            await send({"type": "websocket.close", "code": 1002})

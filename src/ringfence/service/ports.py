@@ -1,0 +1,204 @@
+"""Reaching a server a sandbox runs on one of its ports: preview URLs (docs/design.md 14.2).
+
+The sandbox gains no inbound network: each connection is a tunnel through its daemon
+(``port_tunnel``), which connects to the port on the sandbox's own loopback. This module
+decides who may open one:
+
+- a key of the sandbox's tenant, or its traffic access token (which names the tenant and
+  key it was handed to): another tenant's is ``SandboxNotFound``, as for any sandbox;
+- anyone, when the sandbox was created with ``public_traffic``; without it an anonymous
+  caller is told a token or key is needed, whether or not the sandbox exists (no oracle);
+- never a port Ringfence itself listens on inside the sandbox (the egress proxy and
+  resolver: through them a caller would act with the sandbox's egress policy, its
+  injected credentials included).
+
+It bounds the tunnels open at once per sandbox and audits each route: the first connection
+of each (sandbox, port, actor) is recorded, then again at the 10th, 100th, 1000th... with
+the count, so the record names everyone who reached a port without growing by a line per
+request (a page load is dozens).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from ringfence.errors import Forbidden, InvalidRequest, TooManyRequests, Unauthenticated
+from ringfence.models import Sandbox
+from ringfence.network.gateway import DNS_PORT, PROXY_PORT
+from ringfence.service.daemon_client import DaemonClient
+from ringfence.service.port_tunnel import Pipe, open_tunnel
+
+__all__ = ["RESERVED_PORTS", "PortCaller", "Ports", "Tunnel"]
+
+# Ports Ringfence listens on inside a sandbox that has a network (network/gateway.py).
+RESERVED_PORTS = frozenset({PROXY_PORT, DNS_PORT})
+_KEPT = 4096  # sandboxes whose facts and counts are kept before ended ones are forgotten
+
+
+class Sandboxes(Protocol):
+    """What ports need of the sandbox service (``SandboxService`` is one)."""
+
+    async def get(self, tenant: str, sandbox_id: str) -> Sandbox: ...
+
+    async def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient: ...
+
+    def live_tenant(self, sandbox_id: str) -> str | None: ...
+
+    def record(
+        self,
+        tenant: str,
+        actor: str,
+        action: str,
+        sandbox_id: str,
+        outcome: str = "ok",
+        details: Mapping[str, object] | None = None,
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class PortCaller:
+    """Who opens a port: the tenant (None: an anonymous caller), the actor the audit
+    record names (a key id, ``public`` for an anonymous caller) and how it was admitted
+    (``key``, ``token``, ``public``)."""
+
+    tenant: str | None
+    actor: str
+    access: str
+
+    @classmethod
+    def anonymous(cls) -> PortCaller:
+        return cls(None, "public", "public")
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What a sandbox's record says about its ports (fixed at create)."""
+
+    tenant: str
+    public: bool
+    group: str | None
+
+
+class Tunnel:
+    """An open connection to a sandbox's port; ``aclose`` it (it counts until then)."""
+
+    def __init__(self, pipe: Pipe, on_close: Callable[[], None]) -> None:
+        self.reader = pipe.reader
+        self.writer = pipe.writer
+        self._pipe = pipe
+        self._on_close: Callable[[], None] | None = on_close
+
+    async def aclose(self) -> None:
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
+            await self._pipe.aclose()
+
+
+class Ports:
+    """Opens tunnels to sandboxes' ports for callers the rules above admit."""
+
+    def __init__(self, sandboxes: Sandboxes, max_per_sandbox: int) -> None:
+        self._sandboxes = sandboxes
+        self._max = max_per_sandbox
+        self._facts: dict[str, _Facts] = {}
+        self._open: collections.Counter[str] = collections.Counter()
+        self._opened: collections.Counter[tuple[str, int, str]] = collections.Counter()
+
+    def open_count(self, sandbox_id: str) -> int:
+        return self._open[sandbox_id]
+
+    async def open(self, caller: PortCaller, sandbox_id: str, port: int, *, via: str) -> Tunnel:
+        """A tunnel to ``port`` of the sandbox (resumed first if paused, as any request).
+
+        ``via`` names the route on the audit record (``path``, ``host``).
+
+        Raises:
+            InvalidRequest: the port is not from 1 to 65535.
+            Forbidden: the port is one Ringfence listens on inside the sandbox.
+            Unauthenticated: an anonymous caller, and the sandbox is not public (or is
+                not known here).
+            SandboxNotFound: no such sandbox in the caller's tenant.
+            SandboxNotRunning: it has ended (or is paused with auto_resume off).
+            TooManyRequests: the sandbox has its most tunnels open.
+            PortNotListening: nothing listens on the port.
+        """
+        if not 0 < port < 65536:
+            raise InvalidRequest(f"port {port} is not from 1 to 65535")
+        if port in RESERVED_PORTS:
+            raise Forbidden(
+                f"port {port} is Ringfence's own inside the sandbox (its egress proxy and "
+                f"resolver listen on {sorted(RESERVED_PORTS)}): it is never reached from outside"
+            )
+        facts = await self._facts_for(caller, sandbox_id)
+        if self._open[sandbox_id] >= self._max:
+            raise TooManyRequests(
+                f"sandbox {sandbox_id} has {self._max} connections to its ports open; "
+                "wait for some to end"
+            )
+        daemon = await self._sandboxes.daemon(facts.tenant, sandbox_id)
+        self._audit(facts.tenant, caller, sandbox_id, port, via)
+        self._open[sandbox_id] += 1
+        try:
+            pipe = await open_tunnel(daemon.socket_path, sandbox_id, port)
+        except BaseException:
+            self._closed(sandbox_id)
+            raise
+        return Tunnel(pipe, lambda: self._closed(sandbox_id))
+
+    async def _facts_for(self, caller: PortCaller, sandbox_id: str) -> _Facts:
+        tenant = caller.tenant
+        if tenant is None:  # anonymous: the sandbox must be known here, and public
+            known = self._facts.get(sandbox_id)
+            tenant = known.tenant if known is not None else self._sandboxes.live_tenant(sandbox_id)
+            if tenant is None:
+                raise _needs_credentials(sandbox_id)
+        facts = self._facts.get(sandbox_id)
+        if facts is None or facts.tenant != tenant:
+            sandbox = await self._sandboxes.get(tenant, sandbox_id)  # SandboxNotFound
+            facts = _Facts(tenant, sandbox.public_traffic, sandbox.group)
+            self._remember(sandbox_id, facts)
+        if caller.tenant is None and not facts.public:
+            raise _needs_credentials(sandbox_id)
+        return facts
+
+    def _remember(self, sandbox_id: str, facts: _Facts) -> None:
+        if len(self._facts) >= _KEPT:
+            for known in [s for s in self._facts if self._sandboxes.live_tenant(s) is None]:
+                del self._facts[known]
+            for key in [k for k in self._opened if k[0] not in self._facts]:
+                del self._opened[key]
+        self._facts[sandbox_id] = facts
+
+    def _audit(self, tenant: str, caller: PortCaller, sandbox_id: str, port: int, via: str) -> None:
+        key = (sandbox_id, port, caller.actor)
+        self._opened[key] += 1
+        count = self._opened[key]
+        if count == 1 or _power_of_ten(count):
+            details: dict[str, object] = {
+                "port": port, "via": via, "access": caller.access, "connections": count,
+            }  # fmt: skip
+            self._sandboxes.record(tenant, caller.actor, "sandbox.port_open", sandbox_id,
+                                   details=details)  # fmt: skip
+
+    def _closed(self, sandbox_id: str) -> None:
+        self._open[sandbox_id] -= 1
+        if self._open[sandbox_id] <= 0:
+            del self._open[sandbox_id]
+
+
+def _power_of_ten(n: int) -> bool:
+    while n >= 10 and n % 10 == 0:
+        n //= 10
+    return n == 1
+
+
+def _needs_credentials(sandbox_id: str) -> Unauthenticated:
+    return Unauthenticated(
+        f"reaching a port of sandbox {sandbox_id} needs its traffic access token "
+        "(E2B-Traffic-Access-Token) or an API key of its tenant, unless it was created "
+        "with public_traffic"
+    )

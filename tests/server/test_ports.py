@@ -1,0 +1,463 @@
+"""Preview URLs (docs/ports.md) over real HTTP, on the fakes: who may reach a port, what
+crosses, streaming, WebSocket, bounds and the audit record.
+
+A fake sandbox runs on the host's network, so the "server in the sandbox" here is a
+process on the host's loopback; that a real sandbox's loopback is its own (and the host's
+unreachable) is ``test_ports_local.py``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import websocket
+
+from ringfence.audit.signing import SealKey
+from ringfence.compose import build_services
+from ringfence.config import Config
+from ringfence.models import Role
+from ringfence.server import create_app
+from ringfence.service.credentials import CredentialKey
+from ringfence.service.keys import mint_key
+from ringfence.store import MemoryStore
+from ringfence.testing.fakes import FakeExecutor, FakeSandboxRuntime
+from tests.server.conftest import _uvicorn
+
+APP = Path(__file__).with_name("port_app.py")
+DOMAIN = "preview.test"
+MAX_CONNECTIONS = 3
+
+
+@dataclass
+class Served:
+    url: str
+    client: httpx.AsyncClient
+    acme: str  # tenant acme's key
+    globex: str  # tenant globex's key
+    go: Path  # the port app's /stream goes on once this exists
+    admin: str  # tenant acme's admin key (reads the audit record)
+
+    def auth(self, key: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key or self.acme}"}
+
+    async def sandbox(self, **spec: object) -> str:
+        response = await self.client.post("/v1/sandboxes", headers=self.auth(), json=spec)
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    async def audit(self, sandbox_id: str, at_least: int) -> list[dict[str, object]]:
+        """The port_open records of the sandbox, once ``at_least`` are written (batched)."""
+        deadline = time.monotonic() + 10
+        while True:
+            records: list[dict[str, object]] = (
+                await self.client.get(
+                    "/v1/audit",
+                    params={"target": f"sandbox:{sandbox_id}", "action": "sandbox.port_open"},
+                    headers=self.auth(self.admin),
+                )
+            ).json()
+            assert isinstance(records, list), records
+            if len(records) >= at_least or time.monotonic() > deadline:
+                return records
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def port_app(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """The port app on the host's loopback (where a fake sandbox's loopback is)."""
+    go = tmp_path / "go"
+    process = subprocess.Popen(
+        [sys.executable, str(APP), "0"], stdout=subprocess.PIPE, text=True,
+        env={"PORT_APP_GO": str(go), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("listening "), line
+        yield int(line.split()[1]), go
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture
+async def served(port_app: tuple[int, Path]) -> AsyncIterator[Served]:
+    data_dir = Path(tempfile.mkdtemp(prefix="rf-ports-"))
+    config = Config(
+        pool_sizes={}, data_dir=data_dir, ports_domain=DOMAIN,
+        max_port_connections_per_sandbox=MAX_CONNECTIONS,
+    )  # fmt: skip
+    store = MemoryStore()
+    services = await build_services(
+        config, store=store, executor=FakeExecutor(config), runtime=FakeSandboxRuntime(config),
+        seal_key=SealKey.generate(), seal_interval=3600, credentials=CredentialKey.generate(),
+    )  # fmt: skip
+    app = create_app(services)
+    acme = await mint_key(store, "acme", Role.AGENT)
+    globex = await mint_key(store, "globex", Role.AGENT)
+    admin = await mint_key(store, "acme", Role.ADMIN)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
+        await stack.enter_async_context(app.router.lifespan_context(app))
+        url = await stack.enter_async_context(_uvicorn(app))
+        client = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=30))
+        yield Served(url, client, acme, globex, port_app[1], admin)
+
+
+@pytest.fixture
+def port(port_app: tuple[int, Path]) -> int:
+    return port_app[0]
+
+
+def _echoed(response: httpx.Response) -> dict[str, object]:
+    assert response.status_code == 200, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+def _headers_seen(echo: dict[str, object]) -> dict[str, str]:
+    pairs = echo["headers"]
+    assert isinstance(pairs, list)
+    return {name: value for name, value in pairs}
+
+
+def _error(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+async def test_a_key_of_its_tenant_reaches_the_port_by_path(served: Served, port: int) -> None:
+    sandbox_id = await served.sandbox()
+    response = await served.client.get(
+        f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo/a%2Fb?x=1&y=2", headers=served.auth()
+    )
+    echo = _echoed(response)
+    assert echo["path"] == "/echo/a%2Fb?x=1&y=2"  # the rest of the path, as it was encoded
+    seen = _headers_seen(echo)
+    assert seen["x-forwarded-prefix"] == f"/v1/sandboxes/{sandbox_id}/ports/{port}"
+    assert seen["x-forwarded-for"] == "127.0.0.1"
+    # The path route shares Ringfence's origin: the page runs in an opaque origin and
+    # sets no cookie there.
+    assert "sandbox allow-scripts" in response.headers["content-security-policy"]
+    assert "allow-same-origin" not in response.headers["content-security-policy"]
+    assert "set-cookie" not in response.headers
+    bare = await served.client.get(
+        f"/v1/sandboxes/{sandbox_id}/ports/{port}", headers=served.auth()
+    )
+    assert _echoed(bare)["path"] == "/"
+
+
+async def test_the_host_name_form_reaches_the_port_with_the_apps_own_cookies(
+    served: Served, port: int
+) -> None:
+    sandbox_id = await served.sandbox()
+    response = await served.client.get(
+        "/echo?q=1",
+        headers={
+            **served.auth(),
+            "Host": f"{port}-{sandbox_id}.{DOMAIN.upper()}:443",
+            "Cookie": "app=2; ringfence_console=stolen; other=3",
+        },
+    )
+    echo = _echoed(response)
+    assert echo["path"] == "/echo?q=1"
+    seen = _headers_seen(echo)
+    assert seen["cookie"] == "app=2; other=3"  # the console's own is never passed on
+    assert seen["host"] == f"{port}-{sandbox_id}.{DOMAIN.upper()}:443"
+    assert "x-forwarded-prefix" not in seen
+    assert response.headers["set-cookie"] == "app=1; Path=/"  # its own origin: its cookies
+    assert "content-security-policy" not in response.headers
+
+
+async def test_ringfence_credentials_never_reach_the_sandbox(served: Served, port: int) -> None:
+    sandbox_id = await served.sandbox()
+    for headers in (
+        {"Authorization": f"Bearer {served.acme}", "Cookie": "ringfence_console=s; app=1"},
+        {"X-API-Key": served.acme, "Authorization": "Basic dXNlcjpwYXNz"},
+    ):
+        echo = _echoed(
+            await served.client.get(
+                f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo",
+                headers={**headers, "E2B-Sandbox-Id": sandbox_id, "X-Forwarded-Host": "x"},
+            )
+        )
+        seen = _headers_seen(echo)
+        assert served.acme not in json.dumps(echo)
+        assert "cookie" not in seen  # the path route's cookies are Ringfence's origin's
+        assert "x-api-key" not in seen and "e2b-sandbox-id" not in seen
+        assert seen["x-forwarded-host"] != "x"  # Ringfence's own, not the client's
+    # An Authorization that is not a Ringfence key is the app's own: it passes.
+    assert seen["authorization"] == "Basic dXNlcjpwYXNz"
+
+
+async def test_no_credential_or_another_tenants_key_cannot_reach_a_port(
+    served: Served, port: int
+) -> None:
+    sandbox_id = await served.sandbox()
+    path = f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo"
+    anonymous = await served.client.get(path)
+    assert _error(anonymous) == (401, "unauthenticated")
+    assert _error(await served.client.get(path, headers=served.auth(served.globex))) == (
+        404,
+        "not_found",
+    )
+    forged = {"E2B-Traffic-Access-Token": f"acme.x.y.{'A' * 43}"}
+    assert _error(await served.client.get(path, headers=forged)) == (401, "unauthenticated")
+    wrong_key = {"Authorization": "Bearer rf_0123456789abcdef_" + "A" * 43}
+    assert _error(await served.client.get(path, headers=wrong_key)) == (401, "unauthenticated")
+    # An anonymous caller learns nothing about which sandboxes exist.
+    missing = await served.client.get(f"/v1/sandboxes/sbnothere/ports/{port}/echo")
+    assert _error(missing) == (401, "unauthenticated")
+    by_host = await served.client.get("/echo", headers={"Host": f"{port}-{sandbox_id}.{DOMAIN}"})
+    assert _error(by_host) == (401, "unauthenticated")
+
+
+async def test_public_traffic_admits_anyone(served: Served, port: int) -> None:
+    sandbox_id = await served.sandbox(public_traffic=True)
+    got = await served.client.get(f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo")
+    assert _echoed(got)["method"] == "GET"
+    by_host = await served.client.get("/", headers={"Host": f"{port}-{sandbox_id}.{DOMAIN}"})
+    assert _echoed(by_host)["path"] == "/"
+    info = (await served.client.get(f"/v1/sandboxes/{sandbox_id}", headers=served.auth())).json()
+    assert info["public_traffic"] is True
+    # Another tenant's key is still another tenant's: not found, public or not.
+    other = await served.client.get(
+        f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo", headers=served.auth(served.globex)
+    )
+    assert _error(other) == (404, "not_found")
+
+
+async def test_a_port_nothing_listens_on_is_a_502_naming_it(served: Served) -> None:
+    sandbox_id = await served.sandbox()
+    probe = __import__("socket").socket()
+    probe.bind(("127.0.0.1", 0))
+    free = probe.getsockname()[1]
+    probe.close()
+    response = await served.client.get(
+        f"/v1/sandboxes/{sandbox_id}/ports/{free}/", headers=served.auth()
+    )
+    assert _error(response) == (502, "port_not_listening")
+    assert f"port {free}" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "segment", ["0", "65536", "99999", "abc", "080", "-1", "8080a", "%38%30", "1e3", " 80"]
+)
+async def test_a_port_out_of_range_or_not_a_number_is_a_400(served: Served, segment: str) -> None:
+    sandbox_id = await served.sandbox()
+    response = await served.client.get(
+        f"/v1/sandboxes/{sandbox_id}/ports/{segment}/", headers=served.auth()
+    )
+    assert _error(response) == (400, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        f"abc-sb1.{DOMAIN}",
+        f"80.{DOMAIN}",
+        f"80-sb1.x.{DOMAIN}",
+        DOMAIN,
+        f"080-sb1.{DOMAIN}",
+        f"70000-sb1.{DOMAIN}",
+        f"80-SB_1.{DOMAIN}",
+    ],
+)
+async def test_a_name_under_the_preview_domain_that_is_no_preview_url_is_a_400(
+    served: Served, host: str
+) -> None:
+    response = await served.client.get("/v1/sandboxes", headers={**served.auth(), "Host": host})
+    assert _error(response) == (400, "invalid_request")  # never the API under that name
+
+
+async def test_garbage_in_the_sandbox_id_is_a_400(served: Served, port: int) -> None:
+    for sandbox_id in ("sb..x", "sb%00x", "sb%0d%0aX-Injected:1"):
+        response = await served.client.get(
+            f"/v1/sandboxes/{sandbox_id}/ports/{port}/", headers=served.auth()
+        )
+        assert _error(response) == (400, "invalid_request"), sandbox_id
+
+
+async def test_ringfences_own_ports_in_the_sandbox_are_refused(served: Served) -> None:
+    sandbox_id = await served.sandbox(public_traffic=True)
+    for reserved in (3128, 53):
+        response = await served.client.get(f"/v1/sandboxes/{sandbox_id}/ports/{reserved}/")
+        assert _error(response) == (403, "forbidden")
+
+
+async def test_request_smuggling_does_not_reach_the_sandbox_as_a_second_request(
+    served: Served, port: int
+) -> None:
+    """Both framings at once (chunked wins, RFC 9112 6.3): what reaches the sandbox is one
+    request, framed by Ringfence; the bytes behind it are a next request to Ringfence, never
+    to the sandbox."""
+    sandbox_id = await served.sandbox()
+    host, _, server_port = served.url.removeprefix("http://").partition(":")
+    smuggled = (
+        f"POST /v1/sandboxes/{sandbox_id}/ports/{port}/echo HTTP/1.1\r\n"
+        f"Host: x\r\nAuthorization: Bearer {served.acme}\r\n"
+        "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "0\r\n\r\nGET /echo/smuggled HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    ).encode()
+    reader, writer = await asyncio.open_connection(host, int(server_port))
+    writer.write(smuggled)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)  # until the server closes
+    writer.close()
+    first, _, second = answer.partition(b"HTTP/1.1 ")[2].partition(b"HTTP/1.1 ")
+    echo = json.loads(first.partition(b"\r\n\r\n")[2])
+    assert (echo["method"], echo["path"], echo["body"]) == ("POST", "/echo", "")
+    assert second.startswith(b"404"), second[:200]  # Ringfence's own answer, no sandbox's
+    assert b"smuggled" not in first
+
+
+async def test_a_streamed_answer_arrives_as_it_comes(served: Served, port: int) -> None:
+    sandbox_id = await served.sandbox()
+    path = f"/v1/sandboxes/{sandbox_id}/ports/{port}/stream"
+    async with served.client.stream("GET", path, headers=served.auth()) as response:
+        chunks = response.aiter_text()
+        assert await asyncio.wait_for(anext(chunks), 10) == "one\n"  # before the answer ends
+        served.go.touch()
+        rest = "".join([chunk async for chunk in chunks])
+    assert rest == "two\n"
+
+
+async def test_a_request_body_is_streamed_to_the_sandbox(served: Served, port: int) -> None:
+    sandbox_id = await served.sandbox()
+
+    async def body() -> AsyncIterator[bytes]:
+        for part in (b"a" * 100_000, b"b" * 100_000):
+            yield part
+
+    response = await served.client.post(
+        f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo", headers=served.auth(), content=body()
+    )
+    echo = _echoed(response)
+    assert echo["body"] == "a" * 100_000 + "b" * 100_000
+    assert _headers_seen(echo)["transfer-encoding"] == "chunked"
+    big = b"x" * (8 << 20)  # above the API's body limit: a preview URL's body is the app's
+    response = await served.client.post(
+        f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo", headers=served.auth(), content=big
+    )
+    assert len(str(_echoed(response)["body"])) == len(big)
+
+
+async def test_connections_to_one_sandbox_are_bounded(served: Served, port: int) -> None:
+    sandbox_id = await served.sandbox()
+    other_id = await served.sandbox()
+    path = f"/v1/sandboxes/{sandbox_id}/ports/{port}/stream"
+    async with contextlib.AsyncExitStack() as held:
+        for _ in range(MAX_CONNECTIONS):
+            response = await held.enter_async_context(
+                served.client.stream("GET", path, headers=served.auth())
+            )
+            assert response.status_code == 200
+        refused = await served.client.get(path + "?now", headers=served.auth())
+        assert _error(refused) == (429, "too_many_requests")
+        elsewhere = await served.client.get(
+            f"/v1/sandboxes/{other_id}/ports/{port}/stream?now", headers=served.auth()
+        )
+        assert elsewhere.status_code == 200  # the bound is per sandbox
+        served.go.touch()
+    again = await served.client.get(path + "?now", headers=served.auth())
+    assert again.status_code == 200  # closed connections no longer count
+
+
+async def test_each_route_is_audited_at_its_first_connection_then_counted(
+    served: Served, port: int
+) -> None:
+    sandbox_id = await served.sandbox(public_traffic=True)
+    path = f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo"
+    for _ in range(10):
+        assert (await served.client.get(path, headers=served.auth())).status_code == 200
+    assert (await served.client.get(path)).status_code == 200
+    records = await served.audit(sandbox_id, at_least=3)
+    seen = sorted(
+        (str(r["actor"]), r["details"]["connections"], r["details"]["access"])  # type: ignore[index]
+        for r in records
+    )
+    key_id = served.acme.split("_")[1]
+    assert seen == [(key_id, 1, "key"), (key_id, 10, "key"), ("public", 1, "public")]
+    assert all(r["details"]["port"] == port for r in records)  # type: ignore[index]
+
+
+async def test_e2b_tokens_and_host_names_reach_ports_and_envd(served: Served, port: int) -> None:
+    """E2B's create answers the preview domain (what ``get_host`` builds on) and a traffic
+    token; envd's own host name goes to E2B's door."""
+    created = await served.client.post(
+        "/sandboxes", json={"templateID": "base"}, headers={"X-API-KEY": served.acme}
+    )
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert body["domain"] == DOMAIN
+    sandbox_id, token = body["sandboxID"], body["trafficAccessToken"]
+    host = f"{port}-{sandbox_id}.{body['domain']}"
+    echo = _echoed(
+        await served.client.get("/echo", headers={"Host": host, "E2B-Traffic-Access-Token": token})
+    )
+    assert token not in json.dumps(echo)
+    other = await served.sandbox()  # the token is its sandbox's only
+    refused = await served.client.get(
+        "/echo", headers={"Host": f"{port}-{other}.{DOMAIN}", "E2B-Traffic-Access-Token": token}
+    )
+    assert _error(refused) == (401, "unauthenticated")
+    health = await served.client.get(
+        "/health",
+        headers={"Host": f"49983-{sandbox_id}.{DOMAIN}", "X-Access-Token": body["envdAccessToken"]},
+    )
+    assert health.status_code == 204
+
+
+def _websocket(url: str, **options: object) -> list[object]:
+    """Talk to the port app's /ws: a text and a binary message, then close with 4001."""
+    ws = websocket.create_connection(url, timeout=10, **options)
+    try:
+        ws.send("hello")
+        text = ws.recv()
+        ws.send_binary(b"\x01\x02\x03")
+        binary = ws.recv()
+        ws.send_close(4001)
+        ws.recv()
+        return [text, binary, ws.status]
+    finally:
+        ws.close()
+
+
+async def test_a_websocket_passes_by_path_and_by_host(served: Served, port: int) -> None:
+    sandbox_id = await served.sandbox()
+    ws_url = served.url.replace("http://", "ws://")
+    by_path = await asyncio.to_thread(
+        _websocket, f"{ws_url}/v1/sandboxes/{sandbox_id}/ports/{port}/ws",
+        header=[f"Authorization: Bearer {served.acme}"],
+    )  # fmt: skip
+    assert by_path[:2] == ["echo:hello", b"\x03\x02\x01"]
+    by_host = await asyncio.to_thread(
+        _websocket, f"{ws_url}/ws", host=f"{port}-{sandbox_id}.{DOMAIN}",
+        header=[f"X-API-Key: {served.acme}"],
+    )  # fmt: skip
+    assert by_host[:2] == ["echo:hello", b"\x03\x02\x01"]
+
+
+async def test_a_websocket_without_credentials_is_refused(served: Served, port: int) -> None:
+    sandbox_id = await served.sandbox()
+    ws_url = served.url.replace("http://", "ws://")
+    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+        await asyncio.to_thread(_websocket, f"{ws_url}/v1/sandboxes/{sandbox_id}/ports/{port}/ws")
+    assert refused.value.status_code == 401
+    with pytest.raises(websocket.WebSocketBadStatusException) as other:
+        await asyncio.to_thread(
+            _websocket, f"{ws_url}/v1/sandboxes/{sandbox_id}/ports/{port}/ws",
+            header=[f"Authorization: Bearer {served.globex}"],
+        )  # fmt: skip
+    assert other.value.status_code == 404
