@@ -461,3 +461,12 @@ async def test_a_websocket_without_credentials_is_refused(served: Served, port: 
             header=[f"Authorization: Bearer {served.globex}"],
         )  # fmt: skip
     assert other.value.status_code == 404
+
+
+async def test_the_openapi_document_describes_the_path_route(served: Served) -> None:
+    document = (await served.client.get("/openapi.json")).json()
+    route = document["paths"]["/v1/sandboxes/{sandbox_id}/ports/{port}/{path}"]
+    assert set(route) == {"get", "post", "put", "patch", "delete"}
+    assert {"400", "401", "404", "429", "502"} <= set(route["get"]["responses"])
+    schemes = document["components"]["securitySchemes"]
+    assert all(name in schemes for option in route["get"]["security"] for name in option)

@@ -125,7 +125,7 @@ def _state_bounds(app: FastAPI, config: Config) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = with_server_bounds(build(), config)
+            app.openapi_schema = with_server_bounds(port_routes.documented(build()), config)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

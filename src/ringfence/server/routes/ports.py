@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -38,7 +39,7 @@ from ringfence.server.port_relay import Broken, Headers, relay_http, relay_webso
 from ringfence.service.keys import Keys
 from ringfence.service.ports import PortCaller, Ports
 
-__all__ = ["PATH_PREFIX", "TOKEN_HEADER", "PortLayer", "path_of", "preview_host"]
+__all__ = ["PATH_PREFIX", "TOKEN_HEADER", "PortLayer", "documented", "path_of", "preview_host"]
 
 TOKEN_HEADER = "e2b-traffic-access-token"
 PATH_PREFIX = "/v1/sandboxes/{sandbox_id}/ports/{port}/"
@@ -300,3 +301,66 @@ async def _refuse(scope: Scope, send: Send, error: RingfenceError) -> None:
         return
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+_DOCUMENTED_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def documented(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` (the app's OpenAPI dict) with the path route added, in place: a layer
+    in front of the app serves it, so FastAPI does not see it."""
+    error = {
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    }
+
+    def failing(description: str) -> dict[str, Any]:
+        return {"description": description, **error}
+
+    parameters = [
+        {"name": "sandbox_id", "in": "path", "required": True, "description": "The sandbox's id.",
+         "schema": {"type": "string", "pattern": "^[A-Za-z0-9]{1,64}$"}},
+        {"name": "port", "in": "path", "required": True,
+         "description": "The port a server listens on in the sandbox (its own loopback).",
+         "schema": {"type": "integer", "minimum": 1, "maximum": 65535}},
+        {"name": "path", "in": "path", "required": True,
+         "description": "The rest of the path, as the sandbox's server is asked for it.",
+         "schema": {"type": "string"}},
+    ]  # fmt: skip
+    responses = {
+        "default": {"description": "What the sandbox's server answers, streamed as it comes"},
+        "400": failing("A port that is not from 1 to 65535, or a malformed id (invalid_request)"),
+        "401": failing(
+            "No valid credential: a key of the sandbox's tenant or its traffic access token "
+            "(E2B-Traffic-Access-Token) is needed unless it has public_traffic (unauthenticated)"
+        ),
+        "403": failing("A port Ringfence itself listens on in the sandbox (forbidden)"),
+        "404": failing("No such sandbox in your tenant (not_found)"),
+        "409": failing("The sandbox has ended, or is paused with auto_resume off"),
+        "429": failing("The sandbox has its most connections open (too_many_requests)"),
+        "500": failing("An unexpected error, logged by the server (internal)"),
+        "502": failing(
+            "Nothing listens on the port in the sandbox (port_not_listening), or its server "
+            "broke HTTP (bad_gateway)"
+        ),
+    }
+    operations = {
+        method: {
+            "tags": ["ports"],
+            "summary": "Reach a server the sandbox runs on a port (a preview URL)",
+            "description": (
+                "Passed to the server listening on the port on the sandbox's own loopback, "
+                "bodies streamed both ways; a WebSocket upgrade passes too. The same is "
+                "served at {port}-{sandbox_id}.{ports_domain} when the server has a preview "
+                "domain. Ringfence's credentials and, here, cookies are not passed on; the "
+                "answer comes back with Content-Security-Policy: sandbox and no Set-Cookie "
+                "(docs/ports.md)."
+            ),
+            "operationId": f"port_{method}",
+            "parameters": parameters,
+            "responses": responses,
+            "security": [{"HTTPBearer": []}, {"APIKeyHeader": []}, {}],
+        }
+        for method in _DOCUMENTED_METHODS
+    }
+    document.setdefault("paths", {})["/v1/sandboxes/{sandbox_id}/ports/{port}/{path}"] = operations
+    return document
