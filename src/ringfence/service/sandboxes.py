@@ -197,9 +197,7 @@ class SandboxService(Pausing):
         check_tenant_policy(spec.network, self._config, tenant)
         check_project(spec, self._config)
         # The workstation's parts, each refused here until it is built (docs/design.md 14).
-        for name, given in (
-            ("group", spec.group is not None),
-        ):
+        for name, given in (("group", spec.group is not None),):
             if given:
                 raise InvalidRequest(f"{name}: not supported on this server yet")
         return image
