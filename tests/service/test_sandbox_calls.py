@@ -106,6 +106,29 @@ async def test_a_command_goes_on_the_record_without_its_variable_values(
     assert "s3cret" not in json.dumps(record.details)
 
 
+async def test_a_terminal_goes_on_the_record_with_its_size_never_its_input(
+    sandbox: OneSandbox,
+) -> None:
+    start = {
+        "process": {"cmd": "/bin/sh", "args": ["-c", "exit"]},
+        "pty": {"size": {"rows": 9, "cols": 33}},
+    }
+    answer = await SandboxCalls(sandbox).rpc(
+        CALLER, "process.Process/Start", STREAM, _body(_envelope(start))
+    )
+    await answer.aread()
+    typed = {"process": {"pid": 1}, "input": {"pty": "czNjcjN0"}}  # base64 of "s3cr3t"
+    answer = await SandboxCalls(sandbox).rpc(
+        CALLER, "process.Process/SendInput", UNARY, _body(json.dumps(typed).encode())
+    )
+    await answer.aread()
+    started, sent = sandbox.records
+    assert started.details == {
+        "command": "/bin/sh -c exit", "cwd": "", "env": [], "pty": "9x33"
+    }  # fmt: skip
+    assert sent.action == "sandbox.SendInput" and "czNjcjN0" not in json.dumps(sent.details)
+
+
 async def test_a_call_that_only_looks_is_not_on_the_record(sandbox: OneSandbox) -> None:
     answer = await SandboxCalls(sandbox).rpc(CALLER, "process.Process/List", UNARY, _body(b"{}"))
     assert answer.status == 200

@@ -10,7 +10,8 @@ access token or signed URL) and in the shape of what they answer. Each call:
    ``user`` and ``root``), and tells the daemon who it acts as (``?username=``);
 3. classifies it by the daemon's own table (``sandboxd.methods``): what changes the
    sandbox goes on the audit record with what is kept of it (the command line, working
-   directory and variable names; paths; the signal; never stdin or variable values; text
+   directory and variable names, and a terminal's size; paths; the signal; never stdin, a
+   terminal's input or variable values; text
    clipped to 2048 characters, except the path of a native write, kept whole as it was);
 4. passes it to the daemon and returns its ``Answer``, bodies streamed both ways: only a
    body that is audited is read first (bounded by the server's body limit).
@@ -261,11 +262,17 @@ def _audited(method: str, body: bytes) -> dict[str, object]:
         assert isinstance(process, dict)
         words = [process.get("cmd"), *(process.get("args") or [])]
         envs = process.get("envs")
-        return {
+        started: dict[str, object] = {
             "command": clip(" ".join(str(word) for word in words if word is not None)),
             "cwd": clip(str(process.get("cwd") or "")),
             "env": sorted(envs)[:100] if isinstance(envs, dict) else [],
         }
+        pty = message.get("pty")
+        if isinstance(pty, dict):  # a terminal: its size, as asked
+            size = pty.get("size") if isinstance(pty.get("size"), dict) else {}
+            assert isinstance(size, dict)
+            started["pty"] = clip(f"{size.get('rows')}x{size.get('cols')}")
+        return started
     if method == "SendInput":
         return {"process": message.get("process"), "bytes": len(body)}
     return {
