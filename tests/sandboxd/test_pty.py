@@ -81,12 +81,12 @@ def test_input_is_echoed_and_ctrl_d_ends_cat(daemon: Daemon) -> None:
 
 def test_resize_reaches_the_process_as_sigwinch(daemon: Daemon) -> None:
     code = (
-        "import os, signal, sys\n"
+        "import os, signal\n"  # os.write: a buffered print may be mid-flush at the signal
         "def winch(*_):\n"
         "    size = os.get_terminal_size(0)\n"
-        "    sys.stdout.write(f'size {size.lines}x{size.columns}\\n'); sys.stdout.flush()\n"
+        "    os.write(1, f'size {size.lines}x{size.columns}\\n'.encode())\n"
         "signal.signal(signal.SIGWINCH, winch)\n"
-        "print('ready', flush=True)\n"
+        "os.write(1, b'ready\\n')\n"
         "while True: signal.pause()\n"
     )
     pid, stream = terminal(daemon, sys.executable, "-c", code, rows=10, cols=20)
