@@ -237,3 +237,40 @@ def test_a_symlink_swapped_in_during_syncs_never_leads_out(project: View) -> Non
         swapper.join()
     assert swaps > 0
     _outside_untouched(project)
+
+
+def test_links_with_dots_after_a_name_are_refused(project: View) -> None:
+    os.symlink("x/../../outside/keep", project.merged / "sub/weird")  # x may be a link
+    os.symlink("../a.txt", project.merged / "sub/up-one")  # climbs a real directory only
+    applied, refused = projects.sync(project.upper, project.host, None)
+    assert [c.path for c in applied] == ["sub/up-one"]
+    assert [r.path for r in refused] == ["sub/weird"]
+    assert os.readlink(project.host / "sub/up-one") == "../a.txt"
+
+
+def test_a_host_file_edited_after_the_sync_read_it_is_never_overwritten(
+    project: View, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ringfence.projects import _sync
+
+    (project.merged / "a.txt").write_text("the sandbox's\n")
+    (project.merged / "b.txt").unlink()
+    (project.merged / "new.txt").write_text("new\n")
+    real = _sync.read_changes
+
+    def then_the_host_edits(*args: object) -> object:
+        changes = real(*args)  # type: ignore[arg-type]
+        (project.host / "a.txt").write_text("the host's newer edit\n")
+        (project.host / "b.txt").write_text("b, edited\n")
+        (project.host / "new.txt").write_text("made on the host meanwhile\n")
+        return changes
+
+    monkeypatch.setattr(_sync, "read_changes", then_the_host_edits)
+    applied, refused = projects.sync(project.upper, project.host, None)
+
+    assert applied == []
+    assert [r.path for r in refused] == ["a.txt", "b.txt", "new.txt"]
+    assert all("changed on the host" in r.reason for r in refused)
+    assert (project.host / "a.txt").read_text() == "the host's newer edit\n"
+    assert (project.host / "b.txt").read_text() == "b, edited\n"
+    assert (project.host / "new.txt").read_text() == "made on the host meanwhile\n"

@@ -29,7 +29,7 @@ from ringfence.projects._changes import Owner, ProjectError, read_changes
 from ringfence.projects._creds import run_as_owner
 from ringfence.projects._diff import render
 from ringfence.projects._fs import open_dir_path
-from ringfence.projects._sync import sync as _sync
+from ringfence.projects._sync import sync as _apply
 
 __all__ = ["Owner", "ProjectError", "diff", "open_dir_path", "owner_of", "sync"]
 
@@ -79,7 +79,7 @@ def sync(
 
     def apply() -> tuple[list[SyncedChange], list[SyncRefusal]]:
         with _opened(upper, source) as (upper_fd, host_fd):
-            return _sync(upper_fd, host_fd, owner, paths)
+            return _apply(upper_fd, host_fd, owner, paths)
 
     return run_as_owner(owner.uid, owner.gid, apply)
 

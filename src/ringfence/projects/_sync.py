@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import os
-import posixpath
 import secrets
 import stat
 from collections.abc import Sequence
@@ -93,10 +92,15 @@ def _apply(change: Change, upper_fd: int, host_fd: int, mount: int) -> None:
     *parents, name = change.parts
     if change.kind == "other" and change.action != "deleted":
         raise _Refused("a fifo, socket or device: special files are never made on the host")
-    parent = _host_parent(host_fd, upper_fd, parents, mount)
+    if change.kind == "symlink" and change.action != "deleted":
+        _check_link(change)
+    parent = _host_parent(host_fd, upper_fd, parents, mount, make=change.action != "deleted")
+    if parent is None:
+        return  # a deletion whose directory is gone from the host: nothing left to remove
     try:
         if change.action == "deleted":
-            _fs.remove_tree(parent, name, mount)
+            if _clear(parent, name, mount, change.host) is not None:
+                os.unlink(name, dir_fd=parent)
         elif change.kind == "dir":
             _make_dir(parent, name, change, mount)
         elif change.kind == "symlink":
@@ -107,14 +111,20 @@ def _apply(change: Change, upper_fd: int, host_fd: int, mount: int) -> None:
         os.close(parent)
 
 
-def _host_parent(host_fd: int, upper_fd: int, parents: list[str], mount: int) -> int:
+def _host_parent(
+    host_fd: int, upper_fd: int, parents: list[str], mount: int, make: bool
+) -> int | None:
     """The host directory a change goes in, opened without following; directories the
-    sandbox made and the host lacks are made (as the owner, with the sandbox's mode)."""
+    sandbox made and the host lacks are made (as the owner, with the sandbox's mode)
+    when ``make``, else None when one is missing."""
     _fs.check_names(parents)
     fd = os.dup(host_fd)
     try:
         for depth, part in enumerate(parents):
             st = _fs.lstat_at(fd, part)
+            if st is None and not make:
+                os.close(fd)
+                return None
             if st is None:
                 mode = _upper_mode(upper_fd, parents[: depth + 1])
                 os.mkdir(part, 0o700, dir_fd=fd)
@@ -141,21 +151,42 @@ def _upper_mode(upper_fd: int, parts: list[str]) -> int:
     return stat.S_IMODE(st.st_mode) & 0o777
 
 
-def _clear(parent: int, name: str, mount: int, keep_dir: bool = False) -> os.stat_result | None:
-    """Make room for a new ``name``: a directory in the way is removed (unless
-    ``keep_dir``); other entries are replaced by the rename that follows."""
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What must not have changed on the host since the changes were read: the same
+    inode, kind, size and modification time (a file edited in place meanwhile differs)."""
+    return (st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns)
+
+
+def _clear(
+    parent: int, name: str, mount: int, expected: os.stat_result | None, keep_dir: bool = False
+) -> os.stat_result | None:
+    """Make room for ``name``: what the host has there must still be what the changes
+    were read against (``expected``; None: nothing), else the change is refused (a host
+    file created or edited meanwhile is never overwritten unseen). A directory in the way
+    is removed (unless ``keep_dir``); other entries are left for the caller to replace."""
     st = _fs.lstat_at(parent, name)
-    if st is not None:
-        _fs.check_mount(parent, name, mount)
-        if stat.S_ISDIR(st.st_mode) and not keep_dir:
-            _fs.remove_tree(parent, name, mount)
-            return None
+    if st is None:
+        return None
+    # A directory kept in place may have gained entries (its times change): same inode.
+    kept = (
+        keep_dir
+        and expected is not None
+        and stat.S_ISDIR(st.st_mode)
+        and stat.S_ISDIR(expected.st_mode)
+        and st.st_ino == expected.st_ino
+    )
+    if not kept and (expected is None or _identity(st) != _identity(expected)):
+        raise _Refused("it changed on the host since the sync read it: sync again")
+    _fs.check_mount(parent, name, mount)
+    if stat.S_ISDIR(st.st_mode) and not keep_dir:
+        _fs.remove_tree(parent, name, mount)
+        return None
     return st
 
 
 def _make_dir(parent: int, name: str, change: Change, mount: int) -> None:
     assert change.upper is not None
-    st = _clear(parent, name, mount, keep_dir=True)
+    st = _clear(parent, name, mount, change.host, keep_dir=True)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=parent)
         st = None
@@ -165,7 +196,11 @@ def _make_dir(parent: int, name: str, change: Change, mount: int) -> None:
                  follow_symlinks=False)  # fmt: skip
 
 
-def _make_link(parent: int, name: str, change: Change, mount: int) -> None:
+def _check_link(change: Change) -> None:
+    """Refuse a link whose target is absolute or could lead out of the project: only
+    leading ``..`` components are taken (each climbs a real directory of the project, the
+    link's own parents, opened without following), never one after a name (that name
+    could itself be a link elsewhere on the host)."""
     target = change.target
     assert target is not None
     if target.startswith("/"):
@@ -173,11 +208,18 @@ def _make_link(parent: int, name: str, change: Change, mount: int) -> None:
             f"a link to the absolute path {target!r}: inside the sandbox it names the "
             "sandbox's file, on the host another one"
         )
-    resolved = posixpath.normpath(posixpath.join(*change.parts[:-1], target)
-                                  if len(change.parts) > 1 else target)  # fmt: skip
-    if resolved == ".." or resolved.startswith("../"):
+    parts = [part for part in target.split("/") if part not in ("", ".")]
+    climbs = next((i for i, part in enumerate(parts) if part != ".."), len(parts))
+    if ".." in parts[climbs:]:
+        raise _Refused(f"a link to {target!r}: '..' after a name is never made on the host")
+    if climbs > len(change.parts) - 1:
         raise _Refused(f"a link to {target!r}, which leaves the project")
-    _clear(parent, name, mount)
+
+
+def _make_link(parent: int, name: str, change: Change, mount: int) -> None:
+    target = change.target
+    assert target is not None
+    _clear(parent, name, mount, change.host)
     temp = _temp_name()
     os.symlink(target, temp, dir_fd=parent)
     _rename_into(parent, temp, name)
@@ -192,7 +234,7 @@ def _write_file(parent: int, name: str, change: Change, upper_fd: int, mount: in
         _fs.opened_path(upper_fd, change.parts[:-1]) as upper_parent,
         _fs.opened_file(upper_parent, name, change.upper) as source,
     ):
-        _clear(parent, name, mount)
+        _clear(parent, name, mount, change.host)
         temp = _temp_name()
         fd = os.open(temp, _fs.CREATE_FLAGS, 0o600, dir_fd=parent)
         try:
