@@ -66,6 +66,20 @@ def test_a_pty_is_an_interactive_login_shell_of_the_sandbox_user(sbx: Sandbox) -
     assert caught.value.exit_code == 3
 
 
+def test_vim_draws_full_screen_follows_a_resize_and_saves(sbx: Sandbox) -> None:
+    handle = sbx.pty.create(PtySize(rows=24, cols=80))
+    sbx.pty.send_stdin(handle.pid, b"vim -u NONE -N /tmp/vim.txt\n")
+    read_until(handle, b"\x1b[?1049h")  # vim's alternate screen: it drew full screen
+    sbx.pty.resize(handle.pid, PtySize(rows=30, cols=100))
+    seen = bytearray()
+    sbx.pty.send_stdin(handle.pid, b":echo 'size' &lines &columns\r")
+    read_until(handle, b"size 30 100", seen)
+    sbx.pty.send_stdin(handle.pid, b"ihello from vim\x1b:wq\r")
+    read_until(handle, b"\x1b[?1049l", seen)  # back from the alternate screen
+    assert sbx.files.read("/tmp/vim.txt") == "hello from vim\n"
+    sbx.pty.kill(handle.pid)
+
+
 def test_connect_adds_a_watcher_and_kill_ends_both(sbx: Sandbox) -> None:
     handle = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
     sbx.pty.send_stdin(handle.pid, b"echo first-$((40+2))\n")

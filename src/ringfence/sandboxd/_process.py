@@ -319,7 +319,14 @@ def _plumbing(
         from ._pty import open_terminal
 
         master, slave = open_terminal(*terminal)
-        return {master: "pty"}, (slave, slave, slave), os.dup(master)
+        try:
+            writer = os.dup(master)
+        except OSError as exc:
+            os.close(master)
+            os.close(slave)
+            why = f"cannot open a terminal: {exc.strerror}"
+            raise RpcError("resource_exhausted", why) from None
+        return {master: "pty"}, (slave, slave, slave), writer
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if stdin else (-1, -1)
