@@ -2,7 +2,9 @@
 
 ``python3 port_app.py PORT`` listens on 127.0.0.1:PORT (0: any) and prints ``listening N``.
 
-- ``GET|POST /echo...``: JSON of the method, path, headers and body it was sent;
+- ``GET|POST /echo...``: JSON of the method, path, headers and body it was sent, and the
+  port of the connection it came on (``peer``); with ``drop`` in it, the connection is
+  then closed without a word;
 - ``GET /stream``: ``one\\n``, then ``two\\n`` once the file ``$PORT_APP_GO`` exists
   (default ``/tmp/port_app.go``; at once with ``?now``), chunked: a streamed answer;
 - ``GET /ws``: a WebSocket that answers each text message ``echo:<message>`` and each
@@ -46,6 +48,7 @@ class Handler(BaseHTTPRequestHandler):
                 "path": self.path,
                 "headers": [[k.lower(), v] for k, v in self.headers.items()],
                 "body": body.decode("utf-8", "replace"),
+                "peer": self.client_address[1],  # which connection it came on
             }
         ).encode()
         self.send_response(200)
@@ -54,6 +57,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        if "drop" in self.path:  # then close, without saying so (a keep-alive timeout)
+            self.close_connection = True
 
     def do_GET(self):
         if self.path.startswith("/ws"):

@@ -470,3 +470,32 @@ async def test_the_openapi_document_describes_the_path_route(served: Served) -> 
     assert {"400", "401", "404", "429", "502"} <= set(route["get"]["responses"])
     schemes = document["components"]["securitySchemes"]
     assert all(name in schemes for option in route["get"]["security"] for name in option)
+
+
+async def test_one_callers_requests_share_a_kept_alive_connection_never_anothers(
+    served: Served, port: int
+) -> None:
+    sandbox_id = await served.sandbox(public_traffic=True)
+    path = f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo"
+    first = _echoed(await served.client.get(path, headers=served.auth()))
+    second = _echoed(await served.client.get(path, headers=served.auth()))
+    assert first["peer"] == second["peer"]  # the tunnel was kept for the next request
+    anonymous = _echoed(await served.client.get(path))
+    assert anonymous["peer"] != first["peer"]  # another caller: a connection of its own
+    closing = _echoed(
+        await served.client.get(path, headers={**served.auth(), "Connection": "close"})
+    )
+    assert closing["peer"] == first["peer"]
+    after = _echoed(await served.client.get(path, headers=served.auth()))
+    assert after["peer"] == first["peer"]  # the client's Connection header is its own hop's
+
+
+async def test_a_kept_alive_connection_the_sandbox_closed_is_not_a_failure(
+    served: Served, port: int
+) -> None:
+    sandbox_id = await served.sandbox()
+    path = f"/v1/sandboxes/{sandbox_id}/ports/{port}/echo"
+    dropped = _echoed(await served.client.get(path + "?drop", headers=served.auth()))
+    for _ in range(3):
+        again = _echoed(await served.client.get(path, headers=served.auth()))
+        assert again["peer"] != dropped["peer"]

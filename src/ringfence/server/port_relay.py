@@ -60,14 +60,17 @@ async def relay_http(
     headers: Headers,
     answer_headers: Headers,
     drop_answer: frozenset[bytes] = frozenset(),
-) -> None:
+    connection: h11.Connection | None = None,
+) -> h11.Connection | None:
     """Relay the request (``target``, ``headers`` as they go to the sandbox) and its answer
-    (with ``answer_headers`` added and the headers named in ``drop_answer`` removed).
+    (with ``answer_headers`` added and the headers named in ``drop_answer`` removed), on
+    ``connection`` (a kept-alive one of ``tunnel``'s) or a new one. Returns the connection,
+    ready for a next request, when the sandbox's server keeps it alive; else None.
 
     Raises:
         Broken: nothing usable came back (before anything was sent to the client).
     """
-    sandbox = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+    sandbox = connection or h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
     sent = _strip(headers)
     framing = [(n, v) for n, v in headers if n.lower() in (b"content-length", b"transfer-encoding")]
     has_body = bool(framing)
@@ -78,7 +81,8 @@ async def relay_http(
         writer.write(sandbox.send(h11.Request(method=scope["method"], target=target, headers=sent)))
     except h11.LocalProtocolError as exc:
         raise Broken(f"the request cannot be passed on: {exc}") from exc
-    pump = asyncio.create_task(_pump_body(receive, sandbox, tunnel, has_body))
+    answered = asyncio.Event()
+    pump = asyncio.create_task(_pump_body(receive, sandbox, tunnel, has_body, answered))
     try:
         response = await _head(sandbox, tunnel)
         kept = [(n, v) for n, v in _strip(response.headers) if n not in drop_answer]
@@ -96,39 +100,61 @@ async def relay_http(
                     {"type": "http.response.body", "body": bytes(event.data), "more_body": True}
                 )
             elif isinstance(event, h11.EndOfMessage):
+                answered.set()
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return
+                return _reusable(sandbox, tunnel)
             else:  # closed mid-answer: the client must not take it for the whole answer
                 raise ConnectionError("the sandbox's server closed the connection mid-answer")
     finally:
+        answered.set()
         pump.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await pump
 
 
-async def _pump_body(
-    receive: Receive, sandbox: h11.Connection, tunnel: Tunnel, has_body: bool
-) -> None:
-    """The request body to the sandbox as it comes; then wait for the client to leave, and
-    close the tunnel when it does (so a stream nobody reads ends)."""
+def _reusable(sandbox: h11.Connection, tunnel: Tunnel) -> h11.Connection | None:
+    """``sandbox`` ready for a next request, if both sides are done with this one and the
+    sandbox's server sent nothing beyond its answer (which would be taken for the next)."""
+    if sandbox.our_state is not h11.DONE or sandbox.their_state is not h11.DONE:
+        return None
+    if sandbox.trailing_data[0] or tunnel.reader.at_eof():
+        return None
     try:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunk = message.get("body", b"")
-            if chunk and has_body:
-                tunnel.writer.write(sandbox.send(h11.Data(data=chunk)))
-                await tunnel.writer.drain()
-            if not message.get("more_body", False):
-                tunnel.writer.write(sandbox.send(h11.EndOfMessage()))
-                await tunnel.writer.drain()
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                break
+        sandbox.start_next_cycle()
+    except h11.LocalProtocolError:
+        return None
+    return sandbox
+
+
+async def _pump_body(
+    receive: Receive,
+    sandbox: h11.Connection,
+    tunnel: Tunnel,
+    has_body: bool,
+    answered: asyncio.Event,
+) -> None:
+    """The request body to the sandbox as it comes; then wait for the client to leave:
+    leaving before the answer is whole closes the tunnel (so a stream nobody reads ends)."""
+    try:
+        if has_body:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ConnectionResetError
+                chunk = message.get("body", b"")
+                if chunk:
+                    tunnel.writer.write(sandbox.send(h11.Data(data=chunk)))
+                    await tunnel.writer.drain()
+                if not message.get("more_body", False):
+                    break
+        tunnel.writer.write(sandbox.send(h11.EndOfMessage()))
+        await tunnel.writer.drain()
+        while (await receive())["type"] != "http.disconnect":
+            pass
     except (OSError, h11.LocalProtocolError):
         pass
-    tunnel.writer.close()
+    if not answered.is_set():
+        tunnel.writer.close()
 
 
 async def _head(sandbox: h11.Connection, tunnel: Tunnel) -> h11.Response:

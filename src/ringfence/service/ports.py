@@ -31,7 +31,7 @@ from ringfence.network.gateway import DNS_PORT, PROXY_PORT
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.port_tunnel import Pipe, open_tunnel
 
-__all__ = ["RESERVED_PORTS", "PortCaller", "Ports", "Tunnel"]
+__all__ = ["RESERVED_PORTS", "Admitted", "PortCaller", "Ports", "Tunnel"]
 
 # Ports Ringfence listens on inside a sandbox that has a network (network/gateway.py).
 RESERVED_PORTS = frozenset({PROXY_PORT, DNS_PORT})
@@ -97,6 +97,24 @@ class Tunnel:
             on_close()
             await self._pipe.aclose()
 
+    def discard(self) -> None:
+        """Close it without waiting for the close to complete."""
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
+            self.writer.close()
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A caller admitted to a sandbox's port (its sandbox awake): ``Ports.connect`` opens
+    tunnels for it."""
+
+    tenant: str
+    sandbox_id: str
+    port: int
+    daemon: DaemonClient
+
 
 class Ports:
     """Opens tunnels to sandboxes' ports for callers the rules above admit."""
@@ -111,10 +129,18 @@ class Ports:
     def open_count(self, sandbox_id: str) -> int:
         return self._open[sandbox_id]
 
-    async def open(self, caller: PortCaller, sandbox_id: str, port: int, *, via: str) -> Tunnel:
-        """A tunnel to ``port`` of the sandbox (resumed first if paused, as any request).
+    @property
+    def max_per_sandbox(self) -> int:
+        return self._max
 
-        ``via`` names the route on the audit record (``path``, ``host``).
+    async def open(self, caller: PortCaller, sandbox_id: str, port: int, *, via: str) -> Tunnel:
+        """``admit``, then ``connect``: a tunnel to ``port`` of the sandbox. Raises what
+        both raise."""
+        return await self.connect(await self.admit(caller, sandbox_id, port, via=via))
+
+    async def admit(self, caller: PortCaller, sandbox_id: str, port: int, *, via: str) -> Admitted:
+        """Admit ``caller`` to ``port`` of the sandbox (resumed first if paused, as by any
+        request), on the audit record. ``via`` names the route there (``path``, ``host``).
 
         Raises:
             InvalidRequest: the port is not from 1 to 65535.
@@ -123,8 +149,6 @@ class Ports:
                 not known here).
             SandboxNotFound: no such sandbox in the caller's tenant.
             SandboxNotRunning: it has ended (or is paused with auto_resume off).
-            TooManyRequests: the sandbox has its most tunnels open.
-            PortNotListening: nothing listens on the port.
         """
         if not 0 < port < 65536:
             raise InvalidRequest(f"port {port} is not from 1 to 65535")
@@ -134,16 +158,27 @@ class Ports:
                 f"resolver listen on {sorted(RESERVED_PORTS)}): it is never reached from outside"
             )
         facts = await self._facts_for(caller, sandbox_id)
+        daemon = await self._sandboxes.daemon(facts.tenant, sandbox_id)
+        self._audit(facts.tenant, caller, sandbox_id, port, via)
+        return Admitted(facts.tenant, sandbox_id, port, daemon)
+
+    async def connect(self, admitted: Admitted) -> Tunnel:
+        """A new tunnel for an admitted caller.
+
+        Raises:
+            TooManyRequests: the sandbox has its most tunnels open.
+            PortNotListening: nothing listens on the port.
+            SandboxNotRunning, SandboxError, Forbidden: as ``port_tunnel.open_tunnel``.
+        """
+        sandbox_id = admitted.sandbox_id
         if self._open[sandbox_id] >= self._max:
             raise TooManyRequests(
                 f"sandbox {sandbox_id} has {self._max} connections to its ports open; "
                 "wait for some to end"
             )
-        daemon = await self._sandboxes.daemon(facts.tenant, sandbox_id)
-        self._audit(facts.tenant, caller, sandbox_id, port, via)
         self._open[sandbox_id] += 1
         try:
-            pipe = await open_tunnel(daemon.socket_path, sandbox_id, port)
+            pipe = await open_tunnel(admitted.daemon.socket_path, sandbox_id, admitted.port)
         except BaseException:
             self._closed(sandbox_id)
             raise

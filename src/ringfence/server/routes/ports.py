@@ -35,9 +35,10 @@ from ringfence.server.connections import authenticated
 from ringfence.server.console.sessions import COOKIE, LOGIN_COOKIE
 from ringfence.server.e2b.tokens import Grants, Purpose
 from ringfence.server.e2b.traffic import CODE_PORT, ENVD_PORT
+from ringfence.server.port_pool import IdleTunnels
 from ringfence.server.port_relay import Broken, Headers, relay_http, relay_websocket
 from ringfence.service.keys import Keys
-from ringfence.service.ports import PortCaller, Ports
+from ringfence.service.ports import Admitted, PortCaller, Ports
 
 __all__ = ["PATH_PREFIX", "TOKEN_HEADER", "PortLayer", "documented", "path_of", "preview_host"]
 
@@ -94,6 +95,7 @@ class PortLayer:
         self._keys = keys
         self._grants = grants
         self._domain = domain
+        self._idle = IdleTunnels()  # kept-alive connections to the sandboxes' servers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -112,27 +114,70 @@ class PortLayer:
             return
         try:
             caller = await self._caller(scope, target.sandbox_id)
-            tunnel = await self._ports.open(caller, target.sandbox_id, target.port, via=target.via)
+            admitted = await self._ports.admit(
+                caller, target.sandbox_id, target.port, via=target.via
+            )
+            if scope["type"] == "websocket":
+                await self._websocket(scope, receive, send, target, admitted)
+            else:
+                await self._http(scope, receive, send, target, admitted, caller.actor)
         except RingfenceError as error:
             await _refuse(scope, send, error)
-            return
+
+    async def _websocket(
+        self, scope: Scope, receive: Receive, send: Send, target: _Target, admitted: Admitted
+    ) -> None:
+        tunnel = await self._ports.connect(admitted)
         try:
-            headers = _passed_on(scope, target)
-            if scope["type"] == "websocket":
-                await relay_websocket(
-                    scope, receive, send, tunnel, host=_host(scope) or "sandbox",
-                    target=target.path.decode("latin-1"), headers=headers,
-                )  # fmt: skip
-            else:
-                await relay_http(
-                    scope, receive, send, tunnel, target=target.path, headers=headers,
-                    answer_headers=_PATH_ANSWER if target.via == "path" else [],
-                    drop_answer=_PATH_DROPPED_ANSWER if target.via == "path" else frozenset(),
-                )  # fmt: skip
+            await relay_websocket(
+                scope, receive, send, tunnel, host=_host(scope) or "sandbox",
+                target=target.path.decode("latin-1"), headers=_passed_on(scope, target),
+            )  # fmt: skip
         except Broken as broken:
             await _refuse(scope, send, _bad_gateway(target, str(broken)))
         finally:
             await tunnel.aclose()
+
+    async def _http(
+        self, scope: Scope, receive: Receive, send: Send, target: _Target, admitted: Admitted,
+        actor: str,
+    ) -> None:  # fmt: skip
+        """On a kept-alive tunnel of the same caller when one is idle (``port_pool``); one
+        the sandbox's server closed meanwhile is retried once on a new tunnel, for a
+        request without a body (nothing of it was sent to the client yet)."""
+        key = (target.sandbox_id, target.port, actor)
+        headers = _passed_on(scope, target)
+        bodiless = not any(n in (b"content-length", b"transfer-encoding") for n, _ in headers)
+        idle = self._idle.take(key)
+        while True:
+            if idle is not None:
+                tunnel, connection = idle
+            else:
+                if self._ports.open_count(target.sandbox_id) >= self._ports.max_per_sandbox:
+                    self._idle.close_one(target.sandbox_id)
+                tunnel, connection = await self._ports.connect(admitted), None
+            try:
+                kept = await relay_http(
+                    scope, receive, send, tunnel, target=target.path, headers=headers,
+                    answer_headers=_PATH_ANSWER if target.via == "path" else [],
+                    drop_answer=_PATH_DROPPED_ANSWER if target.via == "path" else frozenset(),
+                    connection=connection,
+                )  # fmt: skip
+            except Broken as broken:
+                tunnel.discard()
+                if idle is not None and bodiless:
+                    idle = None
+                    continue
+                await _refuse(scope, send, _bad_gateway(target, str(broken)))
+                return
+            except BaseException:
+                tunnel.discard()
+                raise
+            if kept is not None:
+                self._idle.put(key, tunnel, kept)
+            else:
+                await tunnel.aclose()
+            return
 
     def _target(self, scope: Scope) -> _Target | None:
         """Where the request goes, or None when it is not a preview-URL request.
