@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from ringfence.client import AsyncSandbox, Sandbox
-from ringfence.errors import Conflict, InvalidRequest, SandboxNotFound
+from ringfence.errors import Conflict, Forbidden, InvalidRequest, SandboxNotFound
 from ringfence.models import ProjectMount
 from tests.client.conftest import LiveServer, _serving
 from tests.server.test_serve_process import RINGFENCE, Server
@@ -121,6 +121,25 @@ def test_the_blocking_sdk_and_another_tenant(served: LiveServer, roots: Path) ->
         assert other.status_code == 404
         assert sbx.project.sync().applied[0].path == "NOTES"
     assert (repo / "NOTES").read_text() == "notes\nmore\n"
+
+
+def test_an_agent_key_reads_the_diff_but_cannot_sync(served: LiveServer, roots: Path) -> None:
+    repo = _repo(roots, "agent-key-repo")
+    agent = served.mint_key("agent")
+    with Sandbox.create(url=served.url, api_key=agent, project=repo) as sbx:
+        sbx.commands.run("echo agent >> /home/user/project/NOTES")
+        assert [c.path for c in sbx.project.diff().changes] == ["NOTES"]
+        with pytest.raises(Forbidden, match="agent keys cannot apply"):
+            sbx.project.sync()
+        env = {**os.environ, "RINGFENCE_URL": served.url, "RINGFENCE_API_KEY": agent}
+        refused = subprocess.run(
+            [RINGFENCE, "sandbox", "sync", sbx.id], capture_output=True, text=True, env=env
+        )
+        assert refused.returncode != 0 and "agent keys cannot apply" in refused.stderr
+        assert (repo / "NOTES").read_text() == "notes\n"
+        admin = Sandbox.connect(sbx.id, url=served.url, api_key=served.key)
+        assert [c.path for c in admin.project.sync().applied] == ["NOTES"]
+    assert (repo / "NOTES").read_text() == "notes\nagent\n"
 
 
 def test_a_tenant_cannot_name_a_directory_outside_the_roots(

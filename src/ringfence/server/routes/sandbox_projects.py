@@ -9,7 +9,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 
-from ringfence.models import ProjectDiff, ProjectSyncReport, ProjectSyncRequest
+from ringfence.errors import Forbidden
+from ringfence.models import ProjectDiff, ProjectSyncReport, ProjectSyncRequest, Role
 from ringfence.server import deps
 from ringfence.server.auth import Caller
 from ringfence.server.errors import ErrorBody
@@ -21,6 +22,10 @@ router = APIRouter(prefix="/v1/sandboxes", tags=["sandbox projects"])
 _ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorBody, "description": "Invalid request (a path outside the project)"},
     401: {"model": ErrorBody, "description": "Missing or invalid API key"},
+    403: {
+        "model": ErrorBody,
+        "description": "A sync asked with an agent key (approver and admin keys may sync)",
+    },
     404: {"model": ErrorBody, "description": "No such sandbox in your tenant"},
     409: {
         "model": ErrorBody,
@@ -67,7 +72,16 @@ async def project_sync(
 ) -> ProjectSyncReport:
     """Written as the directory's owner, each file atomically; never through a link, never
     outside the directory; devices, fifos, sockets, setuid or setgid files and links that
-    leave the project are refused (the report says which, and why). Audited."""
-    paths = body.paths if body is not None else None
+    leave the project are refused (the report says which, and why). Audited.
+
+    Only approver and admin keys: an agent reads its own diff, but a person applies it
+    to the host (the agent's key cannot write outside its sandbox by itself)."""
     projects = deps.sandboxes(request).projects
+    if caller.role is Role.AGENT:
+        await deps.sandboxes(request).get(caller.tenant, sandbox_id)  # another's: 404 first
+        raise Forbidden(
+            "agent keys cannot apply a sandbox's changes to the host directory (approver "
+            "or admin keys can: a person reviews the diff first)"
+        )
+    paths = body.paths if body is not None else None
     return await projects.sync(caller.tenant, sandbox_id, paths, actor=caller.key_id)
