@@ -252,7 +252,9 @@ async def kill_sandbox(sandbox_id: SandboxId, caller: Caller, request: Request) 
     openapi_extra=_body(
         "The request message: JSON for unary calls, one Connect envelope "
         f"(application/connect+json) for streams. Methods: {PROCESS}/{_methods(PROCESS)}, "
-        f"{FILESYSTEM}/{_methods(FILESYSTEM)}.",
+        f"{FILESYSTEM}/{_methods(FILESYSTEM)}. A terminal is a Start with "
+        "`pty: {size: {rows, cols}}`: its output comes as `data.pty`, SendInput takes "
+        "`input.pty`, Update `pty.size` resizes it.",
         "application/json",
         "application/connect+json",
     ),
