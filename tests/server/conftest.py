@@ -121,6 +121,7 @@ async def _serving(
     transport = httpx.ASGITransport(app=app)
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
+        stack.push_async_callback(services.aclose)  # before: volumes it mounted in data_dir
         await stack.enter_async_context(app.router.lifespan_context(app))
         if over_http:
             url = await stack.enter_async_context(_uvicorn(app))

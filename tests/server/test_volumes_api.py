@@ -32,7 +32,9 @@ async def _sandbox(api: Api, **spec: object) -> str:
 
 async def _sh(api: Api, sandbox_id: str, script: str, user: str | None = None) -> tuple[int, str]:
     """``sh -c script`` in the sandbox (as ``user``): its exit code and its output."""
-    ran = await run(api.client, api.acme, sandbox_id, ["sh", "-c", f"{script} 2>&1"], user=user)
+    ran = await run(
+        api.client, api.acme, sandbox_id, ["sh", "-c", f"exec 2>&1; {script}"], user=user
+    )
     assert ran.error is None, ran
     return int(ran.end.get("exitCode", 0)), ran.stdout
 

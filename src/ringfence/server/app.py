@@ -74,6 +74,9 @@ def create_app(services: Services) -> FastAPI:
         finally:
             await approvals.aclose()
             await sandboxes.aclose()
+            # Here, not only in services.aclose: uvicorn re-raises SIGTERM once the app
+            # has stopped, so 'ringfence serve' never gets that far on a signal.
+            await services.volumes.unmount_all()
             await executions.aclose()
             audit.record("", SYSTEM, "server.stop", "server")
             await audit.aclose()  # after everything else: their last records, then a seal

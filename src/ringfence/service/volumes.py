@@ -83,6 +83,12 @@ class VolumeService:
     def available(self) -> bool:
         return self._disks is not None
 
+    async def unmount_all(self) -> None:
+        """Unmount every volume on the host (the app's shutdown, once its sandboxes are
+        gone; a volume is mounted again by its next use). Files stay."""
+        if self._disks is not None:
+            await asyncio.to_thread(self._disks.close)
+
     def _on_disk(self) -> VolumeDisks:
         if self._disks is None:
             raise StateUnsupported(f"volumes: {self._missing}")

@@ -21,9 +21,11 @@ through an idmapped view (``_mounts.idmapped_view``) that maps those two ids to 
 host uids while it runs: nothing on disk changes owner when another sandbox mounts it.
 
 One server per data directory (design.md 10.15): at start, mounts left by a server that
-died are unmounted (a volume is then mounted again on its first use); an image still
-attached to a loop device is never mounted a second time (two mounts of one ext4 would
-corrupt it: fail closed).
+died are unmounted (a volume is then mounted again on its first use). A filesystem can
+outlive its mount here while another mount namespace holds a copy (a tool that bound ``/``
+recursively while it was mounted): its loop device stays, and is mounted again as it is
+(the kernel shares the one filesystem); an image under two loop devices, two filesystems
+writing one file, is never mounted (fail closed).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ __all__ = ["NEUTRAL_ROOT", "NEUTRAL_USER", "VolumeDisks"]
 NEUTRAL_ROOT = 0  # on disk: the sandbox root's files
 NEUTRAL_USER = 1000  # on disk: the sandbox user's files (and the volume's root directory)
 _ID = re.compile(r"vo[0-9a-f]{20}")
-_MOUNT_OPTIONS = "loop,nosuid,nodev,noatime,discard"
+_MOUNT_OPTIONS = "nosuid,nodev,noatime,discard"
 _SECONDS = 30.0
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -112,8 +114,8 @@ class VolumeDisks:
         root reaches them there.
 
         Raises:
-            SandboxError: it cannot be mounted (its image is missing, damaged, or attached
-                to a loop device already).
+            SandboxError: it cannot be mounted (its image is missing or damaged, or more
+                than one loop device backs it).
         """
         point = self._points / volume_id
         with self._lock:
@@ -122,19 +124,37 @@ class VolumeDisks:
             image = self._image(volume_id)
             if not image.exists():
                 raise SandboxError(f"volume {volume_id} has no filesystem on this server")
-            attached = _run(["losetup", "-j", str(image)], "checking a volume's loop device")
-            if attached.strip():
-                raise SandboxError(
-                    f"volume {volume_id} is attached to a loop device already ({attached.strip()})"
-                    ": it is not mounted twice"
-                )
+            source = self._source(volume_id, image)
+            options = f"loop,{_MOUNT_OPTIONS}" if source == str(image) else _MOUNT_OPTIONS
             point.mkdir(mode=0o700, exist_ok=True)
             _run(
-                ["mount", "-t", "ext4", "-o", _MOUNT_OPTIONS, str(image), str(point)],
+                ["mount", "-t", "ext4", "-o", options, source, str(point)],
                 f"mounting volume {volume_id}",
             )
             self._mounted.add(volume_id)
         return point
+
+    def _attached(self, volume_id: str, image: Path) -> list[str]:
+        """The loop devices backing ``image`` now (left by a server that died while
+        something else still held its filesystem: another mount namespace's copy)."""
+        found = _run(["losetup", "-j", str(image)], "checking a volume's loop device")
+        return [line.split(":", 1)[0] for line in found.splitlines() if line.strip()]
+
+    def _source(self, volume_id: str, image: Path) -> str:
+        """What to mount: the image (through a new loop device), or the one loop device
+        already backing it, whose filesystem the kernel then shares (one superblock). Two
+        loop devices over one image would be two filesystems writing one file: refused.
+
+        Raises:
+            SandboxError: more than one loop device backs the image.
+        """
+        attached = self._attached(volume_id, image)
+        if len(attached) > 1:
+            raise SandboxError(
+                f"volume {volume_id} is attached to {len(attached)} loop devices: it is not "
+                "mounted again until they are gone"
+            )
+        return attached[0] if attached else str(image)
 
     def usage(self, volume_id: str) -> int:
         """Bytes in use in the volume (files and the filesystem's own), mounting it.
