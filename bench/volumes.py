@@ -53,9 +53,12 @@ async def main(runs: int) -> None:
     app = create_app(services)
     headers = {"Authorization": f"Bearer {await mint_key(store, 'bench', Role.AGENT)}"}
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=transport, base_url="http://bench", headers=headers, timeout=120
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=transport, base_url="http://bench", headers=headers, timeout=120
+        ) as client,
+    ):
         lines = await _measure(client, runs)
     await services.aclose()
     width = max(len(name) for name, _ in lines)
@@ -131,7 +134,10 @@ async def _measure(client: httpx.AsyncClient, runs: int) -> list[tuple[str, str]
     await client.delete(f"/v1/sandboxes/{sandbox_id}")
     return [
         ("volume create, 1 GiB (p50)", f"{create:.1f} ms"),
-        ("first file call of a volume: its mount (p50)", f"{statistics.median(first_calls):.1f} ms"),
+        (
+            "first file call of a volume: its mount (p50)",
+            f"{statistics.median(first_calls):.1f} ms",
+        ),
         ("a later file call (p50)", f"{statistics.median(later_calls):.1f} ms"),
         ("sandbox create, no volume (p50)", f"{plain:.1f} ms"),
         ("sandbox create, one volume (p50)", f"{mounted:.1f} ms"),
