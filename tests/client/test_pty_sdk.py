@@ -75,6 +75,20 @@ async def test_on_data_a_second_watcher_and_kill(sbx: AsyncSandbox) -> None:
         await sbx.pty.send_input(term.pid, "x")
 
 
+async def test_a_terminal_has_the_confinement_of_a_command(sbx: AsyncSandbox) -> None:
+    # Same user, cgroup (the sandbox's limits), seccomp filter, no-new-privs, capabilities.
+    probe = (
+        "id -u; cat /proc/self/cgroup; "
+        "grep -E '^(Seccomp|NoNewPrivs|CapEff|CapBnd):' /proc/self/status; echo =$((2*21))="
+    )
+    command = (await sbx.commands.run(probe)).stdout
+    term = await sbx.pty.create(cmd=["/bin/sh", "-c", probe])
+    seen = await read_until(term, b"=42=")
+    assert seen.decode().replace("\r\n", "\n") == command
+    assert "Seccomp:\t2" in command and "NoNewPrivs:\t1" in command
+    assert await asyncio.wait_for(term.wait(), WAIT) == 0
+
+
 async def test_root_terminal_and_bad_requests(sbx: AsyncSandbox) -> None:
     term = await sbx.pty.create(cmd=["/bin/sh", "-c", "id -u; stty size"], user="root")
     assert b"0\r\n24 80" in await read_until(term, b"24 80")
