@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import select
 import signal
@@ -155,6 +156,20 @@ def test_a_command_instead_of_the_shell(
     terminals.append(term)
     assert term.exit_status() == 3
     assert b"b /tmp /dev/pts/" in term.seen
+
+
+def test_a_paste_larger_than_one_request_arrives_whole(
+    live: LiveServer, sandbox_id: str, terminals: list[Terminal]
+) -> None:
+    script = "stty raw -echo; echo ready; head -c 600000 | md5sum; exit 0"
+    term = _spawn(live, sandbox_id, "--", "/bin/sh", "-c", script)
+    terminals.append(term)
+    term.read_until(b"ready")
+    pasted = (bytes(range(32, 127)) * 6400)[:600_000]  # printable: raw mode passes them all
+    for start in range(0, len(pasted), 4096):  # as a terminal emulator writes a paste
+        term.type(pasted[start : start + 4096])
+    term.read_until(hashlib.md5(pasted).hexdigest().encode())
+    assert term.exit_status() == 0
 
 
 def test_the_terminal_is_restored_when_the_sandbox_dies_under_it(

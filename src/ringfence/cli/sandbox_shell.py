@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["shell"]
 
 _READ = 64 * 1024
+_BATCH = 256 * 1024  # most bytes of input in one request (a paste goes in several)
 
 
 @click.command("shell")
@@ -147,7 +148,7 @@ def _forwarding(
     async def send() -> None:
         while True:
             data = await keys.get()
-            while not keys.empty():  # what was typed meanwhile goes in one request
+            while not keys.empty() and len(data) < _BATCH:  # typed meanwhile: one request
                 data += keys.get_nowait()
             await term.send_input(data)
 
