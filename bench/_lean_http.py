@@ -56,9 +56,12 @@ class LeanResponse:
 class LeanClient:
     """One connection, one request at a time (the benchmarks run sequentially)."""
 
-    def __init__(self, base_url: str, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, base_url: str, headers: Mapping[str, str], *, uds: str | None = None
+    ) -> None:
         url = urlsplit(base_url)
         self._host, self._port = url.hostname or "127.0.0.1", url.port or 80
+        self._uds = uds  # a unix socket to connect to instead (a sandbox daemon's)
         self._headers = [(k, v) for k, v in headers.items()]
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -106,7 +109,9 @@ class LeanClient:
     async def _send(
         self, method: str, path: str, content: bytes, headers: Mapping[str, str]
     ) -> LeanResponse:
-        if self._writer is None:
+        if self._writer is None and self._uds is not None:
+            self._reader, self._writer = await asyncio.open_unix_connection(self._uds)
+        elif self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
         all_headers = [
             ("host", f"{self._host}:{self._port}"),

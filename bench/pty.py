@@ -13,6 +13,8 @@ adds some 3 ms a request, which the native SDK line shows):
 * ``pty echo (bash readline)``: the same with the SDKs' default terminal, ``/bin/bash -i -l``,
   whose readline echoes the key itself (a backspace after each, not counted, keeps the line
   empty);
+* ``pty echo at the daemon's socket``: the raw cat line straight to the sandbox daemon's unix
+  socket on the host (no API in between): the API's share is the difference;
 * ``pty echo (native SDK)``: ``term.send_input(b"x")`` on ``ringfence.client.AsyncSandbox``'s
   ``pty`` until ``on_data`` has the echo (raw cat again);
 * the floors: ``command round trip`` (``Start`` of ``/bin/true`` until its end event, what
@@ -47,6 +49,7 @@ from sandbox_latency import (
     Run,
     Server,
     create_sandbox,
+    daemon_socket,
     envelope,
     events,
     kill_sandbox,
@@ -72,10 +75,10 @@ class Terminal:
     """A terminal in the sandbox with its ``Start`` stream read by a task into a queue: the
     stream on a connection of its own (``stream``), input sent on ``client``'s."""
 
-    def __init__(self, stream: LeanClient, client: LeanClient, sandbox_id: str) -> None:
+    def __init__(self, stream: LeanClient, client: LeanClient, base: str) -> None:
         self.stream = stream
         self.client = client
-        self.base = f"/v1/sandboxes/{sandbox_id}/rpc/process.Process"
+        self.base = base  # where process.Process's methods are: the API's, or the daemon's
         self.output: asyncio.Queue[bytes] = asyncio.Queue()
         self.pid = 0
         self._reader: asyncio.Task[None] | None = None
@@ -253,12 +256,24 @@ async def benchmark(args: argparse.Namespace, server: Server) -> Report:
         server.lean_client() as shell_stream,
     ):
         sandbox_id = await create_sandbox(client)
-        cat = Terminal(cat_stream, client, sandbox_id)
-        shell = Terminal(shell_stream, client, sandbox_id)
+        api = f"/v1/sandboxes/{sandbox_id}/rpc/process.Process"
+        cat = Terminal(cat_stream, client, api)
+        shell = Terminal(shell_stream, client, api)
+        socket = daemon_socket(server, Config(backend="local"))
+        direct = None
+        if socket is not None:  # the daemon's own socket, on the host: no API in between
+            own = {"uds": str(socket)}
+            direct = Terminal(
+                LeanClient("http://sandbox", {}, **own),
+                LeanClient("http://sandbox", {}, **own),
+                "/process.Process",
+            )
         native, close_native = native_runner(server, sandbox_id)
         try:
             await cat.open(RAW_CAT, b"ready")
             await shell.open(LOGIN_SHELL, b"$ ")
+            if direct is not None:
+                await direct.open(RAW_CAT, b"ready")
             lines = [
                 Line(
                     "pty_raw_cat", "pty echo (raw cat)",
@@ -276,6 +291,14 @@ async def benchmark(args: argparse.Namespace, server: Server) -> Report:
                     "until on_data has it",
                     native,
                 ),
+                *(
+                    [Line(
+                        "pty_daemon_socket", "pty echo at the daemon's socket",
+                        "the raw cat line sent straight to the sandbox daemon's unix socket "
+                        "(no API in between): the API's share is the difference",
+                        echo_runner(direct, b"x"),
+                    )] if direct is not None else []
+                ),
                 Line(
                     "command_round_trip", "command round trip (floor)",
                     "Start of /bin/true until its end event",
@@ -290,7 +313,7 @@ async def benchmark(args: argparse.Namespace, server: Server) -> Report:
             await measure(lines, args.rounds, args.warmup, "pty echo")
         finally:
             await close_native()
-            for term in (cat, shell):
+            for term in (cat, shell, *([direct] if direct is not None else [])):
                 await term.close()
             await kill_sandbox(client, sandbox_id)
     host = host_facts(shutil.which(bwrap_choice(Config(backend="local"))))
