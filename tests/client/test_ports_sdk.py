@@ -60,3 +60,26 @@ def test_a_sandbox_created_with_public_traffic_answers_anyone(live: LiveServer) 
     finally:
         sbx.kill()
         sbx.close()
+
+
+def test_sandboxes_created_in_one_group_reach_each_others_ports(live: LiveServer) -> None:
+    created = _cli(live, "sandbox", "create", "--group", "build", "--json")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["group"] == "build"
+    peer = Sandbox.connect(json.loads(created.stdout)["id"], url=live.url, api_key=live.key)
+    with Sandbox.create(group="build", url=live.url, api_key=live.key) as sbx:
+        try:
+            peer.commands.run(
+                f'python3 -c "$APP" {PORT} >/tmp/app.log 2>&1 &', envs={"APP": APP.read_text()}
+            )
+            assert _get(peer.get_url(PORT) + "echo", Authorization=f"Bearer {live.key}").is_success
+            fetch = (
+                "import os, urllib.request as u; "
+                "proxy = {'http': os.environ['RINGFENCE_GROUP_PROXY']}; "
+                "o = u.build_opener(u.ProxyHandler(proxy)); "
+                f"print(o.open('http://{peer.id}:{PORT}/echo').status)"
+            )
+            assert sbx.commands.run(["python3", "-c", fetch]).stdout.strip() == "200"
+        finally:
+            peer.kill()
+            peer.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ringfence.sandboxd.methods import GROUP_PORT
 from tests.sandboxd.conftest import PACKAGE, PYTHON, Daemon
 
 
@@ -153,3 +154,26 @@ def _header(head: bytes, name: bytes) -> bytes:
         if key.strip().lower() == name:
             return value.strip()
     raise KeyError(name)
+
+
+def test_a_group_accept_hands_over_a_process_connection_to_the_group_port(
+    daemon: Daemon,
+) -> None:
+    """The daemon's side of groups: it listens on the group port; an accept waits, then
+    carries one connection to it, both ways. (On the host here: a sandbox's own port.)"""
+    request = (
+        b"GET /group/accept HTTP/1.1\r\nHost: sandbox\r\nConnection: Upgrade\r\n"
+        b"Upgrade: ringfence-tcp\r\n\r\n"
+    )
+    accept, head = _open(daemon.path, request)
+    with accept:
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        process = socket.create_connection(("127.0.0.1", GROUP_PORT), timeout=10)
+        with process:
+            process.sendall(b"CONNECT peer:80 HTTP/1.1\r\n\r\n")
+            assert accept.recv(65536) == b"CONNECT peer:80 HTTP/1.1\r\n\r\n"
+            accept.sendall(b"HTTP/1.1 200 OK\r\n\r\n")
+            assert process.recv(65536) == b"HTTP/1.1 200 OK\r\n\r\n"
+    tunnel, head = _open(daemon.path, _tunnel_request(GROUP_PORT))
+    tunnel.close()
+    assert head.startswith(b"HTTP/1.1 403 "), head  # a port tunnel never reaches it

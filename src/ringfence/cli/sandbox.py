@@ -108,6 +108,12 @@ def sandbox() -> None:
     "--public-traffic", is_flag=True,
     help="Let anyone with a preview URL of it reach its ports, without a key.",
 )  # fmt: skip
+@click.option(
+    "--group", metavar="NAME",
+    help="Put it in this network group of yours: its members reach each other's ports "
+    "through $RINGFENCE_GROUP_PROXY inside (curl -x \"$RINGFENCE_GROUP_PROXY\" "
+    "http://PEER_ID:PORT/).",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the whole record as JSON.")
 @api_options
 def create(
@@ -130,6 +136,7 @@ def create(
     project_path: str,
     volume_items: tuple[str, ...],
     public_traffic: bool,
+    group: str | None,
     as_json: bool,
     url: str | None,
     api_key: str | None,
@@ -160,7 +167,7 @@ def create(
             template, timeout=timeout, env=env, metadata=metadata, limits=limits,
             network=network, snapshot=snapshot, auto_pause=auto_pause, on_timeout=on_timeout,
             auto_resume=auto_resume, project=project, volumes=_volumes(volume_items),
-            public_traffic=public_traffic, url=url, api_key=api_key,
+            public_traffic=public_traffic, group=group, url=url, api_key=api_key,
         )  # fmt: skip
         info = sbx.info()
         sbx.close()

@@ -65,7 +65,7 @@ def sandbox_spec(
 ) -> SandboxSpec:
     """The request for a new sandbox, checked before anything is sent. ``lifecycle``:
     ``snapshot``, ``auto_pause``, ``on_timeout``, ``auto_resume``, ``project``, ``volumes``,
-    ``public_traffic`` (None: the default).
+    ``public_traffic``, ``group`` (None: the default).
 
     Raises:
         InvalidRequest: a field is invalid.
@@ -157,6 +157,7 @@ class AsyncSandbox:
         project: ProjectSource | None = None,
         volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None,
         public_traffic: bool = False,
+        group: str | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> AsyncSandbox:
@@ -178,7 +179,8 @@ class AsyncSandbox:
         ``volumes``: volumes of yours to mount (``[{"name": "data", "path": "/mnt/data"}]``,
         ``"read_only": True`` to keep it unchanged); they outlive the sandbox (``rf.volumes``).
         ``public_traffic=True``: anyone with a preview URL of it (``get_url``) may reach
-        its ports, without a key.
+        its ports, without a key. ``group``: your sandboxes in one group reach each
+        other's ports through ``$RINGFENCE_GROUP_PROXY`` inside (docs/ports.md).
 
         Raises:
             InvalidRequest: bad arguments (a policy too broad, say), no API key, limits above
@@ -189,7 +191,7 @@ class AsyncSandbox:
             template, timeout, env, metadata, limits, network, snapshot=snapshot,
             auto_pause=auto_pause, on_timeout=on_timeout, auto_resume=auto_resume,
             project=project_mount(project), volumes=list(volumes) if volumes else None,
-            public_traffic=public_traffic or None,
+            public_traffic=public_traffic or None, group=group,
         )  # fmt: skip
         settings = _base.Settings.resolve(url, api_key, _TIMEOUT)
         http = http_client(settings)

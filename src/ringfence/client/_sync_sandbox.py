@@ -98,6 +98,7 @@ class Sandbox:
         project: ProjectSource | None = None,
         volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None,
         public_traffic: bool = False,
+        group: str | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> Sandbox:
@@ -108,7 +109,8 @@ class Sandbox:
                     template, timeout=timeout, env=env, metadata=metadata, limits=limits,
                     network=network, snapshot=snapshot, auto_pause=auto_pause,
                     on_timeout=on_timeout, auto_resume=auto_resume, project=project,
-                    volumes=volumes, public_traffic=public_traffic, url=url, api_key=api_key,
+                    volumes=volumes, public_traffic=public_traffic, group=group, url=url,
+                    api_key=api_key,
                 )
             )
         )  # fmt: skip

@@ -150,6 +150,11 @@ class Server:
 
             _tunnel.serve(request, conn, self.own_port())
             return
+        if path == "/group/accept":
+            from . import _tunnel
+
+            _tunnel.serve_group(request, conn)
+            return
         if path == "/init" and request.method == "POST":
             self._init(request, conn)
             return

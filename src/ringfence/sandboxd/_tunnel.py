@@ -8,8 +8,15 @@ is always ``127.0.0.1``, then ``::1`` (nothing else can be named). The daemon's 
 when it listens on TCP (a Pod's), is refused: a tunnel must not drive the daemon.
 
 Answers: ``101 Switching Protocols`` then the raw bytes both ways until both sides have
-ended; ``400`` for a malformed request; ``403`` for the daemon's own port; ``502`` with
-``{"code": 502, "message": ...}`` when nothing listens on the port.
+ended; ``400`` for a malformed request; ``403`` for the daemon's own port or the group
+port; ``502`` with ``{"code": 502, "message": ...}`` when nothing listens on the port.
+
+``GET /group/accept`` with the same upgrade: the other way round, for sandbox groups. The
+daemon listens on ``127.0.0.1:GROUP_PORT`` in the sandbox (from the first such request
+on), answers ``101`` at once, and the connection then waits for one connection of a
+process in the sandbox to that port; from then on the two are spliced. The host keeps a
+few of these waiting, reads what the process asks for (``CONNECT peer:port``), decides it
+and answers the process itself: the daemon decides nothing. ``409`` when the port is taken.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from __future__ import annotations
 import _thread
 
 from ._codec import dumps
+from .methods import GROUP_PORT
 
-__all__ = ["UPGRADE", "serve"]
+__all__ = ["UPGRADE", "serve", "serve_group"]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -80,7 +88,7 @@ def serve(request: Request, conn: Conn, own_port: int | None) -> None:
     if request.headers.get("upgrade", "").lower() != UPGRADE:
         _refuse(conn, 400, f"a tunnel needs Upgrade: {UPGRADE}")
         return
-    if port == own_port:
+    if port in (own_port, GROUP_PORT):
         _refuse(conn, 403, f"port {port} is the sandbox daemon's own")
         return
     target = _connect(port)
@@ -102,6 +110,66 @@ def serve(request: Request, conn: Conn, own_port: int | None) -> None:
         pass
     finally:
         target.close()
+
+
+_group: list[socket] = []  # the group port's listener, once made
+_group_lock = _thread.allocate_lock()
+
+
+def _group_listener() -> socket | None:
+    """The listener on the group port (made once), or None when it cannot be bound."""
+    from _socket import AF_INET, SO_REUSEADDR, SOCK_STREAM, SOL_SOCKET
+    from _socket import socket as Socket
+
+    with _group_lock:
+        if not _group:
+            listener = Socket(AF_INET, SOCK_STREAM)
+            try:
+                listener.setsockopt(SOL_SOCKET, SO_REUSEADDR, 1)
+                listener.bind(("127.0.0.1", GROUP_PORT))
+                listener.listen(64)
+            except OSError:
+                listener.close()
+                return None
+            _group.append(listener)
+        return _group[0]
+
+
+def serve_group(request: Request, conn: Conn) -> None:
+    """Answer one ``/group/accept``: 101, then wait for a process's connection to the
+    group port and splice the two (the caller closes the socket afterwards)."""
+    if request.method != "GET" or request.headers.get("upgrade", "").lower() != UPGRADE:
+        _refuse(conn, 400, f"an accept is GET /group/accept with Upgrade: {UPGRADE}")
+        return
+    listener = _group_listener()
+    if listener is None:
+        _refuse(conn, 409, f"port {GROUP_PORT} is taken in the sandbox: no group relay")
+        return
+    conn.send(
+        f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: {UPGRADE}\r\n"
+        "Connection: Upgrade\r\n\r\n".encode()
+    )
+    conn.close_after = True
+    conn.body = None
+    from _socket import socket as Socket
+
+    while True:
+        try:
+            fd, _ = listener._accept()  # type: ignore[attr-defined]
+            client = Socket(fileno=fd)
+            break
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+    try:
+        if conn.peer_closed():  # the host gave up waiting: this process is not served
+            return
+        _splice(conn.sock, client)
+    except OSError:
+        pass
+    finally:
+        client.close()
 
 
 def _splice(host: socket, target: socket) -> None:

@@ -12,6 +12,7 @@ __all__ = [
     "CLIENT_STREAM",
     "CLIENT_STREAMS",
     "FILESYSTEM",
+    "GROUP_PORT",
     "METHODS",
     "PROCESS",
     "ROOT_USER",
@@ -23,6 +24,10 @@ __all__ = [
     "kind_of",
     "user_refusal",
 ]
+
+# Where a sandbox in a group reaches its peers' ports: an HTTP proxy (CONNECT, or absolute
+# URLs) on its own loopback, served by the daemon and decided by the host (sandboxd/_tunnel).
+GROUP_PORT = 49982
 
 # The services (E2B envd's).
 PROCESS = "process.Process"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ringfence.errors import Forbidden, PortNotListening, SandboxError, SandboxNotRunning
 
-__all__ = ["Pipe", "open_tunnel"]
+__all__ = ["Pipe", "open_group_accept", "open_tunnel"]
 
 UPGRADE = "ringfence-tcp"  # the daemon's (sandboxd/_tunnel.py), which imports nothing of ours
 _CONNECT_SECONDS = 10.0
@@ -46,23 +46,52 @@ async def open_tunnel(socket_path: str, sandbox_id: str, port: int) -> Pipe:
         SandboxNotRunning: the daemon cannot be reached (the sandbox has ended).
         SandboxError: the daemon answered something else, or nothing in time.
     """
+    status, body, pipe = await _upgrade(socket_path, sandbox_id, f"/ports/{port}")
+    if pipe is not None:
+        return pipe
+    message = _message(body)
+    if status == 502:
+        raise PortNotListening(f"nothing listens on port {port} in sandbox {sandbox_id}")
+    if status == 403:
+        raise Forbidden(f"port {port} of sandbox {sandbox_id} cannot be reached: {message}")
+    raise SandboxError(f"sandbox {sandbox_id}: its daemon refused the tunnel ({status}: {message})")
+
+
+async def open_group_accept(socket_path: str, sandbox_id: str) -> Pipe:
+    """A pipe that waits for one connection of a process in the sandbox to its group port
+    (the daemon's listener there), then carries it.
+
+    Raises:
+        SandboxNotRunning: the daemon cannot be reached (the sandbox has ended).
+        SandboxError: the daemon refused (the port is taken in the sandbox).
+    """
+    status, body, pipe = await _upgrade(socket_path, sandbox_id, "/group/accept")
+    if pipe is not None:
+        return pipe
+    raise SandboxError(f"sandbox {sandbox_id}: no group relay ({status}: {_message(body)})")
+
+
+async def _upgrade(socket_path: str, sandbox_id: str, path: str) -> tuple[int, bytes, Pipe | None]:
+    """The daemon's answer to an upgrade of ``path``: (101, b"", the pipe) or (status,
+    its bounded body, None)."""
     try:
         async with asyncio.timeout(_CONNECT_SECONDS):
             reader, writer = await asyncio.open_unix_connection(socket_path, limit=_LIMIT)
     except (OSError, TimeoutError) as exc:
         raise SandboxNotRunning(
-            f"sandbox {sandbox_id} is not running (its daemon cannot be reached: {exc})"
+            f"sandbox {sandbox_id} is not running (its daemon cannot be reached: "
+            f"{getattr(exc, 'strerror', None) or type(exc).__name__})"
         ) from exc
     try:
         writer.write(
-            f"GET /ports/{port} HTTP/1.1\r\nHost: sandbox\r\nConnection: Upgrade\r\n"
+            f"GET {path} HTTP/1.1\r\nHost: sandbox\r\nConnection: Upgrade\r\n"
             f"Upgrade: {UPGRADE}\r\n\r\n".encode()
         )
         async with asyncio.timeout(_ANSWER_SECONDS):
             head = await reader.readuntil(b"\r\n\r\n")
             status, length = _answer(head, sandbox_id)
             if status == 101:
-                return Pipe(reader, writer)
+                return status, b"", Pipe(reader, writer)
             body = await reader.readexactly(length) if length else b""
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
         writer.close()
@@ -76,12 +105,7 @@ async def open_tunnel(socket_path: str, sandbox_id: str, port: int) -> Pipe:
         writer.close()
         raise
     writer.close()
-    message = _message(body)
-    if status == 502:
-        raise PortNotListening(f"nothing listens on port {port} in sandbox {sandbox_id}")
-    if status == 403:
-        raise Forbidden(f"port {port} of sandbox {sandbox_id} cannot be reached: {message}")
-    raise SandboxError(f"sandbox {sandbox_id}: its daemon refused the tunnel ({status}: {message})")
+    return status, body, None
 
 
 def _answer(head: bytes, sandbox_id: str) -> tuple[int, int]:

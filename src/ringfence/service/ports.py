@@ -25,16 +25,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ringfence.errors import Forbidden, InvalidRequest, TooManyRequests, Unauthenticated
+from ringfence.errors import (
+    Forbidden,
+    InvalidRequest,
+    SandboxNotFound,
+    TooManyRequests,
+    Unauthenticated,
+)
 from ringfence.models import Sandbox
 from ringfence.network.gateway import DNS_PORT, PROXY_PORT
+from ringfence.sandboxd.methods import GROUP_PORT
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.port_tunnel import Pipe, open_tunnel
 
 __all__ = ["RESERVED_PORTS", "Admitted", "PortCaller", "Ports", "Tunnel"]
 
-# Ports Ringfence listens on inside a sandbox that has a network (network/gateway.py).
-RESERVED_PORTS = frozenset({PROXY_PORT, DNS_PORT})
+# Ports Ringfence listens on inside a sandbox: with a network, its egress proxy and
+# resolver (network/gateway.py); in a group, the group relay (service/groups.py).
+RESERVED_PORTS = frozenset({PROXY_PORT, DNS_PORT, GROUP_PORT})
 _KEPT = 4096  # sandboxes whose facts and counts are kept before ended ones are forgotten
 
 
@@ -61,12 +69,14 @@ class Sandboxes(Protocol):
 @dataclass(frozen=True)
 class PortCaller:
     """Who opens a port: the tenant (None: an anonymous caller), the actor the audit
-    record names (a key id, ``public`` for an anonymous caller) and how it was admitted
-    (``key``, ``token``, ``public``)."""
+    record names (a key id, ``public`` for an anonymous caller, ``sandbox:ID`` for a peer)
+    and how it was admitted (``key``, ``token``, ``public``, ``group``). A peer's
+    ``group``: only sandboxes of its tenant in that group are found for it."""
 
     tenant: str | None
     actor: str
     access: str
+    group: str | None = None
 
     @classmethod
     def anonymous(cls) -> PortCaller:
@@ -154,8 +164,9 @@ class Ports:
             raise InvalidRequest(f"port {port} is not from 1 to 65535")
         if port in RESERVED_PORTS:
             raise Forbidden(
-                f"port {port} is Ringfence's own inside the sandbox (its egress proxy and "
-                f"resolver listen on {sorted(RESERVED_PORTS)}): it is never reached from outside"
+                f"port {port} is Ringfence's own inside the sandbox (its egress proxy, "
+                f"resolver and group relay listen on {sorted(RESERVED_PORTS)}): it is never "
+                "reached from outside"
             )
         facts = await self._facts_for(caller, sandbox_id)
         daemon = await self._sandboxes.daemon(facts.tenant, sandbox_id)
@@ -198,6 +209,8 @@ class Ports:
             self._remember(sandbox_id, facts)
         if caller.tenant is None and not facts.public:
             raise _needs_credentials(sandbox_id)
+        if caller.access == "group" and (caller.group is None or facts.group != caller.group):
+            raise SandboxNotFound(f"no sandbox {sandbox_id} in group {caller.group}")
         return facts
 
     def _remember(self, sandbox_id: str, facts: _Facts) -> None:

@@ -53,6 +53,7 @@ from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Amount, Budget, Reservation
 from ringfence.service.credentials import CredentialKey
 from ringfence.service.daemon_client import DaemonClient
+from ringfence.service.groups import GROUP_PROXY, GROUP_PROXY_VARIABLE, GroupRelays
 from ringfence.service.pool import PoolStats, Warm, WarmPool
 from ringfence.service.ports import Ports
 from ringfence.service.sandbox_calls import SandboxCalls
@@ -134,6 +135,7 @@ class SandboxService(Pausing):
         self._watchers: set[asyncio.Task[None]] = set()
         self.calls = SandboxCalls(self)  # commands, files and code, passed to the daemons
         self.ports = Ports(self, config.max_port_connections_per_sandbox)  # preview URLs
+        self.groups = GroupRelays(self.ports)  # grouped sandboxes reach each other's ports
         self.files = StateFiles(config.data_dir, credentials or CredentialKey.generate())
         self.state = SandboxStates(self, store, self.files)  # checkpoints, snapshots, fork
         self.projects = SandboxProjects(self)  # diff and sync of project views
@@ -196,10 +198,6 @@ class SandboxService(Pausing):
         check_timeout(spec.timeout, self._config)
         check_tenant_policy(spec.network, self._config, tenant)
         check_project(spec, self._config)
-        # The workstation's parts, each refused here until it is built (docs/design.md 14).
-        for name, given in (("group", spec.group is not None),):
-            if given:
-                raise InvalidRequest(f"{name}: not supported on this server yet")
         return image
 
     def image_for(self, template: str) -> str:
@@ -304,6 +302,7 @@ class SandboxService(Pausing):
             snapshot=spec.snapshot,
             volumes=spec.volumes,
             public_traffic=spec.public_traffic,
+            group=spec.group,
         )
         project = None
         if spec.project is not None:  # resolved: the record names the directory shown
@@ -314,7 +313,7 @@ class SandboxService(Pausing):
         async with self.volumes.bound(tenant, spec.volumes) as volumes:
             launch = LaunchSpec(
                 image=image,
-                env={**spec.env, SANDBOX_ID_VARIABLE: sandbox.id},
+                env={**spec.env, **_grouped(spec), SANDBOX_ID_VARIABLE: sandbox.id},
                 limits=sandbox.limits,
                 timeout=timeout,
                 network=network,
@@ -494,7 +493,9 @@ class SandboxService(Pausing):
         )  # fmt: skip
         entry.reservations, held[:] = held[:], []  # released by the watcher, at its end
         entry.recorded = asyncio.create_task(self._store.add_sandbox(tenant, sandbox))
-        initialized = warm.daemon.start_init({**spec.env, SANDBOX_ID_VARIABLE: sandbox.id})
+        initialized = warm.daemon.start_init(
+            {**spec.env, **_grouped(spec), SANDBOX_ID_VARIABLE: sandbox.id}
+        )
         entry.recorded.add_done_callback(
             functools.partial(self._kill_on_failure, entry, what="its record")
         )
@@ -764,6 +765,7 @@ class SandboxService(Pausing):
         await asyncio.gather(*(e.live.thaw() for e in entries), return_exceptions=True)
         await asyncio.gather(*(e.live.kill() for e in entries), return_exceptions=True)
         await asyncio.gather(*self._watchers, return_exceptions=True)
+        await self.groups.aclose()
         if self._runtime is not None:
             await self._runtime.aclose()
 
@@ -803,8 +805,11 @@ class SandboxService(Pausing):
         return self._locks.setdefault(sandbox_id, asyncio.Lock())
 
     async def _watch(self, sandbox: Sandbox, entry: LiveEntry) -> None:
-        """Wait for the end; store it; release the daemon client."""
+        """Serve its group's relay, if it has a group; wait for the end; store it; release
+        the daemon client."""
         ended = sandbox.ended(SandboxState.FAILED, "internal error")
+        if sandbox.group is not None:
+            self.groups.start(entry.tenant, sandbox.id, sandbox.group, entry.daemon)
         try:
             result = await entry.live.ended()
             state, error = _ending(result)
@@ -834,6 +839,7 @@ class SandboxService(Pausing):
                 self._locks.pop(sandbox.id, None)
             for reservation in entry.reservations:
                 self._budget.release(reservation)
+            await self.groups.stop(sandbox.id)
             await entry.daemon.aclose()
             entry.ended.set_result(ended)
 
@@ -889,6 +895,11 @@ def _failure(step: asyncio.Task[None]) -> BaseException | None:
 
 async def _kill(live: LiveSandbox) -> None:
     await live.kill()
+
+
+def _grouped(spec: SandboxSpec) -> dict[str, str]:
+    """The variable a grouped sandbox finds its group's proxy by (docs/design.md 14.6)."""
+    return {GROUP_PROXY_VARIABLE: GROUP_PROXY} if spec.group is not None else {}
 
 
 def _new_id() -> str:
