@@ -54,6 +54,9 @@ RULES: list[tuple[str, str]] = [
     (r"Async([A-Z]\w*)", r"\1"),  # AsyncRingfence, httpx.AsyncClient, httpx.AsyncBaseTransport
     (r"async def", "def"),
     (r"async with", "with"),
+    (r"async for", "for"),
+    (r"aiter_bytes", "iter_bytes"),
+    (r"aread", "read"),
     (r"await ", ""),
     (r"aclose", "close"),
     (r"__aenter__", "__enter__"),

@@ -76,7 +76,7 @@ def _unasync() -> ModuleType:
 @pytest.mark.parametrize(
     "body",
     [
-        "async def f(xs):\n    async for x in xs:\n        pass\n",  # no rule for async for
+        "async def f(xs):\n    await asyncio.gather(*xs)\n",  # no rule for gather
         "def f():\n    return 1  # an async answer\n",  # prose says async too
     ],
 )

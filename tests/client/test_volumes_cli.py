@@ -4,7 +4,9 @@ against a live server with real sandboxes; ``sandbox create --volume``."""
 from __future__ import annotations
 
 import json
+import tarfile
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +56,7 @@ async def test_the_async_sdk_is_the_same(live: LiveServer) -> None:
         await rf.volumes.delete(made.id)
 
 
-def test_volume_commands(live: LiveServer) -> None:
+def test_volume_commands(live: LiveServer, tmp_path: Path) -> None:
     name = _name()
     created = _cli(live, "volume", "create", name, "--quota", "16M")
     assert created.returncode == 0, created.stderr
@@ -67,6 +69,11 @@ def test_volume_commands(live: LiveServer) -> None:
         info = json.loads(_cli(live, "volume", "info", name, "--json").stdout)
         assert info["quota_bytes"] == 16 << 20 and info["used_bytes"] > 0
         assert "/notes.txt" in _cli(live, "volume", "ls", name).stdout.decode()
+        archive = tmp_path / "v.tar"
+        saved = _cli(live, "volume", "tar", name, "/", "-o", str(archive))
+        assert saved.returncode == 0, saved.stderr
+        with tarfile.open(archive) as opened:
+            assert opened.getnames() == ["lost+found", "notes.txt"]
         sandbox = _cli(live, "sandbox", "create", "--volume", f"{name}:/mnt/ro:ro")
         assert sandbox.returncode == 0, sandbox.stderr
         sid = sandbox.stdout.decode().strip()

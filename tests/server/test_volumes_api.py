@@ -4,6 +4,8 @@ sandboxes), the quota, and what another tenant can do with them (nothing)."""
 
 from __future__ import annotations
 
+import io
+import tarfile
 from typing import Any
 
 import pytest
@@ -175,3 +177,29 @@ async def test_another_tenant_cannot_see_mount_read_write_or_delete_a_volume(api
     read = await api.client.get("/v1/volumes/data/files", params={"path": "secret"},
                                 headers=api.globex)  # fmt: skip
     assert read.status_code == 404 and read.json()["error"]["code"] == "not_found"
+
+
+async def test_a_directory_downloads_as_a_tar_stream_with_links_kept_as_links(api: Api) -> None:
+    await _volume(api, quota_bytes=64 * MiB)
+    big = bytes(range(256)) * (12 * 1024)  # 3 MiB: several chunks
+    for path, data in (("out/a.txt", b"a"), ("out/deep/b.bin", big), ("elsewhere", b"no")):
+        assert (await _put(api, "data", path, data)).status_code == 200
+    sandbox_id = await _sandbox(api, volumes=[{"name": "data", "path": "/mnt/data"}])
+    planted = "ln -s /etc/passwd /mnt/data/out/pw && mkfifo /mnt/data/out/fifo"
+    assert (await _sh(api, sandbox_id, planted))[0] == 0
+    got = await api.client.get("/v1/volumes/data/archive", params={"path": "out"},
+                               headers=api.acme)  # fmt: skip
+    assert got.status_code == 200 and got.headers["content-type"] == "application/x-tar"
+    with tarfile.open(fileobj=io.BytesIO(got.content)) as archive:
+        members = {m.name: m for m in archive.getmembers()}
+        assert sorted(members) == ["a.txt", "deep", "deep/b.bin", "pw"], sorted(members)
+        assert members["pw"].issym() and members["pw"].linkname == "/etc/passwd"
+        assert members["deep/b.bin"].uid == 1000 and members["deep"].isdir()
+        extracted = archive.extractfile("deep/b.bin")
+        assert extracted is not None and extracted.read() == big
+    for bad in ("out/a.txt", "nothing", "out/pw", "../x"):
+        refused = await api.client.get("/v1/volumes/data/archive", params={"path": bad},
+                                       headers=api.acme)  # fmt: skip
+        assert refused.status_code in (400, 404), (bad, refused.text)
+    other = await api.client.get("/v1/volumes/data/archive", headers=api.globex)
+    assert other.status_code == 404

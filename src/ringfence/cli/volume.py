@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import BinaryIO
 
 import click
@@ -145,3 +146,21 @@ def ls(
     for e in entries:
         kind = {"directory": "/", "symlink": "@"}.get(e.type, "")
         click.echo(f"{e.mode:04o}  {e.uid:>5}  {e.size:>10}  {when(e.mtime)}  {e.path}{kind}")
+
+
+@volume.command("tar")
+@click.argument("name")
+@click.argument("path", default="/")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+    help="The archive to write (a tar file).",
+)  # fmt: skip
+@api_options
+def tar(name: str, path: str, output: Path, url: str | None, api_key: str | None) -> None:
+    """Download a directory of the volume (PATH defaults to its root) as a tar archive,
+    streamed: directories, files and symlinks (as links)."""
+    from ringfence.client import Ringfence
+
+    with client_errors(), Ringfence(url, api_key) as rf:
+        size = rf.volumes.download_archive(name, path, output)
+    click.echo(f"{output} ({size} bytes)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -224,6 +225,25 @@ class Volumes:
             return response.content
         _base.checked(response)
         raise AssertionError("unreachable: a failure raises")
+
+    def download_archive(self, volume: str, path: str, target: str | Path) -> int:
+        """Save the directory at ``path`` as a tar archive at ``target`` (a local file),
+        streamed; returns its size in bytes. Raises ``NotFound``, ``VolumeNotFound``,
+        ``InvalidRequest`` (not a directory)."""
+        call = _base.volume_call("GET", volume, "archive", path=path)
+        written = 0
+        try:
+            with self._client._http.stream(call.method, call.path, params=call.params) as r:
+                if not r.is_success:
+                    r.read()
+                    _base.checked(r)
+                with open(target, "wb") as out:
+                    for chunk in r.iter_bytes():
+                        out.write(chunk)
+                        written += len(chunk)
+        except httpx.HTTPError as exc:
+            raise _base.translate(exc, self._client._settings.url) from exc
+        return written
 
     def list_dir(self, volume: str, path: str = "/", *, depth: int = 1) -> _Entries:
         """What a directory holds, ``depth`` levels down. Raises ``NotFound``,

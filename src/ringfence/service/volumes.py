@@ -239,6 +239,15 @@ class VolumeService:
         fd = await asyncio.to_thread(volume_files.open_for_reading, root, path)
         return _read_off_the_loop(volume_files.read_chunks(fd))
 
+    async def archive(self, tenant: str, ref: str, path: str) -> AsyncIterator[bytes]:
+        """The directory at ``path`` as a tar stream (``volume_files.archive``), checked
+        before this returns (a missing one raises here). Raises ``VolumeNotFound``,
+        ``NotFound``, ``InvalidRequest``."""
+        root = await self._root(tenant, ref)
+        chunks = volume_files.archive(root, path)
+        first = await asyncio.to_thread(next, chunks)  # opens it: refusals raise now
+        return _read_off_the_loop(_chained(first, chunks))
+
     async def write(
         self,
         tenant: str,
@@ -323,6 +332,14 @@ class VolumeService:
             self._audit.record(
                 tenant, actor, action, target, "ok", {"name": volume.name, **details}
             )
+
+
+def _chained(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    try:
+        yield first
+        yield from rest
+    finally:
+        _close(rest)
 
 
 async def _next(body: AsyncIterator[bytes]) -> bytes:

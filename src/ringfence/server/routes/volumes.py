@@ -166,6 +166,24 @@ async def write_file(
     )
 
 
+@router.get(
+    "/{volume}/archive",
+    responses={
+        **_FILE_ERRORS,
+        200: {"description": "A tar stream (POSIX pax)", "content": {"application/x-tar": {}}},
+    },
+    summary="Download a directory of the volume as a tar archive (streamed)",
+)
+async def archive(
+    volume: VolumeRef, caller: Caller, request: Request, path: FilePath = "/"
+) -> StreamingResponse:
+    """Entries are named relative to the directory: directories, regular files and
+    symlinks (as links); other kinds are left out, and so are directories more than 64
+    levels below it (listed, not entered)."""
+    chunks = await _service(request).archive(caller.tenant, volume, path)
+    return StreamingResponse(chunks, media_type="application/x-tar")
+
+
 @router.delete(
     "/{volume}/files",
     status_code=204,
