@@ -203,3 +203,37 @@ async def test_a_directory_downloads_as_a_tar_stream_with_links_kept_as_links(ap
         assert refused.status_code in (400, 404), (bad, refused.text)
     other = await api.client.get("/v1/volumes/data/archive", headers=api.globex)
     assert other.status_code == 404
+
+
+async def test_a_rollback_restores_the_sandbox_and_leaves_its_volume_alone(api: Api) -> None:
+    await _volume(api, quota_bytes=16 * MiB)
+    sandbox_id = await _sandbox(api, volumes=[{"name": "data", "path": "/home/user/vol"}])
+    assert (await _sh(api, sandbox_id, "echo before > /home/user/own"))[0] == 0
+    made = await api.client.post(f"/v1/sandboxes/{sandbox_id}/checkpoints", headers=api.acme)
+    assert made.status_code == 201, made.text
+    later = "echo after > /home/user/own; echo kept > /home/user/vol/shared"
+    assert (await _sh(api, sandbox_id, later))[0] == 0
+    back = {"checkpoint": made.json()["id"]}
+    rolled = await api.client.post(
+        f"/v1/sandboxes/{sandbox_id}/rollback", headers=api.acme, json=back
+    )
+    assert rolled.status_code == 204, rolled.text
+    code, out = await _sh(api, sandbox_id, "cat /home/user/own /home/user/vol/shared")
+    assert (code, out.split()) == (0, ["before", "kept"]), out
+
+
+async def test_a_sandbox_paused_to_disk_has_its_volume_again_when_resumed(api: Api) -> None:
+    await _volume(api, quota_bytes=16 * MiB)
+    sandbox_id = await _sandbox(api, volumes=[{"name": "data", "path": "/mnt/data"}])
+    assert (await _sh(api, sandbox_id, "echo one > /mnt/data/f"))[0] == 0
+    paused = await api.client.post(f"/v1/sandboxes/{sandbox_id}/pause", headers=api.acme,
+                                   json={"memory": False}, timeout=60)  # fmt: skip
+    assert paused.status_code == 200, paused.text
+    busy = await api.client.delete("/v1/volumes/data", headers=api.acme)
+    assert busy.status_code == 409 and sandbox_id in busy.json()["error"]["message"]
+    assert (await _put(api, "data", "g", b"two")).status_code == 200  # while it is paused
+    resumed = await api.client.post(f"/v1/sandboxes/{sandbox_id}/resume", headers=api.acme,
+                                    timeout=60)  # fmt: skip
+    assert resumed.status_code == 200, resumed.text
+    code, out = await _sh(api, sandbox_id, "cat /mnt/data/f /mnt/data/g")
+    assert (code, out.split()) == (0, ["one", "two"]), out
