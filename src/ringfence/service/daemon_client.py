@@ -257,15 +257,17 @@ class DaemonClient:
         connection.on_close = self._ended
         sent = False
         try:
-            await connection.send(h11.Request(method=method, target=target, headers=kept))
-            if isinstance(content, bytes):
-                if content:
-                    await connection.send(h11.Data(data=content))
-            elif content is not None:
-                async for chunk in content:
-                    if chunk:
-                        await connection.send(h11.Data(data=chunk))
-            await connection.send(h11.EndOfMessage())
+            head = h11.Request(method=method, target=target, headers=kept)
+            if isinstance(content, bytes):  # one write: the daemon wakes once, not twice
+                whole = [head, h11.Data(data=content)] if content else [head]
+                await connection.send(*whole, h11.EndOfMessage())
+            else:
+                await connection.send(head)
+                if content is not None:
+                    async for chunk in content:
+                        if chunk:
+                            await connection.send(h11.Data(data=chunk))
+                await connection.send(h11.EndOfMessage())
             sent = True
             event = await connection.next_event(timeout=self._head_seconds)
             if isinstance(event, h11.InformationalResponse):  # one 100 Continue at most
@@ -342,9 +344,10 @@ class _Connection:
         self.protocol = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
         self.on_close: Callable[[_Connection], None] | None = None  # while a request is on it
 
-    async def send(self, event: h11.Event) -> None:
-        """Raises ``TimeoutError`` when the daemon stops reading for ``write_seconds``."""
-        data = self.protocol.send(event)
+    async def send(self, *events: h11.Event) -> None:
+        """Send ``events`` in one write. Raises ``TimeoutError`` when the daemon stops
+        reading for ``write_seconds``."""
+        data = b"".join(self.protocol.send(event) or b"" for event in events)
         if data:
             self.writer.write(data)
             async with asyncio.timeout(self._write_seconds):
