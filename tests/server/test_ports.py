@@ -499,3 +499,28 @@ async def test_a_kept_alive_connection_the_sandbox_closed_is_not_a_failure(
     for _ in range(3):
         again = _echoed(await served.client.get(path, headers=served.auth()))
         assert again["peer"] != dropped["peer"]
+
+
+def test_the_routes_counted_for_the_audit_record_are_bounded() -> None:
+    """A caller trying every port of a public sandbox does not grow the counts unbounded."""
+    from ringfence.service import ports as ports_module
+
+    sandbox_id = "sb0123"
+    ports = ports_module.Ports(_Live(), max_per_sandbox=4)  # type: ignore[arg-type]
+    saved, ports_module._COUNTED = ports_module._COUNTED, 8
+    try:
+        for port in range(1000, 1020):
+            ports._audit("acme", ports_module.PortCaller.anonymous(), sandbox_id, port, "path")
+        assert len(ports._opened) <= 8
+    finally:
+        ports_module._COUNTED = saved
+
+
+class _Live:
+    """What ``Ports`` asks of the sandboxes, for a sandbox that runs."""
+
+    def live_tenant(self, sandbox_id: str) -> str | None:
+        return "acme"
+
+    def record(self, *args: object, **kwargs: object) -> None:
+        pass

@@ -44,6 +44,7 @@ __all__ = ["RESERVED_PORTS", "Admitted", "PortCaller", "Ports", "Tunnel"]
 # resolver (network/gateway.py); in a group, the group relay (service/groups.py).
 RESERVED_PORTS = frozenset({PROXY_PORT, DNS_PORT, GROUP_PORT})
 _KEPT = 4096  # sandboxes whose facts and counts are kept before ended ones are forgotten
+_COUNTED = 65_536  # (sandbox, port, actor) routes counted for the audit record at most
 
 
 class Sandboxes(Protocol):
@@ -223,6 +224,8 @@ class Ports:
 
     def _audit(self, tenant: str, caller: PortCaller, sandbox_id: str, port: int, via: str) -> None:
         key = (sandbox_id, port, caller.actor)
+        if key not in self._opened and len(self._opened) >= _COUNTED:
+            self._forget_counts()
         self._opened[key] += 1
         count = self._opened[key]
         if count == 1 or _power_of_ten(count):
@@ -231,6 +234,14 @@ class Ports:
             }  # fmt: skip
             self._sandboxes.record(tenant, caller.actor, "sandbox.port_open", sandbox_id,
                                    details=details)  # fmt: skip
+
+    def _forget_counts(self) -> None:
+        """Make room among the counted routes: those of sandboxes no longer running here,
+        else all of them (their next connections are recorded again, from 1)."""
+        for key in [k for k in self._opened if self._sandboxes.live_tenant(k[0]) is None]:
+            del self._opened[key]
+        if len(self._opened) >= _COUNTED:
+            self._opened.clear()
 
     def _closed(self, sandbox_id: str) -> None:
         self._open[sandbox_id] -= 1
