@@ -232,8 +232,10 @@ def remove(root: Path, path: str) -> None:
                 shutil.rmtree(names[-1], dir_fd=parent)
             else:
                 os.unlink(names[-1], dir_fd=parent)
-        except FileNotFoundError as exc:
-            raise NotFound(f"no {path} in the volume") from exc
+        except OSError as exc:  # swapped for a link meanwhile: rmtree refuses it
+            if exc.errno is None:
+                raise InvalidRequest(f"path: {path} changed while it was removed") from exc
+            raise _refused(exc, path) from exc
 
 
 def read_chunks(fd: int) -> Iterator[bytes]:
