@@ -109,6 +109,10 @@ def test_the_daemon_serves_a_directory_as_a_tar(daemon: Daemon) -> None:
     a_file = daemon.client.get("/files/archive", params={"path": "project/run.sh"})
     assert a_file.status_code == 400
     assert daemon.client.get("/files/archive").status_code == 400
+    os.symlink("/proc", daemon.home / "to-proc")
+    for kernel in ("/proc", "/sys/fs", "/dev", "to-proc"):
+        refused = daemon.client.get("/files/archive", params={"path": kernel})
+        assert refused.status_code == 400 and "kernel" in refused.text, kernel
 
 
 def _crafted(path: Path, *entries: tarfile.TarInfo) -> Path:

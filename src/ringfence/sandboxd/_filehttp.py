@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._server import Server
 
 _CHUNK = 256 * 1024
+_KERNEL_TREES = ("/proc", "/sys", "/dev")
 _STATUS = {
     "not_found": 404,
     "already_exists": 409,
@@ -73,6 +74,10 @@ def serve_archive(server: Server, request: Request, conn: Conn) -> None:
             _error(conn, 405, "use GET to download a directory as a tar archive")
             return
         path = resolve(request.query.get("path"))
+        real = os.path.realpath(path)
+        if any(p == k or p.startswith(k + "/") for k in _KERNEL_TREES for p in (path, real)):
+            # Files there report sizes they do not have (a tar header promises the size).
+            raise RpcError("invalid_argument", f"{path}: kernel filesystems are not archived")
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
