@@ -1,14 +1,12 @@
 """``apt-get install`` as root inside (issue 16): through an egress policy that allows only
-Debian's mirror, in a sandbox of a freshly built ``base`` template, and host uid 0 owns
-nothing it made. Minutes the first time (debootstrap downloads; cached after)."""
+Debian's mirror, in a sandbox of the run's ``dev`` template (built once and shared with
+test_dev.py: ``_shared``), and host uid 0 owns nothing it made. Minutes the first time
+(debootstrap downloads; cached after)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,24 +20,16 @@ from ringfence.config import Config
 from ringfence.models import NetworkMode, NetworkPolicy, ResourceLimits
 from ringfence.models.network import EgressRule
 from ringfence.testing.backend_checks import run_in_sandbox
-
-RINGFENCE = str(Path(sys.executable).parent / "ringfence")
+from tests.templates._shared import shared_template
 
 pytestmark = [pytest.mark.integration, pytest.mark.debootstrap]
 
 
 @pytest.fixture(scope="module")
-def base_rootfs() -> Iterator[Path]:
+def base_rootfs() -> Path:
+    """A Debian template with apt (the ``dev`` recipe is ``base`` and more)."""
     assert shutil.which("debootstrap"), "scripts/setup installs debootstrap"
-    root = Path(tempfile.mkdtemp(prefix="ringfence-test-", dir="/tmp"))
-    root.chmod(0o755)  # the unprivileged sandbox uids traverse it
-    build = subprocess.run(
-        [RINGFENCE, "template", "build", "base", "--data-dir", str(root / "data")],
-        capture_output=True, text=True, timeout=1700,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr[-3000:]
-    yield root / "ringfence-templates" / "base" / "rootfs"
-    shutil.rmtree(root, ignore_errors=True)
+    return shared_template("dev").rootfs
 
 
 def _owned_by_host_root(top: Path) -> list[str]:

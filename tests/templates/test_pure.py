@@ -82,3 +82,42 @@ def test_a_build_names_the_files_others_may_not_read(tmp_path: Path) -> None:
     (tmp_path / "root" / "key").chmod(0o600)
     (tmp_path / "etc" / "link").symlink_to("shadow")  # a link's own mode means nothing
     assert private_files(tmp_path) == ["/etc/shadow", "/root", "/root/key"]
+
+
+def test_pip_output_is_condensed_to_its_stages() -> None:
+    lines: list[str] = []
+    progress = Progress(lines.append, "pip")
+    for line in (
+        "Looking in links: /var/cache/ringfence-pip",
+        "Collecting uv==0.13.8",
+        "Processing /var/cache/ringfence-pip/uv-0.13.8-py3-none-manylinux_2_17_x86_64.whl",
+        "Installing collected packages: uv",
+        "Successfully installed uv-0.13.8",
+    ):
+        progress.feed(line)
+    assert lines == [
+        "pip: collecting packages",
+        "pip: configuring packages",
+        "pip: installing packages",
+        "pip: Successfully installed uv-0.13.8",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("packages", "pypi"),
+    [
+        (["python3", "python3-pip"], ["uv"]),  # not pinned
+        (["python3", "python3-pip"], ["uv>=0.1"]),
+        (["python3", "python3-pip"], ["uv==0.13.8; rm -rf /"]),
+        (["python3"], ["uv==0.13.8"]),  # no pip to install it with
+    ],
+)
+def test_pypi_requirements_must_be_pinned_and_have_pip(
+    tmp_path: Path, packages: list[str], pypi: list[str]
+) -> None:
+    from ringfence.templates import Registry
+    from ringfence.templates.build import build_template
+
+    with pytest.raises(InvalidRequest):
+        build_template(Registry(tmp_path), "x", packages, pypi=pypi)
+    assert list(tmp_path.iterdir()) == []

@@ -44,8 +44,9 @@ def template() -> None:
 @click.argument("name")
 @click.option(
     "--recipe",
-    type=click.Choice(["minbase", "base", "code-interpreter"]),
-    help="Packages to start from (minbase: none beyond debootstrap's minbase) "
+    type=click.Choice(["minbase", "base", "code-interpreter", "dev"]),
+    help="Packages to start from (minbase: none beyond debootstrap's minbase; dev: git, gh, "
+    "Python with pip and uv, Node.js with npm, Go, build-essential) "
     "[default: the recipe named NAME if there is one, else base].",
 )
 @click.option("--packages", default="", help="More Debian packages, comma-separated.")
@@ -64,7 +65,7 @@ def build(
 ) -> None:
     """Build template NAME from Debian packages with debootstrap (as root)."""
     from ringfence.templates import Registry
-    from ringfence.templates.build import RECIPES, build_template
+    from ringfence.templates.build import PYPI_RECIPES, RECIPES, build_template
 
     if recipe is None:
         recipe = name if name in RECIPES else "base"
@@ -80,6 +81,7 @@ def build(
             mirror=mirror,
             on_progress=lambda line: click.echo(line, err=True),
             replace=replace,
+            pypi=PYPI_RECIPES.get(recipe, ()),
         )
     seconds = time.monotonic() - started
     click.echo(f"built template {name}: {_size(built.metadata)}, {seconds:.0f} s, {built.rootfs}")

@@ -16,6 +16,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +29,7 @@ from ringfence.templates.registry import ROOTFS, Registry, Template
 __all__ = [
     "CACHE_DIR",
     "DEFAULT_MIRROR",
+    "PYPI_RECIPES",
     "RECIPES",
     "BuildFailed",
     "Progress",
@@ -39,11 +41,19 @@ __all__ = [
 CACHE_DIR = Path("/var/cache/ringfence")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 _BASE = ("python3", "python3-pip", "python3-venv", "git", "curl", "jq", "ca-certificates", "nodejs")
+# A coding agent's workstation: git and the GitHub CLI, Python with pip (and uv, from
+# PyPI below), Node.js with npm, Go, a C toolchain.
+_DEV = (*_BASE, "gh", "npm", "golang-go", "build-essential", "procps", "less", "unzip")
 RECIPES: dict[str, tuple[str, ...]] = {
     "minbase": (),  # debootstrap's minbase alone (no python3: the daemon cannot run in it)
     "base": _BASE,
     "code-interpreter": (*_BASE, "python3-numpy", "python3-pandas", "python3-matplotlib"),
+    "dev": _DEV,
 }
+# What a recipe adds from PyPI once its Debian packages are in (pinned; wheels only),
+# installed with the template's own pip under /usr/local, beside Debian's Python.
+PYPI_RECIPES: dict[str, tuple[str, ...]] = {"dev": ("uv==0.13.8",)}
+_PYPI_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.]+$")
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")  # Debian policy 5.6.1
 _SUITE = re.compile(r"^[a-z][a-z0-9-]*$")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -95,8 +105,13 @@ _PER_PACKAGE: Mapping[str, str] = {
     "Unpacking": "unpacking packages",
     "Setting": "configuring packages",
     "Processing": "configuring packages",
+    "Collecting": "collecting packages",
+    "Downloading": "downloading packages",
+    "Installing": "installing packages",
 }
-_PASS = re.compile(r"^(I: |W: |E: |Err:|\d+ upgraded|Fetched )")
+_PASS = re.compile(
+    r"^(I: |W: |E: |Err:|ERROR: |\d+ upgraded|Fetched |Successfully (installed|downloaded) |Saved )"
+)
 _INDEXES = frozenset({"InRelease", "Release", "Release.gpg", "Packages"})
 
 
@@ -144,16 +159,24 @@ def build_template(
     cache_dir: Path = CACHE_DIR,
     on_progress: Callable[[str], None] = lambda _: None,
     replace: bool = False,
+    pypi: Sequence[str] = (),
 ) -> Template:
-    """Build template ``name``: Debian ``suite`` (minbase) plus ``packages``.
+    """Build template ``name``: Debian ``suite`` (minbase) plus ``packages``, then the
+    pinned PyPI wheels ``pypi`` ("uv==0.13.8") with the template's own pip.
 
     Raises:
-        InvalidRequest: a bad name, package, suite or mirror, or the template exists.
+        InvalidRequest: a bad name, package, requirement, suite or mirror, or the template
+            exists.
         BuildFailed: not root, debootstrap missing, or a step failed.
     """
     for package in packages:
         if not _PACKAGE.match(package):
             raise InvalidRequest(f"{package!r} is not a Debian package name")
+    for requirement in pypi:
+        if not _PYPI_REQUIREMENT.match(requirement):
+            raise InvalidRequest(f"{requirement!r}: give a pinned PyPI requirement, NAME==VERSION")
+    if pypi and "python3-pip" not in packages:
+        raise InvalidRequest("PyPI packages need python3-pip among the Debian packages")
     if not _SUITE.match(suite):
         raise InvalidRequest(f"{suite!r} is not a Debian suite name")
     mirror = mirror or host_mirror() or DEFAULT_MIRROR
@@ -182,7 +205,7 @@ def build_template(
                 Progress(on_progress, "debootstrap"),
                 "debootstrap",
             )  # fmt: skip
-            _install_packages(rootfs, packages, suite, mirror, cache_dir, on_progress)
+            _install_packages(rootfs, packages, suite, mirror, cache_dir, on_progress, pypi)
             on_progress("template: cleaning up and sealing")
             _clean(rootfs)
             stripped = strip_setuid(rootfs)
@@ -198,6 +221,7 @@ def build_template(
                 "source": "build",
                 "recipe": recipe,
                 "packages": list(packages),
+                "pypi": list(pypi),
                 "suite": suite,
                 "mirror": mirror,
                 "variant": "minbase",
@@ -221,6 +245,18 @@ apt-get install -y -q $APT_OPTS --no-install-recommends "$@"' sh "$@"
 """
 
 
+_PIP_SCRIPT = r"""
+set -e
+root=$1 cache=$2; shift 2
+mount -t proc proc "$root/proc"
+mount --bind "$cache" "$root/var/cache/ringfence-pip"
+exec chroot "$root" /usr/bin/env -i PATH="$PATH" LANG=C.UTF-8 HOME=/root \
+  PIP_DISABLE_PIP_VERSION_CHECK=1 /usr/bin/python3 -m pip install --progress-bar off \
+  --break-system-packages --root-user-action=ignore --no-warn-script-location --no-cache-dir \
+  --no-index --find-links /var/cache/ringfence-pip --only-binary=:all: --prefix /usr/local "$@"
+"""
+
+
 def _install_packages(
     rootfs: Path,
     packages: Sequence[str],
@@ -228,6 +264,7 @@ def _install_packages(
     mirror: str,
     cache_dir: Path,
     on_progress: Callable[[str], None],
+    pypi: Sequence[str] = (),
 ) -> None:
     if not packages:
         return
@@ -251,9 +288,55 @@ def _install_packages(
             Progress(on_progress, "apt-get"),
             "apt-get in the new root",
         )  # fmt: skip
+        if pypi:
+            _install_pypi(rootfs, pypi, cache_dir, on_progress)
     finally:
         policy.unlink(missing_ok=True)
         resolv.unlink(missing_ok=True)
+
+
+def _install_pypi(
+    rootfs: Path, pypi: Sequence[str], cache_dir: Path, on_progress: Callable[[str], None]
+) -> None:
+    """The pinned wheels into ``/usr/local`` with the new root's pip, offline; Debian's own
+    Python stays untouched. The wheels are fetched by the host's pip first (its index,
+    proxy and certificates: the new root knows none of this host's settings), into
+    ``cache_dir/pip``, which is bound into the new root for the install."""
+    cache = cache_dir / "pip"
+    cache.mkdir(parents=True, exist_ok=True)
+    _download_wheels(pypi, cache, Progress(on_progress, "pip download"))
+    mountpoint = rootfs / "var" / "cache" / "ringfence-pip"
+    mountpoint.mkdir()
+    try:
+        _run(
+            ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+             _PIP_SCRIPT, "sh", str(rootfs), str(cache), *pypi],
+            Progress(on_progress, "pip"),
+            "pip in the new root",
+        )  # fmt: skip
+    finally:
+        mountpoint.rmdir()  # its mount went with the namespace
+
+
+def _download_wheels(pypi: Sequence[str], cache: Path, progress: Progress) -> None:
+    """``pip download`` of the pinned requirements, wheels only, no dependencies beyond
+    what they pin (a recipe pins each one it needs), with this host's pip settings."""
+    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--progress-bar", "off", "-d", str(cache), *pypi]  # fmt: skip
+    try:
+        with subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace",
+        ) as process:  # fmt: skip
+            assert process.stdout is not None
+            for line in process.stdout:
+                progress.feed(line)
+    except OSError as exc:
+        raise BuildFailed(f"cannot run pip download: {exc.strerror}") from exc
+    if process.returncode != 0:
+        tail = "\n".join(progress.tail)
+        raise BuildFailed(f"pip download of {', '.join(pypi)} failed (needs pip beside "
+                          f"Ringfence, and PyPI or this host's index):\n{tail}")  # fmt: skip
 
 
 def _clean(rootfs: Path) -> None:

@@ -18,6 +18,7 @@ __all__ = ["prometheus_lines", "router"]
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
 _ERRORS: dict[int | str, dict[str, object]] = {
+    400: {"model": ErrorBody, "description": "Invalid request (a malformed id)"},
     401: {"model": ErrorBody, "description": "Missing or invalid API key"},
     404: {"model": ErrorBody, "description": "No such sandbox in your tenant"},
     409: {
