@@ -21,7 +21,8 @@ from ringfence.templates.build import PYPI_RECIPES, RECIPES
 from ringfence.testing.backend_checks import run_in_sandbox
 from tests.templates._shared import Built, shared_template
 
-pytestmark = [pytest.mark.integration, pytest.mark.debootstrap]
+# The first test to run waits for the build (minutes): each is bounded as a build is.
+pytestmark = [pytest.mark.integration, pytest.mark.debootstrap, pytest.mark.timeout(1800)]
 
 # Each tool the recipe promises, and what its answer starts with (or contains).
 TOOLS = {
@@ -73,7 +74,6 @@ def test_the_build_shows_its_progress_and_records_what_it_installed(dev: Built) 
     assert template.metadata["pypi"] == list(PYPI_RECIPES["dev"])
 
 
-@pytest.mark.timeout(900)
 async def test_every_tool_runs_inside_a_sandbox(sandbox: LiveSandbox) -> None:
     for command, expected in TOOLS.items():
         out, code = await run_in_sandbox(sandbox, "sh", "-c", command + " 2>&1")
@@ -89,7 +89,6 @@ async def test_every_tool_runs_inside_a_sandbox(sandbox: LiveSandbox) -> None:
     assert code == 0 and out.split() == ["cc", "ok", "go", "ok", "uv", "ok"], out[-3000:]
 
 
-@pytest.mark.timeout(900)
 async def test_the_template_is_read_only_and_root_writes_land_in_its_own_layer(
     dev: Built, sandbox: LiveSandbox
 ) -> None:

@@ -253,7 +253,7 @@ mount --bind "$cache" "$root/var/cache/ringfence-pip"
 exec chroot "$root" /usr/bin/env -i PATH="$PATH" LANG=C.UTF-8 HOME=/root \
   PIP_DISABLE_PIP_VERSION_CHECK=1 /usr/bin/python3 -m pip install --progress-bar off \
   --break-system-packages --root-user-action=ignore --no-warn-script-location --no-cache-dir \
-  --no-index --find-links /var/cache/ringfence-pip --only-binary=:all: --prefix /usr/local "$@"
+  --no-index --find-links /var/cache/ringfence-pip --only-binary=:all: "$@"
 """
 
 
@@ -298,10 +298,12 @@ def _install_packages(
 def _install_pypi(
     rootfs: Path, pypi: Sequence[str], cache_dir: Path, on_progress: Callable[[str], None]
 ) -> None:
-    """The pinned wheels into ``/usr/local`` with the new root's pip, offline; Debian's own
-    Python stays untouched. The wheels are fetched by the host's pip first (its index,
-    proxy and certificates: the new root knows none of this host's settings), into
-    ``cache_dir/pip``, which is bound into the new root for the install."""
+    """The pinned wheels into ``/usr/local`` with the new root's pip, offline (Debian's pip
+    installs there as root: its scheme adds ``/local``, so no ``--prefix``, which it would
+    make ``/usr/local/local``); Debian's own Python stays untouched. The wheels are
+    fetched by the host's pip first (its index, proxy and certificates: the new root knows
+    none of this host's settings), into ``cache_dir/pip``, bound into the new root for the
+    install."""
     cache = cache_dir / "pip"
     cache.mkdir(parents=True, exist_ok=True)
     _download_wheels(pypi, cache, Progress(on_progress, "pip download"))
