@@ -200,3 +200,64 @@ async def test_another_sandbox_cannot_reach_this_sandboxs_channel(api: Api, sand
     own = await _sh(api, sandbox, _PROBE)
     assert own.stdout == "reached\n", own
     assert "ConnectionRefusedError" in probe.stdout, probe
+
+
+_HOLD = """
+import os, socket, sys, time
+held = []
+for _ in range({count}):
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect("\\0ringfence-sudo")
+    held.append(conn)
+{then}
+"""
+
+
+async def test_idle_connections_are_bounded_and_sudo_comes_back(api: Api, sandbox: str) -> None:
+    """A process holding more idle connections than the daemon serves at once gets the rest
+    closed unanswered; a sudo meanwhile fails at once (never hangs); once they go, sudo
+    works again."""
+    then = (
+        "import subprocess\n"
+        "done = subprocess.run(['sudo', 'id', '-u'], capture_output=True, text=True, timeout=60)\n"
+        "print('during', done.returncode, done.stderr.strip())"
+    )
+    ran = await run(
+        api.client, api.acme, sandbox, ["python3", "-c", _HOLD.format(count=70, then=then)]
+    )
+    assert ran.stdout.startswith("during 1 sudo: the sandbox's daemon closed the connection"), ran
+    again = await _sh(
+        api,
+        sandbox,
+        'for i in $(seq 200); do [ "$(sudo id -u 2>/dev/null)" = 0 ] && exit 0; sleep 0.05; '
+        "done; exit 1",
+    )
+    assert _exit(again) == 0, again
+
+
+async def test_descriptors_sent_to_sudo_never_reach_other_commands(api: Api, sandbox: str) -> None:
+    """A request whose descriptors have arrived but whose body has not: a command the
+    daemon starts meanwhile inherits none of them (they are received close-on-exec)."""
+    hold = (
+        "import os, socket\n"
+        "conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "conn.connect('\\0ringfence-sudo')\n"
+        "r, w = os.pipe()\n"
+        "socket.send_fds(conn, [b'R'], [r, r, r])\n"
+        "open('/tmp/sent', 'w').close()\n"
+        "import signal; signal.pause()\n"
+    )
+    started = await _sh(
+        api,
+        sandbox,
+        f'setsid python3 -c "{hold}" </dev/null >/dev/null 2>&1 & '
+        "for i in $(seq 400); do [ -e /tmp/sent ] && exit 0; sleep 0.05; done; exit 1",
+    )
+    assert _exit(started) == 0, started
+    listed = await run(
+        api.client,
+        api.acme,
+        sandbox,
+        ["python3", "-c", "import os; print(os.listdir('/proc/self/fd'))"],
+    )
+    assert sorted(json.loads(listed.stdout.replace("'", '"'))) == ["0", "1", "2", "3"], listed

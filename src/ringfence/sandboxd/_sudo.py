@@ -19,6 +19,7 @@ started without ``--root``) nothing listens, and the client says so.
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal as _signal
 
@@ -40,6 +41,11 @@ _MAX_ARGS = 4096
 # What the client relays: HUP INT QUIT USR1 USR2 TERM CONT WINCH (KILL and STOP cannot be).
 _FORWARDED = frozenset({1, 2, 3, 10, 12, 15, 18, 28})
 _SCM_RIGHTS = 1
+_MSG_CMSG_CLOEXEC = 0x40000000
+_MAX_CONNECTIONS = 64  # sudo calls waiting or running at once
+_REQUEST_SECONDS = 10.0  # for a request to arrive whole
+_open = [0]  # connections being served
+_open_lock = _thread.allocate_lock()
 _FDS = 3  # the client's stdin, stdout and stderr
 
 
@@ -61,24 +67,38 @@ def serve() -> None:
 
 
 def _accept(listener: socket) -> None:
+    """Serve each connection in a thread, at most ``_MAX_CONNECTIONS`` at once: past it a
+    connection is closed unanswered (a sandbox holding idle ones harms only its own sudo)."""
+    import time
     from _socket import socket as Socket
 
     while True:
         try:
             fd, _ = listener._accept()  # type: ignore[attr-defined]
-        except OSError:
+        except OSError:  # out of descriptors (EMFILE): wait, never spin
+            time.sleep(0.1)
             continue
         conn = Socket(fileno=fd)
+        with _open_lock:
+            full = _open[0] >= _MAX_CONNECTIONS
+            if not full:
+                _open[0] += 1
+        if full:
+            conn.close()
+            continue
         start_thread(lambda conn=conn: _serve(conn))  # type: ignore[misc]
 
 
 def _serve(conn: socket) -> None:
     fds: list[int] = []
     try:
+        conn.settimeout(_REQUEST_SECONDS)  # the request must come whole, and soon
         request = _receive(conn, fds)
+        conn.settimeout(None)
         pid = _start(request, fds)
     except (OSError, ValueError, RpcError) as exc:
         _refuse(conn, _why(exc) if isinstance(exc, OSError) else str(exc))
+        _release()
         return
     finally:
         for fd in fds:
@@ -89,6 +109,12 @@ def _serve(conn: socket) -> None:
         pass
     finally:
         conn.close()
+        _release()
+
+
+def _release() -> None:
+    with _open_lock:
+        _open[0] -= 1
 
 
 def _receive(conn: socket, fds: list[int]) -> dict[str, object]:
@@ -97,7 +123,8 @@ def _receive(conn: socket, fds: list[int]) -> dict[str, object]:
     import _struct
 
     # One byte carries the descriptors; the request follows it, up to its newline.
-    marker, ancillary, _, _ = conn.recvmsg(1, 64)
+    # MSG_CMSG_CLOEXEC: a command another thread forks meanwhile must not inherit them.
+    marker, ancillary, _, _ = conn.recvmsg(1, 64, _MSG_CMSG_CLOEXEC)
     for level, kind, payload in ancillary:
         if level == 1 and kind == _SCM_RIGHTS:  # SOL_SOCKET
             count = len(payload) // 4
@@ -187,16 +214,17 @@ def _wait(conn: socket, pid: int) -> dict[str, object]:
     import select
 
     pidfd = os.pidfd_open(pid)
-    listening = True
+    poller = select.poll()  # any descriptor number (select() stops at 1024)
+    poller.register(pidfd, select.POLLIN)
+    poller.register(conn.fileno(), select.POLLIN)
     try:
         while True:
-            watched = [pidfd, conn.fileno()] if listening else [pidfd]
-            ready, _, _ = select.select(watched, [], [])
+            ready = {fd for fd, _ in poller.poll()}
             if pidfd in ready:
                 break
             message = conn.recv(64)
             if not message:
-                listening = False
+                poller.unregister(conn.fileno())
                 continue
             for line in message.split(b"\n"):
                 if line.isdigit() and int(line) in _FORWARDED:
@@ -234,4 +262,6 @@ def _answer(conn: socket, answer: dict[str, object]) -> None:
 
 
 def _why(exc: OSError) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"the request did not arrive within {_REQUEST_SECONDS:g} s"
     return f"{exc.filename or ''}{': ' if exc.filename else ''}{os.strerror(exc.errno or 0)}"
