@@ -7,12 +7,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from ringfence import projects
-from ringfence.projects import ProjectError
+from ringfence.projects import ProjectError, _changes
 from tests.projects.conftest import View
 
 
@@ -182,3 +183,68 @@ def test_a_file_replacing_a_host_directory_says_the_directory_goes(view: View) -
     assert change.diff == "--- a/d\n+++ b/d\n@@ -0,0 +1 @@\n+now a file\n"
     projects.sync(view.upper, view.host, ["d"])
     assert (view.host / "d").read_text() == "now a file\n"
+
+
+def _chain(root: Path, depth: int) -> None:
+    """``depth`` nested directories ``d/d/d...`` made straight in ``root`` (the layer)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+
+
+def test_a_deep_chain_of_directories_is_refused_fast_for_diff_and_sync(view: View) -> None:
+    # The attack: one inode per level, so ~80k levels fit the default volume; reopening
+    # each directory from the root and a depth-long tuple per change made that hours of
+    # CPU and tens of GB. 1500 levels took the old walk ~8 s; the cap refuses in well
+    # under a second, and a chain at the cap is read in linear time.
+    _chain(view.upper, 1500)
+    for run in (lambda: projects.diff(view.upper, view.host),
+                lambda: projects.sync(view.upper, view.host, None)):  # fmt: skip
+        started = time.monotonic()
+        with pytest.raises(ProjectError, match="deeper than 256"):
+            run()
+        assert time.monotonic() - started < 2
+    assert list(view.host.iterdir()) == []  # the refused sync wrote nothing
+
+
+def test_a_chain_at_the_depth_cap_is_read_in_linear_time(tmp_path: Path) -> None:
+    upper, host = tmp_path / "upper", tmp_path / "host"
+    upper.mkdir()
+    host.mkdir()
+    _chain(upper, _changes.MAX_DEPTH)
+    started = time.monotonic()
+    changes, _ = projects.diff(upper, host)
+    assert len(changes) == _changes.MAX_DEPTH
+    assert time.monotonic() - started < 2
+
+
+def test_a_huge_directory_is_refused_while_it_is_listed(
+    view: View, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_changes, "MAX_ENTRIES", 100)
+    for index in range(2000):
+        (view.upper / f"f{index}").touch()
+    looked = []
+    real = _changes._fs.lstat_at
+    monkeypatch.setattr(_changes._fs, "lstat_at", lambda *a: looked.append(a) or real(*a))
+    with pytest.raises(ProjectError, match="more than 100 entries"):
+        projects.diff(view.upper, view.host)
+    assert looked == []  # refused while listing: not one name looked at
+
+
+def test_many_deep_paths_are_refused_at_the_names_cap(
+    view: View, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_changes, "MAX_COMPONENTS", 5000)
+    _chain(view.upper, 100)
+    deepest = view.upper / "/".join(["d"] * 100)
+    for index in range(100):
+        (deepest / f"f{index}").touch()  # 100 entries, each 101 names deep
+    with pytest.raises(ProjectError, match="more than 5000 names"):
+        projects.diff(view.upper, view.host)

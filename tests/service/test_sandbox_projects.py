@@ -4,14 +4,18 @@ where the server can give a view."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import ProjectMount, SandboxSpec
-from ringfence.service.sandbox_projects import bind_project, check_project
+from ringfence.service import sandbox_projects
+from ringfence.service.sandbox_projects import SandboxProjects, bind_project, check_project
 
 
 def _mount(source: Path | str) -> ProjectMount:
@@ -62,3 +66,47 @@ def test_only_the_local_backend_and_no_disk_pause(tmp_path: Path) -> None:
         with pytest.raises(InvalidRequest):
             check_project(paused, Config(project_roots=[tmp_path]))
     check_project(SandboxSpec(), Config())  # no project: nothing to check
+
+
+class _Fake:
+    """The sandbox service as the project operations see it: every id has a view."""
+
+    async def live(self, tenant: str, sandbox_id: str, *, actor: str = "") -> object:
+        return SimpleNamespace(project_layer=Path("/nonexistent/upper"))
+
+    def launch_of(self, tenant: str, sandbox_id: str) -> object:
+        return SimpleNamespace(project=SimpleNamespace(source=Path("/src"), target="/p"))
+
+    def record(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+async def test_many_slow_diffs_never_take_the_default_executor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The attack: diffs of hostile layers are slow; asyncio's default executor (6 workers
+    # here) is shared with sandbox starts, checkpoints and volumes. Project work has its
+    # own two workers and one turn per sandbox, so the default executor stays free.
+    release = threading.Event()
+    running: list[str] = []
+
+    def slow_diff(upper: Path, source: Path) -> tuple[list[object], bool]:
+        running.append(threading.current_thread().name)
+        release.wait(10)
+        return [], False
+
+    monkeypatch.setattr(sandbox_projects.projects, "diff", slow_diff)
+    service = SandboxProjects(_Fake())
+    asked = [asyncio.ensure_future(service.diff("t", f"sb-{index % 10}")) for index in range(40)]
+    try:
+        for _ in range(100):  # the workers are all busy, bounded wait
+            if len(running) >= sandbox_projects.PROJECT_WORKERS:
+                break
+            await asyncio.sleep(0.01)
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 2) == "free"
+        assert len(running) == sandbox_projects.PROJECT_WORKERS
+    finally:
+        release.set()
+        answers = await asyncio.wait_for(asyncio.gather(*asked), 20)
+    assert len(answers) == 40 and all(a.changes == [] for a in answers)
+    assert all(name.startswith("rf-project") for name in running)

@@ -21,8 +21,11 @@ change when it differs from the host's entry of the same path:
 Redirects and metacopy (overlay features that would make an upper entry stand for another
 path or hold no data) are refused whole (``ProjectError``): an unprivileged overlay has
 neither (``userxattr`` turns them off), so finding one means the layer is not what it
-should be. Finding more than ``MAX_ENTRIES`` entries is refused too (the walk's cost is
-bounded).
+should be. So is a layer past the walk's caps (``MAX_ENTRIES`` entries, ``MAX_DEPTH``
+levels, ``MAX_PATH`` characters in a path, ``MAX_COMPONENTS`` names in all paths), each
+checked while the layer is listed: the walk's time and memory are linear in what it
+reads, and bounded. The walk keeps one descriptor per level open (the chain from the root
+to the directory being read) and never reopens a directory from the root.
 """
 
 from __future__ import annotations
@@ -38,9 +41,23 @@ from ringfence.errors import SandboxError
 from ringfence.models.projects import ChangeAction, EntryKind
 from ringfence.projects import _fs
 
-__all__ = ["MAX_ENTRIES", "Change", "Owner", "ProjectError", "read_changes", "shown_name"]
+__all__ = [
+    "MAX_COMPONENTS",
+    "MAX_DEPTH",
+    "MAX_ENTRIES",
+    "MAX_PATH",
+    "Change",
+    "Owner",
+    "ProjectError",
+    "read_changes",
+    "shown_name",
+]
 
 MAX_ENTRIES = 200_000
+MAX_DEPTH = 256  # directories nested in the layer
+MAX_PATH = 4096  # characters of one path (PATH_MAX: the host could not use a longer one)
+# Names in all paths together: what the changes' paths hold in memory (and a sync opens).
+MAX_COMPONENTS = 4_000_000
 # A file or link where the host has a directory: a sync removes that directory, whose
 # entries the diff does not list one by one.
 REPLACES_DIR = "replaces a directory on the host, with everything in it"
@@ -108,12 +125,58 @@ def _is_whiteout(st: os.stat_result) -> bool:
 
 @dataclass(frozen=True)
 class _Dir:
-    """A directory of the upper layer still to read: reopened by its path when its turn
-    comes (one descriptor per level of the walk, never one per directory waiting)."""
+    """A directory of the upper layer still to read, below the directory being read."""
 
+    name: str
     parts: tuple[str, ...]
     opaque: bool
     on_host: bool  # the host has a directory at the same path
+
+
+@dataclass
+class _Level:
+    """One directory of the walk, open: its upper and host descriptors and the
+    directories below it still to read. The walk keeps the chain of these open (one per
+    level, bounded by ``MAX_DEPTH``), so no directory is ever reopened from the root."""
+
+    upper: int
+    host: int | None
+    below: Iterator[_Dir]
+
+    def close(self) -> None:
+        os.close(self.upper)
+        if self.host is not None:
+            os.close(self.host)
+
+
+@dataclass
+class _Budget:
+    """What the walk has taken so far, against the caps (each checked as it grows, so a
+    hostile layer is refused after at most one cap's worth of work)."""
+
+    entries: int = 0
+    components: int = 0
+
+    def entry(self, parts: tuple[str, ...]) -> None:
+        self.entries += 1
+        self.components += len(parts)
+        if self.entries > MAX_ENTRIES:
+            raise ProjectError(f"the project layer holds more than {MAX_ENTRIES} entries")
+        if self.components > MAX_COMPONENTS:
+            raise ProjectError(
+                f"the project layer's paths hold more than {MAX_COMPONENTS} names together "
+                "(too many entries too deep)"
+            )
+        if len(parts) > MAX_DEPTH:
+            raise ProjectError(
+                f"the project layer is deeper than {MAX_DEPTH} directories "
+                f"at {_shown(parts[:8])}/..."
+            )
+        if sum(len(part) + 1 for part in parts) > MAX_PATH:
+            raise ProjectError(
+                f"the project layer has a path longer than {MAX_PATH} characters "
+                f"at {_shown(parts[:8])}/..."
+            )
 
 
 def read_changes(upper_fd: int, host_fd: int, owner: Owner) -> list[Change]:
@@ -121,60 +184,89 @@ def read_changes(upper_fd: int, host_fd: int, owner: Owner) -> list[Change]:
     in path order (a directory before its entries).
 
     Raises:
-        ProjectError: the layer holds what no overlay of a sandbox makes, or too much.
+        ProjectError: the layer holds what no overlay of a sandbox makes, or too much
+            (more than ``MAX_ENTRIES`` entries, ``MAX_DEPTH`` levels, ``MAX_PATH``
+            characters in one path or ``MAX_COMPONENTS`` names in all paths).
     """
     device = os.fstat(upper_fd).st_dev
     changes: list[Change] = []
-    seen = 0
-    stack = [_Dir((), False, True)]
-    while stack:
-        here = stack.pop()
-        upper = _open_path(upper_fd, here.parts)
-        if upper is None:  # gone or swapped meanwhile (the sandbox runs): nothing to read
-            continue
-        host = _open_path(host_fd, here.parts) if here.on_host else None
-        try:
-            if os.fstat(upper).st_dev != device:
-                raise ProjectError(
-                    f"refusing the project layer: {_shown(here.parts)} is on another file system"
-                )
-            found, below, walked = _read_dir(here, upper, host, device, owner)
-        finally:
-            os.close(upper)
-            if host is not None:
-                os.close(host)
-        seen += walked
-        if seen > MAX_ENTRIES:
-            raise ProjectError(f"the project layer holds more than {MAX_ENTRIES} entries")
-        changes += found
-        stack += reversed(below)
+    budget = _Budget()
+    stack: list[_Level] = []
+    try:
+        here = _Dir("", (), False, True)
+        upper: int = os.dup(upper_fd)
+        host: int | None = os.dup(host_fd)
+        while True:
+            try:
+                if os.fstat(upper).st_dev != device:
+                    raise ProjectError(
+                        f"refusing the project layer: {_shown(here.parts)} is on another "
+                        "file system"
+                    )
+                found, below = _read_dir(here, upper, host, device, owner, budget)
+            except BaseException:
+                os.close(upper)
+                if host is not None:
+                    os.close(host)
+                raise
+            stack.append(_Level(upper, host, iter(below)))
+            changes += found
+            opened = _next_dir(stack)
+            if opened is None:
+                break
+            here, upper, host = opened
+    finally:
+        for level in stack:
+            level.close()
     return sorted(changes, key=lambda change: change.parts)
 
 
-def _open_path(root_fd: int, parts: tuple[str, ...]) -> int | None:
-    """The directory ``root_fd``/``parts``, opened without following; None when a
-    component is gone, a link or not a directory."""
-    fd = os.dup(root_fd)
+def _next_dir(stack: list[_Level]) -> tuple[_Dir, int, int | None] | None:
+    """The next directory to read (depth first), opened from its parent's descriptors;
+    levels done are closed and popped. None: the walk is over."""
+    while stack:
+        level = stack[-1]
+        for below in level.below:
+            upper = _open_dir(level.upper, below.name)
+            if upper is None:  # gone or swapped meanwhile (the sandbox runs): nothing to read
+                continue
+            host = None
+            if below.on_host and level.host is not None:
+                host = _open_dir(level.host, below.name)
+            return below, upper, host
+        stack.pop().close()
+    return None
+
+
+def _open_dir(dir_fd: int, name: str) -> int | None:
+    """The directory ``name`` in ``dir_fd``, opened without following; None when it is
+    gone, a link or not a directory."""
     try:
-        for part in parts:
-            child = os.open(part, _fs.DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
+        return os.open(name, _fs.DIR_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
-        os.close(fd)
         if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EACCES):
             return None
         raise
-    return fd
+
+
+def _listed(dir_fd: int, parts: tuple[str, ...], budget: _Budget) -> list[str]:
+    """The names in ``dir_fd``, sorted; each counted against the budget as it is read, so
+    a directory of millions of names is refused at the cap, not read whole first."""
+    names = []
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            budget.entry((*parts, entry.name))
+            names.append(entry.name)
+    return sorted(names)
 
 
 def _read_dir(
-    here: _Dir, upper: int, host_fd: int | None, device: int, owner: Owner
-) -> tuple[list[Change], list[_Dir], int]:
-    """The changes in one directory, the directories below it to read, entries walked."""
+    here: _Dir, upper: int, host_fd: int | None, device: int, owner: Owner, budget: _Budget
+) -> tuple[list[Change], list[_Dir]]:
+    """The changes in one directory, and the directories below it to read."""
     changes: list[Change] = []
     below: list[_Dir] = []
-    names = sorted(os.listdir(upper))
+    names = _listed(upper, here.parts, budget)
     for name in names:
         parts = (*here.parts, name)
         st = _fs.lstat_at(upper, name)
@@ -200,17 +292,17 @@ def _read_dir(
             elif not stat.S_ISDIR(host.st_mode):
                 changes.append(Change(parts, "modified", "dir", st, host))
             on_host = host is not None and stat.S_ISDIR(host.st_mode)
-            below.append(_Dir(parts, opaque, on_host))
+            below.append(_Dir(name, parts, opaque, on_host))
             continue
         change = _compare(upper, host_fd, name, parts, kind, st, host, owner)
         if change is not None:
             changes.append(change)
     if here.opaque and host_fd is not None:
         kept = set(names)
-        for name in sorted(os.listdir(host_fd)):
+        for name in _listed(host_fd, here.parts, budget):
             if name not in kept and (host := _fs.lstat_at(host_fd, name)) is not None:
                 changes.append(Change((*here.parts, name), "deleted", kind_of(host), None, host))
-    return changes, below, len(names)
+    return changes, below
 
 
 def _shown(parts: tuple[str, ...]) -> str:

@@ -10,17 +10,22 @@ following links, so a component swapped for a link after this check fails the st
 
 Diff and sync resolve the sandbox in the caller's tenant (another tenant's is "not found";
 a paused one is resumed, as by any request) and read its project layer host-side, through
-``ringfence.projects`` (off the event loop). Every sync goes on the audit record
+``ringfence.projects`` (off the event loop, in a small executor of their own:
+``PROJECT_WORKERS`` threads, so however many diffs are asked for, asyncio's default
+executor, which sandbox starts, checkpoints and volumes use, is never taken; and one diff
+or sync at a time per sandbox). Every sync goes on the audit record
 (``sandbox.project_sync``: the paths asked for, what was applied and refused).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ringfence import projects
 from ringfence.audit.chain import SYSTEM
@@ -32,6 +37,8 @@ from ringfence.models import ProjectDiff, ProjectMount, ProjectSyncReport, Sandb
 __all__ = ["SandboxProjects", "bind_project", "check_project"]
 
 _ROOTS_SETTING = "RINGFENCE_PROJECT_ROOTS"
+PROJECT_WORKERS = 2  # diffs and syncs running at once, server-wide (the rest wait)
+_T = TypeVar("_T")
 
 
 class Sandboxes(Protocol):
@@ -109,8 +116,31 @@ class SandboxProjects:
 
     def __init__(self, sandboxes: Sandboxes) -> None:
         self._sandboxes = sandboxes
-        # One sync at a time per sandbox: its lock, and how many syncs hold or await it.
-        self._syncing: dict[str, tuple[asyncio.Lock, int]] = {}
+        # One diff or sync at a time per sandbox: its lock, and how many hold or await it.
+        self._busy: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._workers = ThreadPoolExecutor(PROJECT_WORKERS, thread_name_prefix="rf-project")
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, sandbox_id: str) -> AsyncIterator[None]:
+        """Hold the sandbox's project lock: two syncs at once would each meet the other's
+        half-applied files, and a tenant's many diffs of one sandbox queue here instead of
+        filling the workers."""
+        lock, users = self._busy.get(sandbox_id, (asyncio.Lock(), 0))
+        self._busy[sandbox_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._busy[sandbox_id]
+            if users == 1:
+                del self._busy[sandbox_id]
+            else:
+                self._busy[sandbox_id] = (lock, users - 1)
+
+    async def _run(self, sandbox_id: str, work: Callable[[], _T]) -> _T:
+        """``work`` in the project executor, in the sandbox's turn."""
+        async with self._turn(sandbox_id):
+            return await asyncio.get_running_loop().run_in_executor(self._workers, work)
 
     async def diff(self, tenant: str, sandbox_id: str, *, actor: str = SYSTEM) -> ProjectDiff:
         """What the sandbox changed in its project view, with diffs of text files.
@@ -122,7 +152,9 @@ class SandboxProjects:
         """
         upper, bound = await self._layer(tenant, sandbox_id, actor)
         try:
-            changes, truncated = await asyncio.to_thread(projects.diff, upper, bound.source)
+            changes, truncated = await self._run(
+                sandbox_id, lambda: projects.diff(upper, bound.source)
+            )
         except OSError as exc:
             raise SandboxError(f"the project view cannot be read: {exc.strerror}") from exc
         return ProjectDiff(
@@ -145,13 +177,10 @@ class SandboxProjects:
         """
         upper, bound = await self._layer(tenant, sandbox_id, actor)
         details: dict[str, object] = {"source": str(bound.source), "paths": paths}
-        lock, users = self._syncing.get(sandbox_id, (asyncio.Lock(), 0))
-        self._syncing[sandbox_id] = (lock, users + 1)
         try:
-            async with lock:  # two at once would each meet the other's half-applied files
-                applied, refused = await asyncio.to_thread(
-                    projects.sync, upper, bound.source, paths
-                )
+            applied, refused = await self._run(
+                sandbox_id, lambda: projects.sync(upper, bound.source, paths)
+            )
         except (OSError, SandboxError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else exc.message
             details["error"] = why
@@ -161,12 +190,6 @@ class SandboxProjects:
             if isinstance(exc, SandboxError):
                 raise
             raise SandboxError(f"the project view cannot be read: {why}") from exc
-        finally:
-            lock, users = self._syncing[sandbox_id]
-            if users == 1:
-                del self._syncing[sandbox_id]
-            else:
-                self._syncing[sandbox_id] = (lock, users - 1)
         details["applied"] = [change.path for change in applied]
         details["refused"] = {refusal.path: refusal.reason for refusal in refused}
         self._sandboxes.record(tenant, actor, "sandbox.project_sync", sandbox_id, "ok", details)
