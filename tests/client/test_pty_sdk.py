@@ -103,6 +103,17 @@ async def test_root_terminal_and_bad_requests(sbx: AsyncSandbox) -> None:
     await plain.kill()
 
 
+async def test_a_killed_sandbox_ends_its_terminal_with_an_error(live: LiveServer) -> None:
+    sandbox = await AsyncSandbox.create(url=live.url, api_key=live.key)
+    term = await sandbox.pty.create()
+    await term.send_input("echo up-$((1+1))\n")
+    await read_until(term, b"up-2")
+    await sandbox.kill()
+    with pytest.raises(SandboxError) as raised:  # never an exit code that looks like one
+        await asyncio.wait_for(term.wait(), WAIT)
+    assert raised.value.code == SandboxError.code
+
+
 def test_the_blocking_twin(live: LiveServer) -> None:
     with Sandbox.create(url=live.url, api_key=live.key) as sandbox:
         term = sandbox.pty.create(rows=10, cols=40)
