@@ -7,13 +7,15 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from ringfence import projects
-from ringfence.projects import ProjectError, _changes
+from ringfence.projects import ProjectError, _changes, _diff
 from tests.projects.conftest import View
 
 
@@ -248,3 +250,48 @@ def test_many_deep_paths_are_refused_at_the_names_cap(
         (deepest / f"f{index}").touch()  # 100 entries, each 101 names deep
     with pytest.raises(ProjectError, match="more than 5000 names"):
         projects.diff(view.upper, view.host)
+
+
+_SWAPPED_DIFF = """
+import sys, time
+from pathlib import Path
+from ringfence import projects
+base = Path(sys.argv[1])
+lines = [f"{i:x}\\n" for i in range(16000)]
+(base / "host/data.txt").write_text("".join(lines))
+swapped = [x for pair in zip(lines[1::2], lines[0::2]) for x in pair]
+(base / "upper/data.txt").write_text("".join(swapped))
+(change,), _ = projects.diff(base / "upper", base / "host")
+print(change.note)
+"""
+
+
+def test_a_file_whose_lines_are_swapped_gets_no_diff_and_costs_no_time(tmp_path: Path) -> None:
+    # The attack: 16,000 swapped adjacent lines (75 KB, well under the 1 MiB cap) cost
+    # difflib 83 s of one core. Run in a child killed after 10 s, so the old cost shows
+    # as a timeout, not a hung suite.
+    (tmp_path / "host").mkdir()
+    (tmp_path / "upper").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _SWAPPED_DIFF, str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True, text=True, timeout=10, check=True,
+    )  # fmt: skip
+    assert done.stdout.startswith("diff too large to show")
+
+
+def test_no_diff_is_computed_once_the_answers_budget_is_spent(
+    view: View, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_diff, "MAX_DIFF_BYTES", 1000)
+    for index in range(50):
+        (view.merged / f"f{index:02}.txt").write_text("x\n" * 100)  # ~230 chars of diff each
+    computed = []
+    real = _diff.difflib.unified_diff
+    monkeypatch.setattr(
+        _diff.difflib, "unified_diff", lambda *a, **k: computed.append(1) or real(*a, **k)
+    )
+    changes, truncated = projects.diff(view.upper, view.host)
+    assert truncated and len(changes) == 50
+    assert len(computed) <= 5  # not 50: the rest were never computed
+    assert all("cap" in (c.note or "") for c in changes if c.diff is None)

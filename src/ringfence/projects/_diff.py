@@ -1,6 +1,13 @@
 """Changes as the API shows them: a unified diff for each text file (host first, sandbox
 second), and why none is shown otherwise (binary, too large, unreadable on the host, the
-response's cap reached)."""
+response's cap reached).
+
+difflib's work grows with the product of the two sides' differing lines (the lines left
+once the common head and tail are set aside), and both sides may be the sandbox's: a
+file whose adjacent lines are swapped made a 75 KB file cost 83 s. So that product is
+bounded before anything is computed, per file (``MAX_DIFF_WORK``) and per answer
+(``MAX_ANSWER_WORK``), and no diff is computed once the answer's text cap is reached: a
+diff past a bound is not shown ("too large to show"), its change still listed."""
 
 from __future__ import annotations
 
@@ -13,10 +20,15 @@ from ringfence.models import ProjectChange
 from ringfence.projects import _fs
 from ringfence.projects._changes import REPLACES_DIR, Change, Owner, shown_name
 
-__all__ = ["MAX_DIFF_BYTES", "MAX_TEXT_BYTES", "render"]
+__all__ = ["MAX_ANSWER_WORK", "MAX_DIFF_BYTES", "MAX_DIFF_WORK", "MAX_TEXT_BYTES", "render"]
 
 MAX_TEXT_BYTES = 1 << 20  # a file larger than this on either side gets no diff
 MAX_DIFF_BYTES = 8 << 20  # diffs of one answer, together
+# Differing lines before x after, for one file and for one answer's files together
+# (difflib's worst case is about 0.4 s of one core per million, measured on this host).
+MAX_DIFF_WORK = 2_000_000
+MAX_ANSWER_WORK = 10_000_000
+_CAP_NOTE = "left out: the answer's diffs reached their cap"
 
 
 def render(
@@ -24,16 +36,20 @@ def render(
 ) -> tuple[list[ProjectChange], bool]:
     """The changes with their diffs, and whether some diff was left out for the cap."""
     shown: list[ProjectChange] = []
-    budget = MAX_DIFF_BYTES
+    budget = _Budget()
     truncated = False
     for change in changes:
         text, binary, note = None, False, change.note
         if change.kind == "file" and note in (None, REPLACES_DIR):
-            text, binary, why = _file_diff(change, upper_fd, host_fd, owner)
+            if budget.spent:  # nothing more is computed once the answer is full
+                why, truncated = _CAP_NOTE, True
+            else:
+                text, binary, why = _file_diff(change, upper_fd, host_fd, owner, budget)
+                if text is not None and len(text) > budget.text:
+                    text, why, truncated = None, _CAP_NOTE, True
+                    budget.text = 0  # full: later diffs are not computed to be dropped
+                budget.text -= len(text or "")
             note = note or why
-            if text is not None and len(text) > budget:
-                text, note, truncated = None, "left out: the answer's diffs reached their cap", True
-            budget -= len(text or "")
         upper = change.upper
         shown.append(
             ProjectChange(
@@ -51,8 +67,36 @@ def render(
     return shown, truncated
 
 
+class _Budget:
+    """What one answer may still take: diff text, and difflib's work."""
+
+    def __init__(self) -> None:
+        self.text = MAX_DIFF_BYTES
+        self.work = MAX_ANSWER_WORK
+
+    @property
+    def spent(self) -> bool:
+        return self.text <= 0 or self.work <= 0
+
+
+def _work(old: list[str], new: list[str]) -> int:
+    """difflib's work for these sides, bounded above: the product of the lines left once
+    the common head and tail are set aside (linear to find)."""
+    head = 0
+    for mine, theirs in zip(old, new, strict=False):
+        if mine != theirs:
+            break
+        head += 1
+    tail = 0
+    for mine, theirs in zip(reversed(old[head:]), reversed(new[head:]), strict=False):
+        if mine != theirs:
+            break
+        tail += 1
+    return (len(old) - head - tail) * (len(new) - head - tail)
+
+
 def _file_diff(
-    change: Change, upper_fd: int, host_fd: int, owner: Owner
+    change: Change, upper_fd: int, host_fd: int, owner: Owner, budget: _Budget
 ) -> tuple[str | None, bool, str | None]:
     """(diff, binary, note) of one file change."""
     sizes = [st.st_size for st in (change.host, change.upper) if st is not None]
@@ -76,9 +120,16 @@ def _file_diff(
     if old is None or new is None:
         return None, True, "binary file"
     deleted, added = change.action == "deleted", change.action == "added"
+    old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    work = _work(old_lines, new_lines)
+    if work > MAX_DIFF_WORK:
+        return None, False, f"diff too large to show: {work} differing lines before x after"
+    if work > budget.work:
+        return None, False, _CAP_NOTE
+    budget.work -= work
     lines = difflib.unified_diff(
-        old.splitlines(keepends=True),
-        new.splitlines(keepends=True),
+        old_lines,
+        new_lines,
         fromfile="/dev/null" if added else f"a/{change.path}",
         tofile="/dev/null" if deleted else f"b/{change.path}",
     )
