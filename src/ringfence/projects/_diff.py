@@ -41,6 +41,7 @@ def render(
     for change in changes:
         text, binary, note = None, False, change.note
         if change.kind == "file" and note in (None, REPLACES_DIR):
+            why: str | None
             if budget.spent:  # nothing more is computed once the answer is full
                 why, truncated = _CAP_NOTE, True
             else:
