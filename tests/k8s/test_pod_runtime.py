@@ -95,3 +95,23 @@ async def test_a_project_view_is_refused_never_ignored() -> None:
         finally:
             await runtime.aclose()
             cluster.close()
+
+
+async def test_volumes_are_refused_never_ignored() -> None:
+    from ringfence.backends._interactive import BoundVolume
+    from ringfence.errors import StateUnsupported
+
+    with tempfile.TemporaryDirectory(prefix="rf-") as runtime_dir:
+        cluster = FakeCluster()
+        config = Config(backend="job", runtime_dir=Path(runtime_dir))
+        runtime = PodSandboxRuntime(config, cluster)  # type: ignore[arg-type]
+        try:
+            volumes = (BoundVolume(Path("/srv/v"), "/mnt/data"),)
+            spec = LaunchSpec(image="python:3.12-slim", env={}, limits=ResourceLimits(),
+                              timeout=60, volumes=volumes)  # fmt: skip
+            with pytest.raises(StateUnsupported, match="volumes"):
+                await runtime.start(spec)
+            assert not cluster.objects  # nothing was created
+        finally:
+            await runtime.aclose()
+            cluster.close()

@@ -145,8 +145,9 @@ class VolumeService:
             VolumeNotFound: the tenant has no such volume.
             StateUnsupported: this server keeps no volumes. ``SandboxError``: its disk failed.
         """
+        disks = self._on_disk()
         volume = await self._find(tenant, ref)
-        used = await asyncio.to_thread(self._on_disk().usage, volume.id)
+        used = await asyncio.to_thread(disks.usage, volume.id)
         return volume.model_copy(update={"used_bytes": used})
 
     async def delete(self, tenant: str, ref: str, *, actor: str = SYSTEM) -> None:
