@@ -93,7 +93,9 @@ async def test_only_sandboxes_asked_for_their_history_are_sampled(
         await usage.aclose()
 
 
-async def test_totals_count_sandboxes_by_their_share_of_each_limit() -> None:
+async def test_totals_count_sandboxes_by_their_share_of_each_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     source = Source(
         small=Scripted(memory=10 * MIB),  # 0.1 of its limit
         half=Scripted(memory=50 * MIB),
@@ -109,6 +111,10 @@ async def test_totals_count_sandboxes_by_their_share_of_each_limit() -> None:
     assert by_memory == {0.25: 1, 0.5: 2, 0.75: 2, 0.9: 2, 1.0: 3}
     assert all(count == 3 for count in first.disk_use)  # a quarter of each disk
     await asyncio.sleep(0.2)
+    reads = source.sandboxes["full"].reads
+    assert await usage.totals() is first, "reused within a second: a scrape loop is cheap"
+    assert source.sandboxes["full"].reads == reads
+    monkeypatch.setattr(usage_module, "TOTALS_SECONDS", 0.0)
     second = await usage.totals()
     assert 0.6 <= second.cpu_cores <= 1.2, second
     by_cpu = dict(zip(BUCKETS, second.cpu_use, strict=True))

@@ -40,6 +40,7 @@ SAMPLE_SECONDS = 5.0  # a watched sandbox is sampled this often (E2B's own caden
 WATCH_SECONDS = 600.0  # and watched this long after the last ask for its history
 WINDOW_SECONDS = 0.25  # CPU % with no recent reading: measured over this window
 RECENT_SECONDS = 10.0  # a reading younger than this measures CPU % since it
+TOTALS_SECONDS = 1.0  # a server-wide reading is reused this long
 MAX_TRACKED = 10_000  # readings remembered (sandboxes); the oldest unwatched go first
 # Fractions of a limit by which ``totals`` counts sandboxes (each count is cumulative).
 BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0)
@@ -107,6 +108,8 @@ class SandboxUsage:
         self._tracks: dict[str, _Track] = {}
         self._sampler: asyncio.Task[None] | None = None
         self._scraped: dict[str, tuple[float, float]] = {}  # id -> (at, cpu) at ``totals``
+        self._totals_lock = asyncio.Lock()
+        self._last_totals: tuple[float, UsageTotals] | None = None  # (monotonic, reading)
 
     async def now(self, tenant: str, sandbox_id: str) -> SandboxMetrics:
         """One sample of a running sandbox, now.
@@ -146,8 +149,19 @@ class SandboxUsage:
 
     async def totals(self) -> UsageTotals:
         """Every running sandbox read once (frozen ones too); one that cannot be read is
-        counted as unmeasured. CPU use is over the time since the previous call (0 for a
-        sandbox new since then)."""
+        counted as unmeasured. CPU use is over the time since the previous reading (0 for
+        a sandbox new since then). The endpoint that asks needs no key, so a reading is
+        reused for ``TOTALS_SECONDS`` and concurrent callers share one: scraping it in a
+        loop costs one reading a second, whatever the rate."""
+        async with self._totals_lock:
+            last = self._last_totals
+            if last is not None and time.monotonic() - last[0] < TOTALS_SECONDS:
+                return last[1]
+            totals = await self._read_totals()
+            self._last_totals = (time.monotonic(), totals)
+            return totals
+
+    async def _read_totals(self) -> UsageTotals:
         running = self._source.running_sandboxes()
         readings = [await _reading(live) for _, _, live in running]  # one after another:
         at = time.monotonic()  # a local read awaits nothing, and a task each costs more
