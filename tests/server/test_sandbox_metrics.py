@@ -133,6 +133,22 @@ async def test_a_rollback_shows_in_the_next_reading_of_an_idle_sandbox(api: Api)
     assert after["disk_bytes"] <= full["disk_bytes"] - 19 * MIB, (full, after)
 
 
+@pytest.mark.fakes  # the fake runtime's own readings: /proc of its processes, its home
+async def test_the_fake_runtime_measures_its_processes_and_home(api: Api) -> None:
+    sandbox_id = await _create(api, timeout=120)
+    before = await _metrics(api, sandbox_id)
+    assert before["pids"] >= 1 and before["memory_bytes"] > 0
+    assert (before["cpus"], before["memory_limit"], before["disk_limit"]) == (0, 0, 0)
+    written = await api.client.put(
+        f"/v1/sandboxes/{sandbox_id}/files", params={"path": "/home/user/f.bin"},
+        headers={**api.acme, "content-type": "application/octet-stream"},
+        content=b"\x04" * (2 * MIB),
+    )  # fmt: skip
+    assert written.status_code == 200, written.text
+    after = await _metrics(api, sandbox_id)
+    assert after["disk_bytes"] >= before["disk_bytes"] + 2 * MIB
+
+
 def _value(scraped: str, series: str) -> float:
     match = re.search(rf"^{re.escape(series)} (\S+)$", scraped, re.MULTILINE)
     assert match is not None, f"{series} not in:\n{scraped}"
