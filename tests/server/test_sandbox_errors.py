@@ -83,10 +83,14 @@ async def test_every_native_operation_documents_its_error_statuses(api: Api) -> 
         if not path.startswith("/v1/"):
             continue
         for method, operation in operations.items():
-            statuses = {int(status) for status in operation["responses"]}
+            # "default": what a preview URL passes through, the sandbox's own answer.
+            statuses = {int(status) for status in operation["responses"] if status != "default"}
             where = f"{method.upper()} {path}"
             assert 422 not in statuses, f"{where}: validation errors are 400s"
-            assert {413, 500} <= statuses, where
+            # A preview URL streams its body to the sandbox: the API's body limit (413) is
+            # not applied there (docs/ports.md).
+            limited = {500} if "/ports/{port}" in path else {413, 500}
+            assert limited <= statuses, where
             if operation.get("security"):
                 assert {401, 503} <= statuses, where
             for status in statuses - {200, 201, 202, 204}:
