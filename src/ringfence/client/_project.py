@@ -63,17 +63,24 @@ class AsyncProject:
         """
         return ProjectDiff.model_validate(await self._link.rest("GET", "/project/diff"))
 
-    async def sync(self, paths: Sequence[str] | None = None) -> ProjectSyncReport:
+    async def sync(
+        self, paths: Sequence[str] | None = None, *, include_sensitive: bool = False
+    ) -> ProjectSyncReport:
         """Apply the sandbox's changes at or below ``paths`` (relative to the project; None:
         every change) to the host directory; what was applied, and what refused and why
         (links out of the project, setuid files, special files, a parent that is a link).
+        Paths the host runs (``.git``, ``.envrc``, ...: ``sensitive`` in the diff) are
+        applied only with ``include_sensitive=True`` and when a path of ``paths`` names
+        them (e.g. ``[".git/hooks/pre-commit"]``).
 
         Raises:
             InvalidRequest: a path is absolute or has ``..``.
             Conflict: the sandbox has no project view. SandboxNotFound, SandboxNotRunning.
         """
         try:
-            request = ProjectSyncRequest(paths=None if paths is None else list(paths))
+            request = ProjectSyncRequest(
+                paths=None if paths is None else list(paths), include_sensitive=include_sensitive
+            )
         except (ValueError, TypeError) as exc:
             raise InvalidRequest(problems(exc)) from exc
         answer = await self._link.rest("POST", "/project/sync", request.model_dump(mode="json"))

@@ -372,8 +372,10 @@ class Project:
     def diff(self) -> ProjectDiff:
         return run(self._inner.diff())
 
-    def sync(self, paths: Sequence[str] | None = None) -> ProjectSyncReport:
-        return run(self._inner.sync(paths))
+    def sync(
+        self, paths: Sequence[str] | None = None, *, include_sensitive: bool = False
+    ) -> ProjectSyncReport:
+        return run(self._inner.sync(paths, include_sensitive=include_sensitive))
 
 
 class Pty:

@@ -64,6 +64,12 @@ class ProjectChange(BaseModel):
         "binary files, directories, links and files too large to show.",
     )
     note: str | None = Field(None, description="Why no diff is shown, when there is none.")
+    sensitive: bool = Field(
+        False,
+        description="A path the host runs or trusts (.git, .gitmodules, .envrc, .vscode, "
+        "shell start files, package tools' configuration: docs/design.md 14.7): a sync "
+        "applies it only when named with include_sensitive.",
+    )
 
 
 class ProjectDiff(BaseModel):
@@ -89,6 +95,13 @@ class ProjectSyncRequest(BaseModel):
         max_length=MAX_SYNC_PATHS,
         description="Project-relative paths: each selects the change at it and every change "
         "below it. None: every change.",
+    )
+    include_sensitive: bool = Field(
+        False,
+        description="Also apply sensitive changes (those the diff flags: git config and "
+        "hooks, editor, shell and tool configuration, which the host runs), but only those "
+        "at or below a path in paths that is itself sensitive (e.g. '.git/hooks/pre-commit'"
+        " or '.vscode'): never through a broader path or paths=None.",
     )
 
     @field_validator("paths")

@@ -12,7 +12,9 @@ could. Both walk both trees through directory descriptors, nothing followed (``_
 - ``_changes``: the upper layer read as added, modified and deleted entries;
 - ``_diff``: those as the API shows them, with unified diffs of text files;
 - ``_sync``: applying them, refusing what would leave the directory or make what a host
-  must never get from a sandbox (devices, fifos, setuid files, links out).
+  must never get from a sandbox (devices, fifos, setuid files, links out);
+- ``_sensitive``: the paths the host runs or trusts (``.git``, ``.envrc``, editor and
+  shell configuration), which the diff flags and a sync takes only when asked by name.
 
 Blocking functions: call them in a worker thread.
 """
@@ -66,11 +68,13 @@ def diff(upper: Path, source: Path) -> tuple[list[ProjectChange], bool]:
 
 
 def sync(
-    upper: Path, source: Path, paths: Sequence[str] | None
+    upper: Path, source: Path, paths: Sequence[str] | None, include_sensitive: bool = False
 ) -> tuple[list[SyncedChange], list[SyncRefusal]]:
     """Apply the changes at or below ``paths`` (project-relative, checked with
     ``models.project_relative``; None: all) to ``source``, as its owner: what was applied
-    and what refused, with why.
+    and what refused, with why. Paths the host runs or trusts (``_sensitive``: ``.git``,
+    ``.envrc``, editor and shell configuration) are refused unless ``include_sensitive``
+    and a requested path names them.
 
     Raises:
         ProjectError, OSError: as for ``diff`` (nothing was applied then).
@@ -79,7 +83,7 @@ def sync(
 
     def apply() -> tuple[list[SyncedChange], list[SyncRefusal]]:
         with _opened(upper, source) as (upper_fd, host_fd):
-            return _apply(upper_fd, host_fd, owner, paths)
+            return _apply(upper_fd, host_fd, owner, paths, include_sensitive)
 
     return run_as_owner(owner.uid, owner.gid, apply)
 

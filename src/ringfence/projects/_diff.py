@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from ringfence.models import ProjectChange
 from ringfence.projects import _fs
 from ringfence.projects._changes import REPLACES_DIR, Change, Owner, shown_name
+from ringfence.projects._sensitive import is_sensitive
 
 __all__ = ["MAX_ANSWER_WORK", "MAX_DIFF_BYTES", "MAX_DIFF_WORK", "MAX_TEXT_BYTES", "render"]
 
@@ -63,6 +64,7 @@ def render(
                 binary=binary,
                 diff=text,
                 note=note,
+                sensitive=is_sensitive(change.parts),
             )
         )
     return shown, truncated

@@ -27,10 +27,15 @@ from collections.abc import Sequence
 from ringfence.models import SyncedChange, SyncRefusal
 from ringfence.projects import _fs
 from ringfence.projects._changes import Change, Owner, read_changes, shown_name
+from ringfence.projects._sensitive import is_sensitive
 
 __all__ = ["sync"]
 
 _TEMP_PREFIX = ".rf-sync-"
+_SENSITIVE = (
+    "the host runs or trusts it (git config or hooks, editor, shell or tool "
+    "configuration): synced only when named and include_sensitive is set"
+)
 
 
 class _Refused(Exception):
@@ -42,17 +47,31 @@ class _Refused(Exception):
 
 
 def sync(
-    upper_fd: int, host_fd: int, owner: Owner, paths: Sequence[str] | None
+    upper_fd: int,
+    host_fd: int,
+    owner: Owner,
+    paths: Sequence[str] | None,
+    include_sensitive: bool = False,
 ) -> tuple[list[SyncedChange], list[SyncRefusal]]:
     """Apply the changes at or below ``paths`` (project-relative, checked already; None:
     every change); what was applied and what refused, in path order. Call it in the
-    owner's thread (``run_as_owner``).
+    owner's thread (``run_as_owner``). A sensitive change (``_sensitive``) is applied only
+    when ``include_sensitive`` and a requested path that is itself sensitive selects it.
 
     Raises:
         ProjectError: the layer cannot be read (nothing was applied).
     """
     changes = read_changes(upper_fd, host_fd, owner)
     selected, refused = _select(changes, paths)
+    named = [] if paths is None or not include_sensitive else paths
+    allowed = {p for p in named if is_sensitive(p.split("/"))}
+    kept = []
+    for change in selected:
+        if is_sensitive(change.parts) and not _named(change.path, allowed):
+            refused.append(SyncRefusal(path=change.path, reason=_SENSITIVE))
+        else:
+            kept.append(change)
+    selected = kept
     mount = _fs.mount_of(host_fd)
     applied: list[SyncedChange] = []
     removed: list[tuple[str, ...]] = []  # deleted directories: nothing below them is left
@@ -71,6 +90,10 @@ def sync(
             removed.append(change.parts)
         applied.append(SyncedChange(path=change.path, action=change.action, kind=change.kind))
     return applied, sorted(refused, key=lambda refusal: refusal.path)
+
+
+def _named(path: str, allowed: set[str]) -> bool:
+    return any(path == name or path.startswith(name + "/") for name in allowed)
 
 
 def _select(

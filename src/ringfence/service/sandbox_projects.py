@@ -167,19 +167,25 @@ class SandboxProjects:
         sandbox_id: str,
         paths: Sequence[str] | None,
         *,
+        include_sensitive: bool = False,
         actor: str = SYSTEM,
     ) -> ProjectSyncReport:
         """Apply the changes at or below ``paths`` (project-relative, checked by
-        ``ProjectSyncRequest``; None: all) to the host directory, as its owner.
+        ``ProjectSyncRequest``; None: all) to the host directory, as its owner; the
+        sensitive ones only when ``include_sensitive`` and named (``projects.sync``).
 
         Raises:
             What ``diff`` raises (nothing was applied then).
         """
         upper, bound = await self._layer(tenant, sandbox_id, actor)
-        details: dict[str, object] = {"source": str(bound.source), "paths": paths}
+        details: dict[str, object] = {
+            "source": str(bound.source),
+            "paths": paths,
+            "include_sensitive": include_sensitive,
+        }
         try:
             applied, refused = await self._run(
-                sandbox_id, lambda: projects.sync(upper, bound.source, paths)
+                sandbox_id, lambda: projects.sync(upper, bound.source, paths, include_sensitive)
             )
         except (OSError, SandboxError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else exc.message

@@ -72,7 +72,9 @@ async def project_sync(
 ) -> ProjectSyncReport:
     """Written as the directory's owner, each file atomically; never through a link, never
     outside the directory; devices, fifos, sockets, setuid or setgid files and links that
-    leave the project are refused (the report says which, and why). Audited.
+    leave the project are refused (the report says which, and why). So are paths the
+    host runs or trusts (.git, .envrc, editor and shell configuration: flagged sensitive
+    in the diff) unless include_sensitive is set and a path names them. Audited.
 
     Only approver and admin keys: an agent reads its own diff, but a person applies it
     to the host (the agent's key cannot write outside its sandbox by itself)."""
@@ -83,5 +85,11 @@ async def project_sync(
             "agent keys cannot apply a sandbox's changes to the host directory (approver "
             "or admin keys can: a person reviews the diff first)"
         )
-    paths = body.paths if body is not None else None
-    return await projects.sync(caller.tenant, sandbox_id, paths, actor=caller.key_id)
+    body = body or ProjectSyncRequest()
+    return await projects.sync(
+        caller.tenant,
+        sandbox_id,
+        body.paths,
+        include_sensitive=body.include_sensitive,
+        actor=caller.key_id,
+    )
