@@ -4,9 +4,10 @@ A template build takes minutes; two modules that need the same recipe (or every 
 that runs one of them) wait for one build instead of making their own. The first worker to
 ask builds it with ``ringfence template build`` under an exclusive lock; the others wait on
 that lock and then read the result (or the same failure: its log is kept). Each worker holds
-a shared lock on its run's ``alive`` file while it runs; a later run removes the templates of
-runs whose ``alive`` file nobody holds any more (a run killed midway included). Runs beside
-each other (other checkouts on the same machine) never touch each other's.
+a shared lock on its run's ``alive`` file while it runs; the last worker of the run to finish
+(``release``, at the end of its session) removes the run's templates, and a later run
+removes those of runs whose ``alive`` file nobody holds any more (a run killed midway).
+Runs beside each other (other checkouts on the same machine) never touch each other's.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-__all__ = ["Built", "shared_template"]
+__all__ = ["Built", "release", "shared_template"]
 
 ROOT = Path("/tmp/ringfence-test-templates")
 RINGFENCE = str(Path(sys.executable).parent / "ringfence")
@@ -71,6 +72,24 @@ def _build(recipe: str, home: Path, timeout: float) -> None:
     seconds = time.monotonic() - started
     log = build.stderr if build.returncode == 0 else f"exit {build.returncode}\n{build.stderr}"
     (home / "done").write_text(f"{seconds:.1f}\n{log}")
+
+
+def release() -> None:
+    """At the end of a worker's session: let go of its run, and remove the run's templates
+    if no other worker of it still holds it."""
+    for run, alive in list(_alive.items()):
+        fcntl.flock(alive, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(alive, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            alive.close()  # another worker still runs: the last one cleans up
+        else:
+            shutil.rmtree(ROOT / run, ignore_errors=True)
+            for leftover in ROOT.glob(f"{run}-*.lock"):
+                leftover.unlink(missing_ok=True)
+            (ROOT / f"{run}.alive").unlink(missing_ok=True)
+            alive.close()
+        del _alive[run]
 
 
 def _hold_alive(run: str) -> None:
