@@ -383,6 +383,7 @@ def documented(document: dict[str, Any]) -> dict[str, Any]:
         "409": failing("The sandbox has ended, or is paused with auto_resume off"),
         "429": failing("The sandbox has its most connections open (too_many_requests)"),
         "500": failing("An unexpected error, logged by the server (internal)"),
+        "503": failing("The store is unavailable while the credential is checked (store_error)"),
         "502": failing(
             "Nothing listens on the port in the sandbox (port_not_listening), or its server "
             "broke HTTP (bad_gateway)"
