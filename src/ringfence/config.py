@@ -164,12 +164,22 @@ class Config(BaseSettings):
     allow_tenant_mounts: bool = Field(
         False, description="Let API clients grant host paths to their sandboxes (trusted only)."
     )
-    project_roots: list[Path] = Field(
-        default_factory=list,
-        description="Host directories under which API clients may name a project directory "
-        "for a sandbox's copy-on-write view (SandboxSpec.project; JSON list, e.g. "
-        '["/srv/projects"]). Symlinks are resolved first: a source that leads out of every '
-        "root is refused. None by default: no host directory can be named.",
+    project_roots: dict[str, list[Path]] = Field(
+        default_factory=dict,
+        description="Host directories under which each tenant may name a project directory "
+        "for a sandbox's copy-on-write view (SandboxSpec.project): JSON, tenant -> roots, "
+        'e.g. {"acme": ["/srv/projects/acme"]}; "*" for every tenant without its own '
+        'entry, and "{tenant}" in a root stands for the caller\'s tenant (e.g. {"*": '
+        '["/srv/projects/{tenant}"]}). A plain JSON list is taken as {"*": list}: every '
+        "tenant may name anything under those roots (for one-tenant servers). Symlinks are "
+        "resolved first: a source that leads out of the tenant's roots, or is a root "
+        "itself, is refused. None by default: no host directory can be named.",
+    )
+    allow_root_owned_projects: bool = Field(
+        False,
+        description="Let a project's source directory belong to uid 0. Off by default: its "
+        "view would show host root's files as the sandbox user's, and a sync would write "
+        "them as uid 0.",
     )
     allow_tenant_images: bool = Field(
         False, description="Let API clients pick a root filesystem other than default_image."
@@ -370,6 +380,12 @@ class Config(BaseSettings):
         """``sandbox_uid_range`` as (first, last), both included."""
         first, _, last = self.sandbox_uid_range.partition("-")
         return int(first), int(last)
+
+    @field_validator("project_roots", mode="before")
+    @classmethod
+    def _roots_of_every_tenant(cls, value: object) -> object:
+        """A plain list (the setting's first form): the same roots for every tenant."""
+        return {"*": value} if isinstance(value, list | tuple) else value
 
     @field_validator("sandbox_uid_range")
     @classmethod

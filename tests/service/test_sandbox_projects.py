@@ -5,6 +5,8 @@ where the server can give a view."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,11 +17,24 @@ from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import ProjectMount, SandboxSpec
 from ringfence.service import sandbox_projects
-from ringfence.service.sandbox_projects import SandboxProjects, bind_project, check_project
+from ringfence.service.sandbox_projects import (
+    SandboxProjects,
+    bind_project,
+    check_project,
+    roots_of,
+)
 
 
 def _mount(source: Path | str) -> ProjectMount:
     return ProjectMount.model_construct(source=str(source), path="/home/user/project")
+
+
+OWNER = 4242
+
+
+def _owned(*paths: Path) -> None:
+    for path in paths:
+        os.chown(path, OWNER, OWNER, follow_symlinks=False)
 
 
 def test_no_roots_refuses_every_source_naming_the_setting(tmp_path: Path) -> None:
@@ -31,10 +46,10 @@ def test_no_roots_refuses_every_source_naming_the_setting(tmp_path: Path) -> Non
 def test_sources_under_a_root_are_bound_resolved(tmp_path: Path) -> None:
     root = tmp_path / "root"
     (root / "repo").mkdir(parents=True)
+    _owned(root / "repo")
     (root / "alias").symlink_to(root / "repo")
     assert bind_project(_mount(root / "repo"), [root]).source == root / "repo"
     assert bind_project(_mount(root / "alias"), [root]).source == root / "repo"
-    assert bind_project(_mount(root), [root]).source == root  # a root is a project too
     link_root = tmp_path / "link-root"
     link_root.symlink_to(root)
     assert bind_project(_mount(root / "repo"), [link_root]).source == root / "repo"
@@ -57,15 +72,56 @@ def test_sources_leaving_the_roots_are_refused(tmp_path: Path) -> None:
 
 
 def test_only_the_local_backend_and_no_disk_pause(tmp_path: Path) -> None:
-    spec = SandboxSpec(project=ProjectMount(source=str(tmp_path)))
-    check_project(spec, Config(project_roots=[tmp_path]))
+    (tmp_path / "repo").mkdir()
+    _owned(tmp_path / "repo")
+    spec = SandboxSpec(project=ProjectMount(source=str(tmp_path / "repo")))
+    check_project(spec, Config(project_roots=[tmp_path]), "t")
     with pytest.raises(InvalidRequest):
-        check_project(spec, Config(project_roots=[tmp_path], backend="job"))
+        check_project(spec, Config(project_roots=[tmp_path], backend="job"), "t")
     for lifecycle in ({"auto_pause": 60.0}, {"on_timeout": "pause"}):
         paused = spec.model_copy(update=lifecycle)
         with pytest.raises(InvalidRequest):
-            check_project(paused, Config(project_roots=[tmp_path]))
-    check_project(SandboxSpec(), Config())  # no project: nothing to check
+            check_project(paused, Config(project_roots=[tmp_path]), "t")
+    check_project(SandboxSpec(), Config(), "t")  # no project: nothing to check
+
+
+def test_a_tenant_names_only_under_its_own_roots(tmp_path: Path) -> None:
+    # The attack: with one server-wide list, tenant B named tenant A's checkout and read
+    # and synced it. Roots are per tenant now; "*" and "{tenant}" give the rest theirs.
+    for name in ("a", "b", "c"):
+        (tmp_path / name / "repo").mkdir(parents=True)
+        _owned(tmp_path / name / "repo")
+    config = Config(project_roots={"a": [tmp_path / "a"], "*": [tmp_path / "{tenant}"]})
+    a_repo, b_repo, c_repo = (_mount(tmp_path / n / "repo") for n in ("a", "b", "c"))
+    check_project(SandboxSpec(project=a_repo), config, "a")
+    check_project(SandboxSpec(project=b_repo), config, "b")  # "*": its own {tenant}
+    for tenant, mount in (("b", a_repo), ("a", b_repo), ("c", a_repo), ("b", c_repo)):
+        with pytest.raises(InvalidRequest, match="not under a project root of this tenant"):
+            check_project(SandboxSpec(project=mount), config, tenant)
+    assert roots_of(config, "../etc") == []  # a name that is no path component: nothing
+    assert roots_of(config, None) == []
+    # The setting as JSON, both forms (a plain list: every tenant, for one-tenant servers).
+    mapped = Config.model_validate({"project_roots": json.loads('{"a": ["/srv/a"]}')})
+    assert roots_of(mapped, "a") == [Path("/srv/a")] and roots_of(mapped, "b") == []
+    listed = Config.model_validate({"project_roots": ["/srv"]})
+    assert roots_of(listed, "a") == roots_of(listed, "b") == [Path("/srv")]
+
+
+def test_a_root_itself_and_a_root_owned_source_are_refused(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "repo").mkdir(parents=True)  # root-owned (the tests run as root)
+    _owned(root)
+    with pytest.raises(InvalidRequest, match="a project root itself"):
+        bind_project(_mount(root), [root])
+    with pytest.raises(InvalidRequest, match="belongs to root"):
+        bind_project(_mount(root / "repo"), [root])
+    assert bind_project(_mount(root / "repo"), [root], allow_root_owned=True).source == (
+        root / "repo"
+    )
+    with pytest.raises(InvalidRequest, match="belongs to root"):
+        check_project(SandboxSpec(project=_mount(root / "repo")), Config(project_roots=[root]), "t")
+    allowed = Config(project_roots=[root], allow_root_owned_projects=True)
+    check_project(SandboxSpec(project=_mount(root / "repo")), allowed, "t")
 
 
 class _Fake:

@@ -2,11 +2,14 @@
 sync of what the sandbox changed (docs/design.md 14.7).
 
 Who may name what: the server runs as root, so a tenant naming any host path would read
-the host through its sandbox. A source is accepted only under one of the operator's
-``project_roots`` (``RINGFENCE_PROJECT_ROOTS``; none by default), after resolving every
-symlink in it (a link leading out of the roots is refused, as is a path that is not a
-directory). The runtime opens the resolved path again one component at a time without
-following links, so a component swapped for a link after this check fails the start.
+the host through its sandbox. A source is accepted only strictly below one of the roots
+the operator gives *that tenant* (``project_roots``, ``RINGFENCE_PROJECT_ROOTS``: tenant ->
+roots, "*" for the rest, ``{tenant}`` in a root for the tenant's name; none by default),
+after resolving every symlink in it (a link leading out of the roots is refused, as is a
+path that is not a directory, a root itself, or one owned by uid 0 unless the operator
+allows it: ``allow_root_owned_projects``). The runtime opens the resolved path again one
+component at a time without following links, so a component swapped for a link after
+this check fails the start.
 
 Diff and sync resolve the sandbox in the caller's tenant (another tenant's is "not found";
 a paused one is resumed, as by any request) and read its project layer host-side, through
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,9 +38,11 @@ from ringfence.config import Config
 from ringfence.errors import Conflict, InvalidRequest, SandboxError
 from ringfence.models import ProjectDiff, ProjectMount, ProjectSyncReport, SandboxSpec
 
-__all__ = ["SandboxProjects", "bind_project", "check_project"]
+__all__ = ["SandboxProjects", "bind_project", "check_project", "roots_of"]
 
 _ROOTS_SETTING = "RINGFENCE_PROJECT_ROOTS"
+# A tenant's name as a path component of a root ("{tenant}"): never "..", "/" or empty.
+_TENANT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 PROJECT_WORKERS = 2  # diffs and syncs running at once, server-wide (the rest wait)
 _T = TypeVar("_T")
 
@@ -59,7 +65,7 @@ class Sandboxes(Protocol):
     ) -> None: ...
 
 
-def check_project(spec: SandboxSpec, config: Config) -> None:
+def check_project(spec: SandboxSpec, config: Config, tenant: str | None) -> None:
     """Refuse a project the server cannot give this spec (before anything starts).
 
     Raises:
@@ -79,36 +85,67 @@ def check_project(spec: SandboxSpec, config: Config) -> None:
             "on_timeout='pause'): its view belongs to a host directory of this server; "
             "pause it keeping memory instead"
         )
-    bind_project(spec.project, config.project_roots)
+    bind_project(spec.project, roots_of(config, tenant), config.allow_root_owned_projects)
 
 
-def bind_project(project: ProjectMount, roots: Sequence[Path]) -> BoundProject:
+def roots_of(config: Config, tenant: str | None) -> list[Path]:
+    """The project roots ``tenant`` may name a source under: its own entry of
+    ``project_roots``, else the ``"*"`` entry, with ``{tenant}`` in a root standing for the
+    tenant (a root naming ``{tenant}`` is left out without one)."""
+    roots = config.project_roots
+    chosen = roots.get(tenant, roots.get("*", [])) if tenant is not None else roots.get("*", [])
+    shown = []
+    for root in chosen:
+        if "{tenant}" in str(root):
+            if tenant is None or not _TENANT_NAME.fullmatch(tenant):
+                continue
+            root = Path(str(root).replace("{tenant}", tenant))
+        shown.append(root)
+    return shown
+
+
+def bind_project(
+    project: ProjectMount, roots: Sequence[Path], allow_root_owned: bool = False
+) -> BoundProject:
     """The host directory ``project`` names, resolved, as the runtime mounts it.
 
     Raises:
         InvalidRequest: no roots are configured, the source (its symlinks resolved) is
-            under none of them, or it is not a directory.
+            under none of them or is a root itself, it is not a directory, or it belongs
+            to uid 0 (unless ``allow_root_owned``).
     """
     if not roots:
         raise InvalidRequest(
-            f"project: this server lets no host directory be named (the operator lists "
-            f"the directories projects may come from in {_ROOTS_SETTING})"
+            f"project: this server lets no host directory be named by this tenant (the "
+            f"operator lists the directories projects may come from in {_ROOTS_SETTING})"
         )
     source = os.path.realpath(project.source)
-    if not any(_within(source, os.path.realpath(root)) for root in roots):
+    resolved = [os.path.realpath(root) for root in roots]
+    if source in resolved:
         raise InvalidRequest(
-            f"project: {project.source} is not under a project root of this server "
+            f"project: {project.source} is a project root itself ({_ROOTS_SETTING}): name "
+            "a directory below it"
+        )
+    if not any(_within(source, root) for root in resolved):
+        raise InvalidRequest(
+            f"project: {project.source} is not under a project root of this tenant "
             f"({_ROOTS_SETTING}; symlinks are resolved first)"
         )
     try:
-        os.close(projects.open_dir_path(source))
+        owner = projects.owner_of(Path(source))
     except OSError as exc:
         raise InvalidRequest(f"project: {project.source} is not a directory here") from exc
+    if owner.uid == 0 and not allow_root_owned:
+        raise InvalidRequest(
+            f"project: {project.source} belongs to root (uid 0): its view would show root's "
+            "files as the sandbox user's and a sync would write as root; name a directory "
+            "a user owns (or the operator sets RINGFENCE_ALLOW_ROOT_OWNED_PROJECTS)"
+        )
     return BoundProject(source=Path(source), target=project.path)
 
 
 def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
+    return path.startswith(root.rstrip("/") + "/")
 
 
 class SandboxProjects:

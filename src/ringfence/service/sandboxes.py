@@ -66,7 +66,12 @@ from ringfence.service.sandbox_pausing import (
     ended_here,
     live_timeout,
 )
-from ringfence.service.sandbox_projects import SandboxProjects, bind_project, check_project
+from ringfence.service.sandbox_projects import (
+    SandboxProjects,
+    bind_project,
+    check_project,
+    roots_of,
+)
 from ringfence.service.sandbox_state import SandboxStates
 from ringfence.service.state_files import StateFiles
 from ringfence.service.usage import SandboxUsage
@@ -197,7 +202,7 @@ class SandboxService(Pausing):
         check_limits(spec.limits, self._config)
         check_timeout(spec.timeout, self._config)
         check_tenant_policy(spec.network, self._config, tenant)
-        check_project(spec, self._config)
+        check_project(spec, self._config, tenant)
         return image
 
     def image_for(self, template: str) -> str:
@@ -306,7 +311,11 @@ class SandboxService(Pausing):
         )
         project = None
         if spec.project is not None:  # resolved: the record names the directory shown
-            project = bind_project(spec.project, self._config.project_roots)
+            project = bind_project(
+                spec.project,
+                roots_of(self._config, tenant),
+                self._config.allow_root_owned_projects,
+            )
             shown = spec.project.model_copy(update={"source": str(project.source)})
             sandbox = sandbox.model_copy(update={"project": shown})
         # Its volumes stay leased (undeletable) until its record, naming them, is stored.
