@@ -36,18 +36,22 @@ import re
 import shutil
 import subprocess
 import threading
+import time
+from collections import OrderedDict
 from pathlib import Path
 
 from ringfence.backends.local import _mounts
 from ringfence.errors import SandboxError
 
-__all__ = ["NEUTRAL_ROOT", "NEUTRAL_USER", "VolumeDisks"]
+__all__ = ["MAX_MOUNTED", "NEUTRAL_ROOT", "NEUTRAL_USER", "VolumeDisks"]
 
 NEUTRAL_ROOT = 0  # on disk: the sandbox root's files
 NEUTRAL_USER = 1000  # on disk: the sandbox user's files (and the volume's root directory)
 _ID = re.compile(r"vo[0-9a-f]{20}")
 _MOUNT_OPTIONS = "nosuid,nodev,noatime,discard"
 _SECONDS = 30.0
+MAX_MOUNTED = 64  # host mounts of volumes kept at once
+_RUNDOWN_SECONDS = 2.0  # how long a loop device being detached may take to go
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -55,12 +59,14 @@ class VolumeDisks:
     """The volumes of one data directory. Root only: ``VolumeDisks.open`` says why not.
     Thread-safe (the service calls it from worker threads)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_mounted: int = MAX_MOUNTED) -> None:
+        """``max_mounted``: host mounts kept at once (see ``mount``)."""
         self._root = root
         self._images = root / "images"
         self._points = root / "mnt"
         self._lock = threading.Lock()
-        self._mounted: set[str] = set()
+        self._max_mounted = max_mounted
+        self._mounted: OrderedDict[str, None] = OrderedDict()  # least recently used first
 
     @classmethod
     def open(cls, data_dir: Path) -> VolumeDisks:
@@ -111,7 +117,10 @@ class VolumeDisks:
 
     def mount(self, volume_id: str) -> Path:
         """Where the volume's files are on the host (mounted now if it was not). Only
-        root reaches them there.
+        root reaches them there. At most ``max_mounted`` stay mounted: the least recently
+        used is unmounted first (a sandbox's view, or a file call under way, keeps its
+        filesystem alive, and the next mount shares it: ``_source``), so a host with many
+        volumes does not keep a mount, a loop device and a journal thread for each.
 
         Raises:
             SandboxError: it cannot be mounted (its image is missing or damaged, or more
@@ -120,18 +129,31 @@ class VolumeDisks:
         point = self._points / volume_id
         with self._lock:
             if volume_id in self._mounted:
+                self._mounted.move_to_end(volume_id)
                 return point
+            while len(self._mounted) >= self._max_mounted:
+                self._unmount(next(iter(self._mounted)))
             image = self._image(volume_id)
             if not image.exists():
                 raise SandboxError(f"volume {volume_id} has no filesystem on this server")
-            source = self._source(volume_id, image)
-            options = f"loop,{_MOUNT_OPTIONS}" if source == str(image) else _MOUNT_OPTIONS
             point.mkdir(mode=0o700, exist_ok=True)
-            _run(
-                ["mount", "-t", "ext4", "-o", options, source, str(point)],
-                f"mounting volume {volume_id}",
-            )
-            self._mounted.add(volume_id)
+            deadline = time.monotonic() + _RUNDOWN_SECONDS
+            while True:
+                source = self._source(volume_id, image)
+                options = f"loop,{_MOUNT_OPTIONS}" if source == str(image) else _MOUNT_OPTIONS
+                try:
+                    _run(
+                        ["mount", "-t", "ext4", "-o", options, source, str(point)],
+                        f"mounting volume {volume_id}",
+                    )
+                    break
+                except SandboxError:
+                    # A loop device whose filesystem was just let go is detached by the
+                    # kernel a moment later, and cannot be opened meanwhile: look again.
+                    if source == str(image) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+            self._mounted[volume_id] = None
         return point
 
     def _attached(self, volume_id: str, image: Path) -> list[str]:
@@ -183,8 +205,11 @@ class VolumeDisks:
                 _run(["umount", str(point)], f"unmounting volume {volume_id}")
             except SandboxError:
                 # Busy (a file call under way): detached, it goes when the last user does.
-                _mounts.unmount(str(point))
-            self._mounted.discard(volume_id)
+                try:
+                    _mounts.unmount(str(point))
+                except OSError as exc:
+                    raise SandboxError(f"unmounting volume {volume_id}: {exc}") from exc
+            self._mounted.pop(volume_id, None)
         with contextlib.suppress(FileNotFoundError):
             point.rmdir()
 
