@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import threading
+import time
 
 import pytest
 from pydantic import ValidationError
@@ -132,12 +133,49 @@ def test_a_hard_link_on_the_host_to_an_outside_file_is_replaced_not_written(
     _outside_untouched(project)
 
 
-def test_hard_links_in_the_layer_become_separate_copies(project: View) -> None:
-    (project.merged / "one").write_text("1")
-    os.link(project.merged / "one", project.merged / "two")
-    projects.sync(project.upper, project.host, None)
-    one, two = (project.host / "one").stat(), (project.host / "two").stat()
-    assert one.st_ino != two.st_ino and one.st_nlink == two.st_nlink == 1
+def test_a_file_with_many_names_in_the_layer_is_written_once(project: View) -> None:
+    # The attack: one 4 MiB file linked 25 times was 25 copies on the host (a 32 MiB file
+    # and 50,000 links: 1.6 TB). Each of the layer's files is written once now; a hard
+    # link is never made on the host, so its other names are refused.
+    (project.merged / "one").write_bytes(b"1" * (1 << 20))
+    for index in range(25):
+        os.link(project.merged / "one", project.merged / f"two{index:02}")
+    applied, refused = projects.sync(project.upper, project.host, None)
+    assert [c.path for c in applied] == ["one"]
+    assert len(refused) == 25 and all("written once" in r.reason for r in refused)
+    assert (project.host / "one").stat().st_nlink == 1
+    applied, _ = projects.sync(project.upper, project.host, ["two07"])  # chosen alone: fine
+    assert [c.path for c in applied] == ["two07"]
+
+
+def test_a_sparse_file_stays_sparse_on_the_host(project: View) -> None:
+    # The attack: 'truncate -s 1T' takes nothing of the sandbox's tmpfs; the sync wrote
+    # every byte of it. Holes are kept now. (256 MiB here, so the old copy fails the
+    # blocks assertion without filling the test host's disk.)
+    with open(project.merged / "big.bin", "wb") as big:
+        big.truncate(256 << 20)
+        big.seek(128 << 20)
+        big.write(b"data")
+    started = time.monotonic()
+    applied, refused = projects.sync(project.upper, project.host, None)
+    assert [c.path for c in applied] == ["big.bin"] and refused == []
+    st = (project.host / "big.bin").stat()
+    assert st.st_size == 256 << 20 and st.st_blocks * 512 <= 1 << 20
+    with open(project.host / "big.bin", "rb") as synced:
+        synced.seek(128 << 20)
+        assert synced.read(4) == b"data"
+    assert time.monotonic() - started < 5
+
+
+def test_one_sync_writes_no_more_data_than_the_disk_limit(project: View) -> None:
+    for index in range(6):
+        (project.merged / f"f{index}.bin").write_bytes(os.urandom(1 << 20))
+    applied, refused = projects.sync(project.upper, project.host, None, max_bytes=3 << 20)
+    assert [c.path for c in applied] == ["f0.bin", "f1.bin", "f2.bin"]
+    assert [r.path for r in refused] == ["f3.bin", "f4.bin", "f5.bin"]
+    assert all("disk limit" in r.reason for r in refused)
+    assert not (project.host / "f3.bin").exists()
+    assert not [p for p in project.host.rglob(".rf-sync-*")]
 
 
 def test_a_host_parent_that_is_a_link_out_refuses_the_change(project: View) -> None:

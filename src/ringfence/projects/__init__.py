@@ -31,9 +31,18 @@ from ringfence.projects._changes import Owner, ProjectError, read_changes
 from ringfence.projects._creds import run_as_owner
 from ringfence.projects._diff import render
 from ringfence.projects._fs import open_dir_path
+from ringfence.projects._sync import DEFAULT_MAX_BYTES
 from ringfence.projects._sync import sync as _apply
 
-__all__ = ["Owner", "ProjectError", "diff", "open_dir_path", "owner_of", "sync"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "Owner",
+    "ProjectError",
+    "diff",
+    "open_dir_path",
+    "owner_of",
+    "sync",
+]
 
 
 def owner_of(source: Path) -> Owner:
@@ -68,13 +77,18 @@ def diff(upper: Path, source: Path) -> tuple[list[ProjectChange], bool]:
 
 
 def sync(
-    upper: Path, source: Path, paths: Sequence[str] | None, include_sensitive: bool = False
+    upper: Path,
+    source: Path,
+    paths: Sequence[str] | None,
+    include_sensitive: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> tuple[list[SyncedChange], list[SyncRefusal]]:
     """Apply the changes at or below ``paths`` (project-relative, checked with
     ``models.project_relative``; None: all) to ``source``, as its owner: what was applied
     and what refused, with why. Paths the host runs or trusts (``_sensitive``: ``.git``,
     ``.envrc``, editor and shell configuration) are refused unless ``include_sensitive``
-    and a requested path names them.
+    and a requested path names them. The data one sync writes stays within ``max_bytes``
+    (the sandbox's disk limit), holes kept, each of the layer's files written once.
 
     Raises:
         ProjectError, OSError: as for ``diff`` (nothing was applied then).
@@ -83,7 +97,7 @@ def sync(
 
     def apply() -> tuple[list[SyncedChange], list[SyncRefusal]]:
         with _opened(upper, source) as (upper_fd, host_fd):
-            return _apply(upper_fd, host_fd, owner, paths, include_sensitive)
+            return _apply(upper_fd, host_fd, owner, paths, include_sensitive, max_bytes)
 
     return run_as_owner(owner.uid, owner.gid, apply)
 

@@ -93,13 +93,40 @@ def same_content(a: int, b: int, size: int) -> bool:
     return os.pread(a, 1, size) == os.pread(b, 1, size)
 
 
-def copy_data(src: int, dst: int) -> int:
-    """Copy a whole file between fds from offset 0; the bytes copied."""
-    total = 0
-    while chunk := os.pread(src, _CHUNK, total):
-        os.write(dst, chunk)
-        total += len(chunk)
-    return total
+def copy_data(src: int, dst: int, size: int, limit: int) -> int:
+    """Copy the first ``size`` bytes of ``src`` to the fresh file ``dst``, holes kept as
+    holes (only the data extents ``SEEK_DATA``/``SEEK_HOLE`` find are written, then ``dst``
+    is given the size); the data bytes written.
+
+    Raises:
+        TooLarge: more than ``limit`` data bytes would be written (some were).
+    """
+    written = 0
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(src, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole is left
+                break
+            raise
+        end = min(os.lseek(src, start, os.SEEK_HOLE), size)
+        while start < end:
+            chunk = os.pread(src, min(_CHUNK, end - start), start)
+            if not chunk:
+                break
+            written += len(chunk)
+            if written > limit:
+                raise TooLarge(written)
+            os.pwrite(dst, chunk, start)
+            start += len(chunk)
+        offset = max(end, offset + 1)
+    os.ftruncate(dst, size)
+    return written
+
+
+class TooLarge(Exception):
+    """A copy passed its limit of data bytes."""
 
 
 def proc_path(dir_fd: int, name: str) -> str:

@@ -11,9 +11,13 @@ old file or the new one, an existing hard link (maybe to a file outside the proj
 replaced as a name, never written through. Never made: device nodes, fifos, sockets, files
 with setuid or setgid bits (refused), links whose target is absolute or leaves the project
 (refused: an absolute target inside the sandbox names the sandbox's file, not the host's),
-hard links (each name is written as its own copy). Deletions remove the name (a directory
-with everything below it, no mount entered). Directories' modes come from the sandbox with
-setgid and sticky bits dropped.
+hard links (a file the layer holds under several names is written once, under the first
+name chosen; its other names are refused). What one sync writes is bounded: holes stay
+holes (a sparse file is not made dense), and the data bytes written together never pass
+``max_bytes`` (the sandbox's disk limit: a sync writes no more than the sandbox could
+hold); the file that would pass it is refused, and so is every later one holding data.
+Deletions remove the name (a directory with everything below it, no mount entered).
+Directories' modes come from the sandbox with setgid and sticky bits dropped.
 """
 
 from __future__ import annotations
@@ -23,15 +27,21 @@ import os
 import secrets
 import stat
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from ringfence.models import SyncedChange, SyncRefusal
 from ringfence.projects import _fs
 from ringfence.projects._changes import Change, Owner, read_changes, shown_name
 from ringfence.projects._sensitive import is_sensitive
 
-__all__ = ["sync"]
+__all__ = ["DEFAULT_MAX_BYTES", "sync"]
 
 _TEMP_PREFIX = ".rf-sync-"
+DEFAULT_MAX_BYTES = 256 << 20  # the sandbox's default disk limit (``Config.default_limits``)
+_TOO_LARGE = (
+    "too large: this sync would write more data than the sandbox's disk limit; sync the "
+    "rest separately"
+)
 _SENSITIVE = (
     "the host runs or trusts it (git config or hooks, editor, shell or tool "
     "configuration): synced only when named and include_sensitive is set"
@@ -52,6 +62,7 @@ def sync(
     owner: Owner,
     paths: Sequence[str] | None,
     include_sensitive: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> tuple[list[SyncedChange], list[SyncRefusal]]:
     """Apply the changes at or below ``paths`` (project-relative, checked already; None:
     every change); what was applied and what refused, in path order. Call it in the
@@ -73,13 +84,14 @@ def sync(
             kept.append(change)
     selected = kept
     mount = _fs.mount_of(host_fd)
+    writes = _Writes(max_bytes)
     applied: list[SyncedChange] = []
     removed: list[tuple[str, ...]] = []  # deleted directories: nothing below them is left
     for change in selected:
         if any(change.parts[: len(gone)] == gone for gone in removed):
             continue
         try:
-            _apply(change, upper_fd, host_fd, mount)
+            _apply(change, upper_fd, host_fd, mount, writes)
         except _Refused as exc:
             refused.append(SyncRefusal(path=change.path, reason=exc.reason))
             continue
@@ -111,7 +123,16 @@ def _select(
     return sorted(chosen.values(), key=lambda change: change.parts), refused
 
 
-def _apply(change: Change, upper_fd: int, host_fd: int, mount: int) -> None:
+@dataclass
+class _Writes:
+    """What this sync wrote so far: data bytes left of its bound, and the layer's inodes
+    already written (each once, however many names it has)."""
+
+    left: int
+    inodes: set[tuple[int, int]] = field(default_factory=set)
+
+
+def _apply(change: Change, upper_fd: int, host_fd: int, mount: int, writes: _Writes) -> None:
     *parents, name = change.parts
     if change.kind == "other" and change.action != "deleted":
         raise _Refused("a fifo, socket or device: special files are never made on the host")
@@ -129,7 +150,7 @@ def _apply(change: Change, upper_fd: int, host_fd: int, mount: int) -> None:
         elif change.kind == "symlink":
             _make_link(parent, name, change, mount)
         else:
-            _write_file(parent, name, change, upper_fd, mount)
+            _write_file(parent, name, change, upper_fd, mount, writes)
     finally:
         os.close(parent)
 
@@ -248,11 +269,21 @@ def _make_link(parent: int, name: str, change: Change, mount: int) -> None:
     _rename_into(parent, temp, name)
 
 
-def _write_file(parent: int, name: str, change: Change, upper_fd: int, mount: int) -> None:
+def _write_file(
+    parent: int, name: str, change: Change, upper_fd: int, mount: int, writes: _Writes
+) -> None:
     assert change.upper is not None
     mode = stat.S_IMODE(change.upper.st_mode)
     if mode & (stat.S_ISUID | stat.S_ISGID):
         raise _Refused("setuid or setgid bits: such a file is never made on the host")
+    inode = (change.upper.st_dev, change.upper.st_ino)
+    if inode in writes.inodes:
+        raise _Refused(
+            "another name of a file this sync wrote already (hard links are written once)"
+        )
+    if min(change.upper.st_size, change.upper.st_blocks * 512) > writes.left:
+        writes.left = 0  # and nothing after it: the bound is spent
+        raise _Refused(_TOO_LARGE)
     with (
         _fs.opened_path(upper_fd, change.parts[:-1]) as upper_parent,
         _fs.opened_file(upper_parent, name, change.upper) as source,
@@ -262,7 +293,11 @@ def _write_file(parent: int, name: str, change: Change, upper_fd: int, mount: in
         fd = os.open(temp, _fs.CREATE_FLAGS, 0o600, dir_fd=parent)
         try:
             try:
-                _fs.copy_data(source, fd)
+                try:
+                    writes.left -= _fs.copy_data(source, fd, change.upper.st_size, writes.left)
+                except _fs.TooLarge:
+                    writes.left = 0
+                    raise _Refused(_TOO_LARGE) from None
                 os.fchmod(fd, mode & 0o777)
                 os.fsync(fd)
             finally:
@@ -271,6 +306,7 @@ def _write_file(parent: int, name: str, change: Change, upper_fd: int, mount: in
             os.unlink(temp, dir_fd=parent)
             raise
     _rename_into(parent, temp, name)
+    writes.inodes.add(inode)
 
 
 def _rename_into(parent: int, temp: str, name: str) -> None:

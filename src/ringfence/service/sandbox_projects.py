@@ -215,6 +215,8 @@ class SandboxProjects:
             What ``diff`` raises (nothing was applied then).
         """
         upper, bound = await self._layer(tenant, sandbox_id, actor)
+        disk = self._sandboxes.launch_of(tenant, sandbox_id).limits.disk
+        max_bytes = disk if disk is not None else projects.DEFAULT_MAX_BYTES
         details: dict[str, object] = {
             "source": str(bound.source),
             "paths": paths,
@@ -222,7 +224,8 @@ class SandboxProjects:
         }
         try:
             applied, refused = await self._run(
-                sandbox_id, lambda: projects.sync(upper, bound.source, paths, include_sensitive)
+                sandbox_id,
+                lambda: projects.sync(upper, bound.source, paths, include_sensitive, max_bytes),
             )
         except (OSError, SandboxError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else exc.message
