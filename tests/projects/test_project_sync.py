@@ -356,3 +356,19 @@ def test_paths_the_host_runs_are_synced_only_when_named_with_the_opt_in(project:
     assert {c.path for c in applied} == {".git/config", ".vscode", ".vscode/tasks.json"}
     assert "fsmonitor" in (project.host / ".git/config").read_text()
     assert not (project.host / ".git/hooks/post-checkout").exists()
+
+
+def test_world_writable_modes_are_never_made_on_the_host(project: View) -> None:
+    # The attack: a sandbox makes the owner's files and directories 0666/0777, so any
+    # local user of the host could write into the checkout after a sync.
+    (project.merged / "open/deeper").mkdir(parents=True)
+    (project.merged / "open/deeper/f.txt").write_text("f\n")
+    (project.merged / "a.txt").write_text("A\n")
+    for path, mode in (("open", 0o777), ("open/deeper", 0o777), ("open/deeper/f.txt", 0o666),
+                       ("a.txt", 0o776)):  # fmt: skip
+        os.chmod(project.merged / path, mode)
+    projects.sync(project.upper, project.host, ["open/deeper/f.txt"])  # parents made on the way
+    projects.sync(project.upper, project.host, ["a.txt"])
+    for path, mode in (("open", 0o755), ("open/deeper", 0o755), ("open/deeper/f.txt", 0o644),
+                       ("a.txt", 0o754)):  # fmt: skip
+        assert stat.S_IMODE((project.host / path).stat().st_mode) == mode, path

@@ -17,7 +17,8 @@ holes (a sparse file is not made dense), and the data bytes written together nev
 ``max_bytes`` (the sandbox's disk limit: a sync writes no more than the sandbox could
 hold); the file that would pass it is refused, and so is every later one holding data.
 Deletions remove the name (a directory with everything below it, no mount entered).
-Directories' modes come from the sandbox with setgid and sticky bits dropped.
+Modes come from the sandbox with group and other write bits dropped (a 022 umask), and
+setgid and sticky bits too on directories.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from ringfence.projects._sensitive import is_sensitive
 __all__ = ["DEFAULT_MAX_BYTES", "sync"]
 
 _TEMP_PREFIX = ".rf-sync-"
+# The permission bits a sync keeps of the sandbox's: never group or other write (as a
+# umask of 022 would), so a sandbox cannot open the owner's checkout to every local user.
+_MODE_BITS = 0o755
 DEFAULT_MAX_BYTES = 256 << 20  # the sandbox's default disk limit (``Config.default_limits``)
 _TOO_LARGE = (
     "too large: this sync would write more data than the sandbox's disk limit; sync the "
@@ -192,7 +196,7 @@ def _upper_mode(upper_fd: int, parts: list[str]) -> int:
     if st is None or not stat.S_ISDIR(st.st_mode):
         where = "/".join(map(shown_name, parts))
         raise _Refused(f"{where} is not a directory in the sandbox any more")
-    return stat.S_IMODE(st.st_mode) & 0o777
+    return stat.S_IMODE(st.st_mode) & _MODE_BITS
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
@@ -236,7 +240,7 @@ def _make_dir(parent: int, name: str, change: Change, mount: int) -> None:
         st = None
     if st is None:
         os.mkdir(name, 0o700, dir_fd=parent)
-        os.chmod(name, stat.S_IMODE(change.upper.st_mode) & 0o777, dir_fd=parent,
+        os.chmod(name, stat.S_IMODE(change.upper.st_mode) & _MODE_BITS, dir_fd=parent,
                  follow_symlinks=False)  # fmt: skip
 
 
@@ -298,7 +302,7 @@ def _write_file(
                 except _fs.TooLarge:
                     writes.left = 0
                     raise _Refused(_TOO_LARGE) from None
-                os.fchmod(fd, mode & 0o777)
+                os.fchmod(fd, mode & _MODE_BITS)
                 os.fsync(fd)
             finally:
                 os.close(fd)
