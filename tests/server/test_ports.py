@@ -524,3 +524,35 @@ class _Live:
 
     def record(self, *args: object, **kwargs: object) -> None:
         pass
+
+
+async def test_traffic_through_a_port_keeps_an_idle_pausing_sandbox_awake(
+    served: Served, port: int
+) -> None:
+    """auto_pause counts requests: a WebSocket's messages are requests too, however long
+    it stays open; once they stop, the sandbox pauses as it would have."""
+    sandbox_id = await served.sandbox(auto_pause=1)
+    ws_url = served.url.replace("http://", "ws://")
+
+    def chat() -> None:
+        ws = websocket.create_connection(
+            f"{ws_url}/v1/sandboxes/{sandbox_id}/ports/{port}/ws", timeout=10,
+            header=[f"Authorization: Bearer {served.acme}"],
+        )  # fmt: skip
+        try:
+            until = time.monotonic() + 3
+            while time.monotonic() < until:
+                ws.send("ping")
+                assert ws.recv() == "echo:ping"
+                time.sleep(0.2)
+        finally:
+            ws.close()
+
+    await asyncio.to_thread(chat)
+    info = await served.client.get(f"/v1/sandboxes/{sandbox_id}", headers=served.auth())
+    assert info.json()["state"] == "running"  # 3 s of traffic past a 1 s auto_pause
+    deadline = time.monotonic() + 20
+    while info.json()["state"] != "paused":
+        assert time.monotonic() < deadline, "it never paused once the traffic stopped"
+        await asyncio.sleep(0.1)
+        info = await served.client.get(f"/v1/sandboxes/{sandbox_id}", headers=served.auth())

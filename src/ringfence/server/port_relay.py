@@ -96,6 +96,7 @@ async def relay_http(
         while True:
             event = await _next(sandbox, tunnel, None)
             if isinstance(event, h11.Data):
+                tunnel.active()
                 await send(
                     {"type": "http.response.body", "body": bytes(event.data), "more_body": True}
                 )
@@ -260,6 +261,7 @@ async def _to_sandbox(
             getting.cancel()
             return
         message = getting.result()
+        tunnel.active()
         try:
             if message["type"] == "websocket.receive":
                 if message.get("text") is not None:
@@ -291,6 +293,7 @@ async def _from_sandbox(connection: WSConnection, tunnel: Tunnel, send: Send) ->
             if not data:
                 await send({"type": "websocket.close", "code": 1001})  # it went away
                 return
+            tunnel.active()
             connection.receive_data(data)
             for event in connection.events():
                 if isinstance(event, ws.TextMessage | ws.BytesMessage):

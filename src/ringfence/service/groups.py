@@ -252,6 +252,7 @@ async def _splice(pipe: Pipe, tunnel: Tunnel) -> None:
     async def copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(_CHUNK):
+                tunnel.active()  # a peer's traffic is use of it (auto_pause)
                 writer.write(data)
                 await writer.drain()
             if writer.can_write_eof():

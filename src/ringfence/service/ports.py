@@ -56,6 +56,8 @@ class Sandboxes(Protocol):
 
     def live_tenant(self, sandbox_id: str) -> str | None: ...
 
+    def touch(self, sandbox_id: str) -> None: ...
+
     def record(
         self,
         tenant: str,
@@ -94,13 +96,21 @@ class _Facts:
 
 
 class Tunnel:
-    """An open connection to a sandbox's port; ``aclose`` it (it counts until then)."""
+    """An open connection to a sandbox's port; ``aclose`` it (it counts until then).
+    Relays call ``active`` as bytes pass: traffic is a request, for ``auto_pause``."""
 
-    def __init__(self, pipe: Pipe, on_close: Callable[[], None]) -> None:
+    def __init__(
+        self, pipe: Pipe, on_close: Callable[[], None], on_activity: Callable[[], None]
+    ) -> None:
         self.reader = pipe.reader
         self.writer = pipe.writer
         self._pipe = pipe
         self._on_close: Callable[[], None] | None = on_close
+        self._on_activity = on_activity
+
+    def active(self) -> None:
+        """Note traffic (a dictionary lookup: cheap enough for every chunk)."""
+        self._on_activity()
 
     async def aclose(self) -> None:
         on_close, self._on_close = self._on_close, None
@@ -194,7 +204,9 @@ class Ports:
         except BaseException:
             self._closed(sandbox_id)
             raise
-        return Tunnel(pipe, lambda: self._closed(sandbox_id))
+        return Tunnel(
+            pipe, lambda: self._closed(sandbox_id), lambda: self._sandboxes.touch(sandbox_id)
+        )
 
     async def _facts_for(self, caller: PortCaller, sandbox_id: str) -> _Facts:
         tenant = caller.tenant

@@ -727,6 +727,13 @@ class SandboxService(Pausing):
             if not entry.ended.done() and entry.pausing is None
         ]
 
+    def touch(self, sandbox_id: str) -> None:
+        """Count now as a request to the sandbox, for ``auto_pause`` (traffic through its
+        ports: an open WebSocket is use, not idleness)."""
+        entry = self._live.get(sandbox_id)
+        if entry is not None:
+            entry.touched = asyncio.get_running_loop().time()
+
     def live_tenant(self, sandbox_id: str) -> str | None:
         """The tenant of a sandbox this process runs (frozen included), or None."""
         entry = self._live.get(sandbox_id)
