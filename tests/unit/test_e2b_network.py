@@ -217,3 +217,68 @@ def test_the_update_reads_the_switch_as_either_sdk_spells_it() -> None:
     assert update(allowInternetAccess=False).rules == [], "the Python SDK's"
     assert update(allowInternetAccess=True, allow_internet_access=True).rules == OPERATOR.rules
     refused("disagree", update, allowInternetAccess=True, allow_internet_access=False)
+
+
+# Shapes of E2B network options at the sizes the models allow, each built to make the mapping
+# work hard: holes that split denied ranges into many pieces (each address carved out of a
+# /32 leaves ~80), many denied ranges sharing those holes, and many header rules naming the
+# same host in different spellings. Each must be mapped or refused within a moment: the
+# mapping runs on the event loop that serves every tenant.
+_SPREAD = [f"2001:4860:{i:x}::1" for i in range(1, 257)]  # public, across one /32
+_COVER = [f"2001:4860:{i:x}00::/40" for i in range(256)]  # 256 /40s: that whole /32
+WORST_SHAPES: dict[str, dict[str, Any]] = {
+    "spread holes in one denied /32 (the review's)": {
+        "allowOut": _SPREAD[:128], "denyOut": ["2001:4860::/32"]},
+    "256 spread holes, 256 copies of the /32": {
+        "allowOut": _SPREAD, "denyOut": ["2001:4860::/32"] * 256},
+    "256 spread holes, 256 distinct denied ranges around them": {
+        "allowOut": _SPREAD, "denyOut": [f"2001:4860::{i:x}/{32 + i % 9}" for i in range(256)]},
+    "256 holes covering the /32, every broader range denied": {
+        "allowOut": _COVER, "denyOut": [f"2000::/{p}" for p in range(3, 33)] * 8},
+    "the same host in 256 spellings, each with 16 headers": {
+        "allowOut": ["api.example.com"] * 256,
+        "rules": {" " * i + "API.example.com": [
+            {"transform": {"headers": {f"X-{j}": "v" for j in range(16)}}}] * 16
+            for i in range(256)}},
+}  # fmt: skip
+_MAP_EACH = """
+import json, sys, time
+from ringfence.config import Config
+from ringfence.errors import InvalidRequest
+from ringfence.server.e2b.network import UPDATE, NetworkUpdate, egress_policy
+for name, body in json.load(sys.stdin).items():
+    started = time.monotonic()
+    try:
+        asked = NetworkUpdate.model_validate(body)
+        egress_policy(None, asked, "acme", Config(pool_sizes={}), UPDATE)
+        outcome = "mapped"
+    except (InvalidRequest, ValueError) as exc:
+        outcome = f"refused: {str(exc)[:200]}"
+    print(json.dumps([name, time.monotonic() - started, outcome]), flush=True)
+"""
+
+
+def test_no_network_options_make_the_mapping_work_for_more_than_a_moment() -> None:
+    """In a child process under a deadline, so a mapping that would take days fails this
+    test instead of hanging the suite."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _MAP_EACH], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    try:
+        out, _ = child.communicate(json.dumps(WORST_SHAPES), timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, _ = child.communicate()
+    done = {name: (seconds, outcome) for name, seconds, outcome in map(json.loads, out.splitlines())}
+    assert list(done) == list(WORST_SHAPES), f"still mapping after 60 s; done: {done}"
+    slow = {name: took for name, took in done.items() if took[0] > 1.0}
+    assert not slow, slow
+    mapped = {name for name, (_, outcome) in done.items() if outcome == "mapped"}
+    assert mapped == {"the same host in 256 spellings, each with 16 headers"}, done
+    assert "at most 256" in done["256 spread holes, 256 copies of the /32"][1]
