@@ -30,14 +30,14 @@ async def _timed_put(api: Api, sandbox_id: str) -> tuple[httpx.Response, float]:
 async def test_the_spread_holes_update_is_answered_at_once(api: Api) -> None:
     answer, took = await _timed_put(api, "no-such-sandbox")
     assert answer.status_code == 404, answer.text
-    assert took < 1.0, took
+    assert took < 2.0, took
     headers = {"X-API-KEY": api.acme_key}
     created = await api.client.post("/v2/sandboxes", headers=headers, json={"templateID": "base"})
     assert created.status_code == 201, created.text
     answer, took = await _timed_put(api, created.json()["sandboxID"])
     assert answer.status_code == 400, answer.text
     assert "at most 256" in answer.json()["message"]
-    assert took < 1.0, took
+    assert took < 2.0, took
 
 
 @pytest.mark.fakes
@@ -51,4 +51,4 @@ async def test_the_spread_holes_create_is_a_400_at_once(api: Api) -> None:
     )
     assert answer.status_code == 400, answer.text
     assert "at most 256" in answer.json()["message"]
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0

@@ -34,6 +34,7 @@ from ringfence.models.limits import (
 from ringfence.models.metrics import SandboxMetrics
 from ringfence.models.mounts import Mount
 from ringfence.models.network import (
+    MAX_RULES,
     REDACTED,
     EgressAction,
     EgressRule,
@@ -77,6 +78,7 @@ from ringfence.models.workstation import ProjectMount, VolumeMount
 __all__ = [
     "CHECKPOINT_ID",
     "MAX_FORK_CHILDREN",
+    "MAX_RULES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_CPUS",
     "MIN_PIDS",

@@ -10,7 +10,15 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
-__all__ = ["REDACTED", "EgressAction", "EgressRule", "NetworkMode", "NetworkPolicy"]
+__all__ = [
+    "MAX_RULES",
+    "REDACTED",
+    "EgressAction",
+    "EgressRule",
+    "NetworkMode",
+    "NetworkPolicy",
+    "RuleKey",
+]
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 # The names _valid_domain accepts, for the JSON schema (checked by the validator, which also
@@ -33,6 +41,7 @@ _RESERVED_HEADERS = frozenset(
 _MIN_PREFIX = {4: 8, 6: 32}  # broader CIDRs are refused as too broad
 _IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")  # IPv4 addresses written as IPv6
 REDACTED = "<redacted>"
+MAX_RULES = 256  # rules per policy
 
 
 class EgressAction(StrEnum):
@@ -41,6 +50,10 @@ class EgressAction(StrEnum):
     ALLOW = "allow"
     DENY = "deny"  # wins over every other rule that matches
     ASK = "ask"  # a human decides at the first connection; remembered for the sandbox's life
+
+
+# EgressRule.key(): action, domain, cidr, ports, headers (sorted).
+RuleKey = tuple[EgressAction, str | None, str | None, tuple[int, ...], tuple[tuple[str, str], ...]]
 
 
 # What ``EgressRule._consistent`` checks, stated in its JSON schema: a domain or a cidr;
@@ -146,6 +159,13 @@ class EgressRule(BaseModel):
             raise ValueError("only allow rules can add headers")
         return self
 
+    def key(self) -> RuleKey:
+        """The rule as a hashable value: equal rules have equal keys, and only they. Sets of
+        keys find a rule among many in constant time, where ``rule in rules`` compares
+        every pydantic model in turn (quadratic over lists of rules)."""
+        headers = tuple(sorted(self.headers.items()))
+        return (self.action, self.domain, self.cidr, tuple(self.ports), headers)
+
 
 class NetworkMode(StrEnum):
     NONE = "none"  # loopback only: no proxy, no resolver (the default)
@@ -163,7 +183,7 @@ class NetworkPolicy(BaseModel):
         "(given rules imply it).",
     )
     rules: list[EgressRule] = Field(
-        default_factory=list, max_length=256, description="Checked all together; deny wins."
+        default_factory=list, max_length=MAX_RULES, description="Checked all together; deny wins."
     )
 
     @model_validator(mode="before")

@@ -30,7 +30,8 @@ def with_floor(given: NetworkPolicy, default: NetworkPolicy) -> NetworkPolicy:
     binding = [rule for rule in default.rules if rule.action is not EgressAction.ALLOW]
     if given.mode is NetworkMode.NONE or not binding:
         return given
-    own = [rule for rule in given.rules if rule not in binding]  # a policy read back, resent
+    floor = {rule.key() for rule in binding}
+    own = [rule for rule in given.rules if rule.key() not in floor]  # read back, resent
     return given.model_copy(update={"rules": [*own, *binding]})
 
 
@@ -48,9 +49,10 @@ def check_tenant_policy(
     """
     if policy is None:
         return
-    operators = policy_for(tenant, None, config).rules if tenant is not None else []
+    default = policy_for(tenant, None, config).rules if tenant is not None else []
+    operators = {rule.key() for rule in default}
     for index, rule in enumerate(policy.rules):
-        problem = None if rule in operators else beyond_ceiling(rule, config)
+        problem = None if rule.key() in operators else beyond_ceiling(rule, config)
         if problem is not None:
             raise InvalidRequest(f"network.rules[{index}].cidr: {problem}")
 

@@ -88,6 +88,10 @@ async def create(body: NewSandbox, request: Request, x_api_key: ApiKey = None) -
     source = (
         {"snapshot": snapshot} if snapshot else {"template": _template(context, body.templateID)}
     )
+    egress = await network.off_loop(
+        network.create_fields,
+        body.allow_internet_access, body.network, caller.tenant, context.sandboxes.config,
+    )  # fmt: skip
     try:
         spec = SandboxSpec(
             **source,
@@ -96,9 +100,7 @@ async def create(body: NewSandbox, request: Request, x_api_key: ApiKey = None) -
             metadata=body.metadata or {},
             volumes=volumes.mounts_of(body.volumeMounts),
             **state.lifecycle_of(body),
-            **network.create_fields(
-                body.allow_internet_access, body.network, caller.tenant, context.sandboxes.config
-            ),
+            **egress,
         )
     except ValidationError as exc:
         problems = "; ".join(

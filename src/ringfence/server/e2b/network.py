@@ -30,6 +30,13 @@ its rules open it, deny winning (docs/network.md). The mapping (``egress_policy`
 - Under all of it the operator's floor stays: the default's deny and ask rules are added to
   every policy (``policy_for``), so no ``allowOut`` lifts them.
 
+The work is bounded before it is done (the mapping runs on the event loop every tenant
+shares): the lists are as long as a policy's rules at most, ``rules`` has at most as many
+hosts; rules are kept once each by a hashable key; ``denyOut`` ranges inside another are
+dropped (the outer one's pieces deny them), and each range is carved lazily, piece by piece,
+so the request is refused the moment its rules would pass ``MAX_RULES`` (``_Rules``), never
+after carving millions of pieces.
+
 ``dnsServers`` (non-empty) and ``egressProxy`` are refused: sandboxes resolve through
 Ringfence's resolver and leave through its proxy only. ``allowPublicTraffic`` is the spec's
 ``public_traffic``.
@@ -37,17 +44,22 @@ Ringfence's resolver and leave through its proxy only. ``allowPublicTraffic`` is
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import functools
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 from fastapi import APIRouter, Header, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, SandboxNotRunning
-from ringfence.models import EgressAction, EgressRule, NetworkMode, NetworkPolicy
+from ringfence.models import MAX_RULES, EgressAction, EgressRule, NetworkMode, NetworkPolicy
+from ringfence.models.network import RuleKey
 from ringfence.policy.network import beyond_ceiling, policy_for
 from ringfence.server.e2b.context import caller, gone
 
@@ -58,6 +70,7 @@ __all__ = [
     "Wording",
     "create_fields",
     "egress_policy",
+    "off_loop",
     "router",
 ]
 
@@ -66,6 +79,17 @@ router = APIRouter()
 ALL_TRAFFIC = "0.0.0.0/0"  # E2B's "all traffic" (its SDKs' ALL_TRAFFIC)
 E2B_PORTS = (80, 443)  # the ports E2B's egress filter decides names on
 _MAX_PORTS = 64  # per rule (EgressRule.ports)
+_MAX_HEADERS = 16  # per rule (EgressRule.headers)
+_MAX_TRANSFORMS = 16  # per host of ``rules``: each sets headers, so 16 can set them all
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+# One thread maps every request's options (``off_loop``): a mapping at the bounds costs up to
+# a few hundred milliseconds of validation, which the event loop then does not wait for,
+# and many of them queue here rather than taking the default executor's workers (sandbox
+# starts, checkpoints) or the loop.
+_MAPPER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e2b-network")
 
 
 class Transform(BaseModel):
@@ -74,7 +98,7 @@ class Transform(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=_MAX_HEADERS)
 
 
 class TransformRule(BaseModel):
@@ -83,15 +107,20 @@ class TransformRule(BaseModel):
     transform: Transform | None = None
 
 
+_Transforms = Annotated[list[TransformRule], Field(max_length=_MAX_TRANSFORMS)]
+
+
 class _Egress(BaseModel):
     """The fields create's ``network`` and the update share (E2B's wire names)."""
 
     model_config = ConfigDict(extra="ignore")
 
-    allowOut: list[str] | None = Field(None, max_length=256)
-    denyOut: list[str] | None = Field(None, max_length=256)
-    rules: dict[str, list[TransformRule]] | None = None
-    dnsServers: list[str] | None = None
+    # Each entry of a list is a rule at least, and ``rules`` rides on them: none can be
+    # longer than a policy (E2B documents no limits of its own).
+    allowOut: list[str] | None = Field(None, max_length=MAX_RULES)
+    denyOut: list[str] | None = Field(None, max_length=MAX_RULES)
+    rules: dict[str, _Transforms] | None = Field(None, max_length=MAX_RULES)
+    dnsServers: list[str] | None = Field(None, max_length=16)
     egressProxy: dict[str, Any] | None = None
 
 
@@ -100,7 +129,7 @@ class NetworkOptions(_Egress):
 
     allowPublicTraffic: bool | None = None
     maskRequestHost: str | None = None
-    httpsPorts: list[int] | None = None
+    httpsPorts: list[int] | None = Field(None, max_length=_MAX_PORTS)
 
 
 class NetworkUpdate(_Egress):
@@ -136,6 +165,12 @@ class Wording:
 
 CREATE = Wording("allow_internet_access", "network.")
 UPDATE = Wording("allowInternetAccess", "")
+
+
+async def off_loop(work: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """``work(*args, **kwargs)`` (a mapping of this module) on the module's own thread."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_MAPPER, functools.partial(work, *args, **kwargs))
 
 
 def create_fields(
@@ -188,21 +223,42 @@ def egress_policy(
         _require_internet(internet_rules, tenant, wording, all_allowed)
     allows = _allow_rules(allow_out, config, wording)
     _add_headers(allows, asked.rules or {}, wording)
-    granted = [*([] if closed else internet_rules), *(rule for _, rule in allows)]
-    # Closed, or everything allowed: the deny list carves nothing (its entries still checked).
-    carved = [] if closed or all_allowed else granted
-    denies = _deny_rules(deny_out, allow_out, carved, wording)
-    rules: list[EgressRule] = []
-    for rule in [*granted, *denies]:
-        if rule not in rules:
-            rules.append(rule)
-    try:
-        return NetworkPolicy(mode=NetworkMode.RULES, rules=rules)
-    except ValidationError:
-        raise InvalidRequest(
-            f"{wording.prefix or 'network'}: {len(rules)} egress rules once mapped (at most "
-            "256, the tenant's default and the denied ranges' pieces included)"
-        ) from None
+    rules = _Rules(wording)
+    rules.extend([] if closed else internet_rules)
+    rules.extend(allows.values())
+    denied = _denied_networks(deny_out, wording)  # every entry checked, even when closed
+    # Closed, or everything allowed: the deny list carves nothing.
+    if not (closed or all_allowed):
+        rules.extend(_deny_rules(denied, allow_out, rules.granted(), wording))
+    return NetworkPolicy(mode=NetworkMode.RULES, rules=rules.kept())
+
+
+class _Rules:
+    """The policy's rules in order, each once (by ``EgressRule.key``), refused (400) the
+    moment one more would pass ``MAX_RULES``: a caller that feeds it lazily stops there."""
+
+    def __init__(self, wording: Wording) -> None:
+        self._wording = wording
+        self._rules: dict[RuleKey, EgressRule] = {}
+
+    def extend(self, rules: Iterable[EgressRule]) -> None:
+        for rule in rules:
+            key = rule.key()
+            if key in self._rules:
+                continue
+            if len(self._rules) == MAX_RULES:
+                raise InvalidRequest(
+                    f"{self._wording.prefix or 'network'}: more than {MAX_RULES} egress rules "
+                    f"once mapped (at most {MAX_RULES}, the tenant's default and the denied "
+                    "ranges' pieces included)"
+                )
+            self._rules[key] = rule
+
+    def granted(self) -> list[EgressRule]:
+        return [rule for rule in self._rules.values() if rule.action is not EgressAction.DENY]
+
+    def kept(self) -> list[EgressRule]:
+        return list(self._rules.values())
 
 
 def _refuse_unmapped(asked: _Egress, wording: Wording) -> None:
@@ -233,7 +289,7 @@ def _require_internet(
     )
 
 
-def _network(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+def _network(entry: str) -> Network | None:
     try:
         return ipaddress.ip_network(entry, strict=False)
     except ValueError:
@@ -242,10 +298,11 @@ def _network(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None
 
 def _allow_rules(
     allow_out: Sequence[str], config: Config, wording: Wording
-) -> list[tuple[str, EgressRule]]:
-    """(the entry's key, its rule) for each entry of ``allowOut`` but ``0.0.0.0/0``: a
-    name's key is the name as a rule holds it, an address's its CIDR."""
-    made: list[tuple[str, EgressRule]] = []
+) -> dict[str, EgressRule]:
+    """The rule of each entry of ``allowOut`` but ``0.0.0.0/0``, by the entry as its rule
+    holds it (a name as normalized, an address as its CIDR): entries that say the same
+    thing make the same rule, kept once."""
+    made: dict[str, EgressRule] = {}
     for index, entry in enumerate(allow_out):
         if entry == ALL_TRAFFIC:
             continue
@@ -261,7 +318,7 @@ def _allow_rules(
         problem = beyond_ceiling(rule, config)
         if problem is not None:
             raise InvalidRequest(f"{name}: {problem}")
-        made.append(((rule.cidr if network is not None else rule.domain) or "", rule))
+        made.setdefault((rule.cidr if network is not None else rule.domain) or "", rule)
     return made
 
 
@@ -278,11 +335,9 @@ def _range_of(domain: str, config: Config) -> str | None:
 
 
 def _add_headers(
-    allows: list[tuple[str, EgressRule]],
-    rules: dict[str, list[TransformRule]],
-    wording: Wording,
+    allows: dict[str, EgressRule], rules: dict[str, list[TransformRule]], wording: Wording
 ) -> None:
-    """Put each host's transform headers on the rules its ``allowOut`` entry made."""
+    """Put each host's transform headers on the rule its ``allowOut`` entry made."""
     for host, items in rules.items():
         name = f"{wording.field('rules')}[{host!r}]"
         headers: dict[str, str] = {}
@@ -293,31 +348,26 @@ def _add_headers(
             continue
         network = _network(host.strip())
         key = str(network) if network is not None else _rule(name, domain=host).domain
-        targets = [i for i, (made_for, _) in enumerate(allows) if made_for == key]
-        if not targets:
+        rule = allows.get(key or "")
+        if rule is None:
             raise InvalidRequest(
                 f"{name}: {host} is not in {wording.field('allowOut')}; a rule's headers "
                 "ride on the allow rule of its host (rules grant nothing by themselves)"
             )
-        for i in targets:
-            made_for, rule = allows[i]
-            shape = rule.model_dump(mode="json")
-            allows[i] = (made_for, _rule(name, **{**shape, "headers": headers}))
+        shape = rule.model_dump(mode="json")
+        allows[key or ""] = _rule(name, **{**shape, "headers": headers})
 
 
-def _deny_rules(
-    deny_out: Sequence[str],
-    allow_out: Sequence[str],
-    granted: Iterable[EgressRule],
-    wording: Wording,
-) -> list[EgressRule]:
-    """Deny rules for ``denyOut``'s ranges, less the ``allowOut`` ranges within them, on
-    every port something is granted on (a deny rule binds only its own ports)."""
-    ports = sorted(
-        {p for rule in granted if rule.action is not EgressAction.DENY for p in rule.ports}
-    )
-    allowed = [n for n in map(_network, allow_out) if n is not None]
-    denies: list[EgressRule] = []
+def _denied_networks(deny_out: Sequence[str], wording: Wording) -> dict[str, Network]:
+    """``denyOut``'s ranges by the name a refusal gives them, less ``0.0.0.0/0`` (it closes
+    egress, handled by the caller) and less every range inside another one (the same range
+    again included): the outer range's pieces deny all of it, so carving it again would only
+    repeat work. Kept in the order given.
+
+    Raises:
+        InvalidRequest: an entry that is not an address or CIDR (named).
+    """
+    given: list[tuple[str, Network]] = []
     for index, entry in enumerate(deny_out):
         name = f"{wording.field('denyOut')}[{index}] ({entry!r})"
         network = _network(entry)
@@ -325,35 +375,87 @@ def _deny_rules(
             raise InvalidRequest(
                 f"{name}: a deny list takes addresses and CIDRs, not names (as E2B's)"
             )
-        if entry == ALL_TRAFFIC:
+        if entry != ALL_TRAFFIC:
+            given.append((name, network))
+    outermost = set(_outermost([network for _, network in given]))
+    return {name: network for i, (name, network) in enumerate(given) if i in outermost}
+
+
+def _outermost(networks: Sequence[Network]) -> list[int]:
+    """The indices of the networks not inside another one (of equal ones, the first's), in
+    address order: CIDR blocks nest or are apart, so once sorted by start, broadest first,
+    a block is inside another exactly when it ends no later than the furthest end so far."""
+    kept: list[int] = []
+    furthest: dict[int, int] = {}
+    ordered = sorted(
+        range(len(networks)),
+        key=lambda i: (networks[i].version, int(networks[i].network_address),
+                       networks[i].prefixlen, i),
+    )  # fmt: skip
+    for i in ordered:
+        network = networks[i]
+        end = int(network.broadcast_address)
+        if end <= furthest.get(network.version, -1):
             continue
-        for piece in _without(network, allowed):
+        furthest[network.version] = end
+        kept.append(i)
+    return kept
+
+
+def _deny_rules(
+    denied: dict[str, Network],
+    allow_out: Sequence[str],
+    granted: Iterable[EgressRule],
+    wording: Wording,
+) -> Iterator[EgressRule]:
+    """Deny rules for the ``denied`` ranges, less the ``allowOut`` ranges within them, on
+    every port something is granted on (a deny rule binds only its own ports). Made one by
+    one: the caller stops taking them at its bound, and so stops the carving."""
+    ports = sorted(
+        {p for rule in granted if rule.action is not EgressAction.DENY for p in rule.ports}
+    )
+    if not ports:
+        return
+    allowed = [n for n in map(_network, allow_out) if n is not None]
+    holes = [allowed[i] for i in _outermost(allowed)]
+    for name, network in denied.items():
+        for piece in _carve(network, holes):
             for start in range(0, len(ports), _MAX_PORTS):
                 chunk = ports[start : start + _MAX_PORTS]
-                denies.append(_rule(name, action="deny", cidr=str(piece), ports=chunk))
-    return denies
+                yield _rule(name, action="deny", cidr=str(piece), ports=chunk)
 
 
-def _without(
-    network: ipaddress.IPv4Network | ipaddress.IPv6Network,
-    holes: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network],
-) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    """``network`` less every hole of its version (E2B: an allowed range wins over a
-    denied one it lies in)."""
-    pieces = [network]
-    for hole in holes:
-        if hole.version != network.version:
+def _carve(network: Network, holes: Sequence[Network]) -> Iterator[Network]:
+    """``network`` less every hole of its version (E2B: an allowed range wins over a denied
+    one it lies in) as the fewest CIDR blocks (those whose parent block meets a hole), in
+    address order, one at a time. ``holes`` must not nest (``_outermost``).
+
+    The work is bounded by what is taken: the blocks visited are a binary tree whose leaves
+    are the blocks yielded and at most one block per hole (lying in it), so taking k blocks
+    costs O((k + holes) log holes), whatever the ranges."""
+    spans = [
+        (int(hole.network_address), int(hole.broadcast_address))
+        for hole in holes
+        if hole.version == network.version
+    ]  # sorted by start, apart: their ends are sorted too
+    starts = [first for first, _ in spans]
+    bits = network.max_prefixlen
+    block = type(network)
+    pending = [(int(network.network_address), network.prefixlen)]
+    while pending:
+        first, prefix = pending.pop()
+        last = first + (1 << (bits - prefix)) - 1
+        # The last hole that starts within reach: the only one that can hold this block, and
+        # the one reaching furthest of those that start before the block ends.
+        i = bisect.bisect_right(starts, last) - 1
+        if i < 0 or spans[i][1] < first:
+            yield block((first, prefix))  # meets no hole
             continue
-        kept: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-        for piece in pieces:
-            if piece.subnet_of(hole):  # type: ignore[arg-type]
-                continue
-            if hole.subnet_of(piece):  # type: ignore[arg-type]
-                kept.extend(piece.address_exclude(hole))  # type: ignore[arg-type]
-            else:
-                kept.append(piece)
-        pieces = kept
-    return pieces
+        if spans[i][0] <= first and last <= spans[i][1]:  # lies in that hole
+            continue
+        half = 1 << (bits - prefix - 1)
+        pending.append((first + half, prefix + 1))
+        pending.append((first, prefix + 1))  # the lower half first
 
 
 def _rule(name: str, **shape: Any) -> EgressRule:
@@ -384,10 +486,16 @@ async def update_network(
 ) -> Response:
     """Replace a running sandbox's egress policy (connections from now on), mapped as at
     create; 204. A sandbox created without network (no options, and no default for its
-    tenant) has no proxy to change: 400."""
+    tenant) has no proxy to change: 400.
+
+    The sandbox is looked up before the options are mapped: a key that names a sandbox it
+    cannot see gets its 404 without making the server map anything."""
     context, principal = await caller(request, x_api_key)
-    policy = egress_policy(
-        body.internet(), body, principal.tenant, context.sandboxes.config, UPDATE
+    sandbox = await context.sandboxes.get(principal.tenant, sandbox_id)
+    if sandbox.state.is_terminal:
+        raise gone(sandbox_id)
+    policy = await off_loop(
+        egress_policy, body.internet(), body, principal.tenant, context.sandboxes.config, UPDATE
     )
     try:
         await context.sandboxes.set_network(
