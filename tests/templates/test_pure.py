@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,31 @@ def test_pypi_requirements_must_be_pinned_and_have_pip(
     with pytest.raises(InvalidRequest):
         build_template(Registry(tmp_path), "x", packages, pypi=pypi)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_debootstrap_checks_the_suites_signature_or_the_build_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build never installs packages nobody signed: debootstrap gets the keyring and
+    --force-check-gpg (without it, debootstrap only warns when it cannot check), and a
+    host without the keyring is refused before anything is fetched."""
+    from ringfence.templates import Registry, build
+    from ringfence.templates.build import BuildFailed, build_template
+
+    if os.geteuid() != 0 or shutil.which("debootstrap") is None:
+        pytest.fail("template builds need root and debootstrap (scripts/setup installs it)")
+    ran: list[list[str]] = []
+
+    def stop(argv: list[str], *_: object) -> None:
+        ran.append(argv)
+        raise BuildFailed("stopped by the test")
+
+    monkeypatch.setattr(build, "_run", stop)
+    with pytest.raises(BuildFailed, match="stopped by the test"):
+        build_template(Registry(tmp_path / "t"), "x", [], cache_dir=tmp_path / "cache")
+    assert "--force-check-gpg" in ran[0] and f"--keyring={build.KEYRING}" in ran[0], ran
+
+    monkeypatch.setattr(build, "KEYRING", str(tmp_path / "no-such-keyring.gpg"))
+    with pytest.raises(BuildFailed, match=r"no-such-keyring\.gpg is missing"):
+        build_template(Registry(tmp_path / "u"), "x", [], cache_dir=tmp_path / "cache")
+    assert len(ran) == 1, "nothing ran without a keyring"

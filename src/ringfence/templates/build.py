@@ -29,6 +29,7 @@ from ringfence.templates.registry import ROOTFS, Registry, Template
 __all__ = [
     "CACHE_DIR",
     "DEFAULT_MIRROR",
+    "KEYRING",
     "PYPI_RECIPES",
     "RECIPES",
     "BuildFailed",
@@ -40,6 +41,9 @@ __all__ = [
 
 CACHE_DIR = Path("/var/cache/ringfence")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# What debootstrap checks the suite's Release signature against (--force-check-gpg: a
+# missing or failed signature stops the build, never a warning over plain HTTP).
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 _BASE = ("python3", "python3-pip", "python3-venv", "git", "curl", "jq", "ca-certificates", "nodejs")
 # A coding agent's workstation: git and the GitHub CLI, Python with pip (and uv, from
 # PyPI below), Node.js with npm, Go, a C toolchain.
@@ -187,6 +191,11 @@ def build_template(
     debootstrap = shutil.which("debootstrap")
     if debootstrap is None:
         raise BuildFailed("debootstrap is not installed (apt-get install debootstrap)")
+    if not Path(KEYRING).is_file():  # fail closed: never install packages nobody signed
+        raise BuildFailed(
+            f"{KEYRING} is missing: debootstrap checks the suite's signature against it "
+            "(apt-get install debian-archive-keyring)"
+        )
     cache_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
     started = time.monotonic()
     with open(cache_dir / "build.lock", "w") as lock:
@@ -200,6 +209,7 @@ def build_template(
                 [
                     "unshare", "--mount", "--propagation", "private",
                     debootstrap, "--variant=minbase", "--components=main",
+                    "--force-check-gpg", f"--keyring={KEYRING}",
                     f"--cache-dir={debs}", suite, str(rootfs), mirror,
                 ],
                 Progress(on_progress, "debootstrap"),
