@@ -20,7 +20,6 @@ import errno
 import os
 import shutil
 import stat
-import tarfile
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,9 +28,9 @@ from typing import Literal
 from ringfence.backends.local.disks import NEUTRAL_USER
 from ringfence.errors import Conflict, InvalidRequest, NotFound, VolumeFull
 from ringfence.models import VolumeEntry
+from ringfence.sandboxd.archive import tar_stream
 
 __all__ = [
-    "ARCHIVE_DEPTH",
     "MAX_DEPTH",
     "archive",
     "entries",
@@ -46,7 +45,6 @@ __all__ = [
 ]
 
 MAX_DEPTH = 16  # a listing's depth
-ARCHIVE_DEPTH = 64  # directories an archive enters below its own (deeper: listed, not entered)
 _MAX_ENTRIES = 10_000  # entries one listing returns at most
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MODE_BITS = 0o1777  # what a caller may set: never setuid or setgid
@@ -248,81 +246,17 @@ def read_chunks(fd: int) -> Iterator[bytes]:
 
 
 def archive(root: Path, path: str) -> Iterator[bytes]:
-    """The directory at ``path`` as a tar stream (POSIX pax), its entries named relative
-    to it: directories, regular files and symlinks (as links, never followed; other kinds
-    are left out), with their owners as sandboxes see them and their modes without setuid
-    or setgid. A file that changes while it is read is cut or padded to the size it had
-    when it was opened. Memory stays at one chunk whatever the tree.
+    """The directory at ``path`` as a tar stream (``sandboxd.archive.tar_stream``, the
+    daemon's own walk: fd-relative and ``O_NOFOLLOW`` throughout, entries named relative to
+    the directory, symlinks stored as links, FIFOs, sockets and devices left out, a file
+    changing while read cut or padded to its size at open), a chunk at a time.
 
     Raises (on the first ``next``):
         NotFound, InvalidRequest: as ``entries`` (not a directory, a symlink in the path).
     """
     names = normalized(path)
     with _directory(root, names, path) as directory:
-        yield from _archived(directory, "", 0)
-        yield tarfile.NUL * (2 * tarfile.BLOCKSIZE)  # the end of the archive
-
-
-def _archived(directory: int, prefix: str, depth: int) -> Iterator[bytes]:
-    for name in sorted(os.listdir(directory)):
-        try:
-            info = os.stat(name, dir_fd=directory, follow_symlinks=False)
-        except FileNotFoundError:  # removed meanwhile
-            continue
-        member = prefix + name
-        if stat.S_ISLNK(info.st_mode):
-            target = _target(directory, name, info)
-            if target is not None:
-                yield _header(member, tarfile.SYMTYPE, info, linkname=target)
-        elif stat.S_ISDIR(info.st_mode):
-            yield _header(member, tarfile.DIRTYPE, info)
-            if depth < ARCHIVE_DEPTH:
-                try:
-                    below = _open(directory, name, _DIR, member)
-                except (NotFound, InvalidRequest):  # gone, or swapped for a link meanwhile
-                    continue
-                try:
-                    yield from _archived(below, member + "/", depth + 1)
-                finally:
-                    os.close(below)
-        elif stat.S_ISREG(info.st_mode):
-            yield from _archived_file(directory, name, member)
-
-
-def _archived_file(directory: int, name: str, member: str) -> Iterator[bytes]:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(name, flags, dir_fd=directory)
-    except OSError:  # gone, or swapped for a link or a special file meanwhile
-        return
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return
-        yield _header(member, tarfile.REGTYPE, info)
-        left = info.st_size
-        while left > 0:
-            try:
-                chunk = os.read(fd, min(_CHUNK, left))
-            except OSError:
-                chunk = b""
-            chunk = chunk or tarfile.NUL * min(_CHUNK, left)  # shrunk meanwhile: padded
-            left -= len(chunk)
-            yield chunk
-        yield tarfile.NUL * (-info.st_size % tarfile.BLOCKSIZE)
-    finally:
-        os.close(fd)
-
-
-def _header(member: str, kind: bytes, info: os.stat_result, linkname: str = "") -> bytes:
-    header = tarfile.TarInfo(member)
-    header.type = kind
-    header.mode = stat.S_IMODE(info.st_mode) & _MODE_BITS
-    header.uid, header.gid = info.st_uid, info.st_gid
-    header.mtime = int(info.st_mtime)
-    header.size = info.st_size if kind == tarfile.REGTYPE else 0
-    header.linkname = linkname
-    return header.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+        yield from tar_stream(directory)
 
 
 @contextlib.contextmanager

@@ -178,8 +178,7 @@ async def archive(
     volume: VolumeRef, caller: Caller, request: Request, path: FilePath = "/"
 ) -> StreamingResponse:
     """Entries are named relative to the directory: directories, regular files and
-    symlinks (as links); other kinds are left out, and so are directories more than 64
-    levels below it (listed, not entered)."""
+    symlinks (as links); FIFOs, sockets and devices are left out."""
     chunks = await _service(request).archive(caller.tenant, volume, path)
     return StreamingResponse(chunks, media_type="application/x-tar")
 
