@@ -295,3 +295,28 @@ def test_no_diff_is_computed_once_the_answers_budget_is_spent(
     assert truncated and len(changes) == 50
     assert len(computed) <= 5  # not 50: the rest were never computed
     assert all("cap" in (c.note or "") for c in changes if c.diff is None)
+
+
+def test_shown_names_are_one_to_one_and_hide_nothing(view: View) -> None:
+    # The attacks: the literal name 'caf\xe9.txt' (a backslash) and the byte name
+    # caf<0xE9>.txt were both shown 'caf\xe9.txt', and selecting one synced the other; a
+    # name with an escape sequence or a newline faked or erased lines in a listing.
+    merged = os.fsencode(view.merged)
+    with open(merged + b"/caf\\xe9.txt", "wb") as literal:
+        literal.write(b"benign\n")
+    with open(merged + b"/caf\xe9.txt", "wb") as raw:
+        raw.write(b"hostile\n")
+    with open(merged + b"/x\x1b[1A\x1b[2K\ny\r\xe2\x80\xae.txt", "wb") as sneaky:
+        sneaky.write(b"s\n")
+    changes, _ = projects.diff(view.upper, view.host)
+    paths = sorted(change.path for change in changes)
+    assert paths == [
+        "caf\\\\xe9.txt",
+        "caf\\xe9.txt",
+        "x\\u001b[1A\\u001b[2K\\u000ay\\u000d\\u202e.txt",
+    ]
+    assert all(char.isprintable() for path in paths for char in path)
+
+    applied, refused = projects.sync(view.upper, view.host, ["caf\\\\xe9.txt"])
+    assert [c.path for c in applied] == ["caf\\\\xe9.txt"] and refused == []
+    assert sorted(os.listdir(os.fsencode(view.host))) == [b"caf\\xe9.txt"]  # only the benign

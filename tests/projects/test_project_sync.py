@@ -372,3 +372,17 @@ def test_world_writable_modes_are_never_made_on_the_host(project: View) -> None:
     for path, mode in (("open", 0o755), ("open/deeper", 0o755), ("open/deeper/f.txt", 0o644),
                        ("a.txt", 0o754)):  # fmt: skip
         assert stat.S_IMODE((project.host / path).stat().st_mode) == mode, path
+
+
+def test_the_cli_shows_no_control_character_of_a_diff() -> None:
+    from ringfence.cli.sandbox_project import printable, render_diff
+    from ringfence.models import ProjectChange, ProjectDiff
+
+    hidden = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\r\n+b\rhidden\x1b[1A\x1b[2K\x9b\u202e\n"
+    found = ProjectDiff(source="/s", path="/p", changes=[
+        ProjectChange(path="x", action="modified", kind="file", diff=hidden),
+    ])  # fmt: skip
+    shown = printable(render_diff(found))
+    assert "\x1b" not in shown and "\x9b" not in shown and "\u202e" not in shown
+    assert "+b\\u000dhidden\\u001b[1A\\u001b[2K\\u009b\\u202e\n" in shown
+    assert "-a\r\n" in shown  # a line's own CRLF ending is left as it is

@@ -4,6 +4,7 @@ directory, and applying chosen changes to that directory (docs/design.md 14.7)."
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
@@ -11,9 +12,13 @@ import click
 from ringfence.cli.sandbox import api_options, client_errors
 from ringfence.models import ProjectChange, ProjectDiff, ProjectSyncReport
 
-__all__ = ["COMMANDS", "render_diff", "render_stat"]
+__all__ = ["COMMANDS", "printable", "render_diff", "render_stat"]
 
 _LETTERS = {"added": "A", "modified": "M", "deleted": "D"}
+# What a terminal would act on instead of showing: C0 controls but newline and tab, a
+# carriage return not ending a line, DEL, C1 controls, line and paragraph separators and
+# bidirectional overrides (an escape sequence, a '\r' or a reordering can hide a line).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069]|\r(?!\n)")
 _SENSITIVE_NOTE = "sensitive, the host runs or trusts it (sync needs --include-sensitive)"
 
 
@@ -45,11 +50,11 @@ def diff(
         click.echo(found.model_dump_json(indent=2))
     elif name_only:
         for change in found.changes:
-            click.echo(change.path)
+            click.echo(printable(change.path))
     elif as_stat:
-        click.echo(render_stat(found), nl=False)
+        click.echo(printable(render_stat(found)), nl=False)
     else:
-        click.echo(render_diff(found), nl=False)
+        click.echo(printable(render_diff(found)), nl=False)
 
 
 @click.command("sync")
@@ -96,9 +101,15 @@ def sync(
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:
-        click.echo(render_report(report), nl=False)
+        click.echo(printable(render_report(report)), nl=False)
     if report.refused:
         sys.exit(1)
+
+
+def printable(text: str) -> str:
+    """``text`` with what a terminal would act on written ``\\uNNNN`` (names come escaped
+    from the server already, ``shown_name``; a diff's lines are the files' own text)."""
+    return _CONTROL.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def render_diff(found: ProjectDiff) -> str:

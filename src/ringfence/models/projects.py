@@ -48,7 +48,11 @@ class ProjectChange(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    path: str = Field(description="Relative to the project's root.")
+    path: str = Field(
+        description="Relative to the project's root, escaped one-to-one: a byte that is not "
+        "UTF-8 as \\xNN, a control character, line separator or bidirectional override as "
+        "\\uNNNN, a backslash as \\\\ (a sync's paths select by this form)."
+    )
     action: ChangeAction = Field(
         description="added (not on the host), modified (content, mode or kind differ), "
         "deleted (on the host, removed in the sandbox)."

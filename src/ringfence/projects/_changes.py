@@ -312,8 +312,27 @@ def _shown(parts: tuple[str, ...]) -> str:
 
 def shown_name(name: str) -> str:
     """``name`` (as ``os.listdir`` gives it: undecodable bytes as surrogates) as text any
-    JSON encoder takes, its undecodable bytes written ``\\xNN``."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    JSON encoder takes and any terminal shows as it is, one-to-one (two names are never
+    shown alike, so a path chosen by its shown form selects exactly one entry): an
+    undecodable byte is written ``\\xNN``; a control character (C0, DEL, C1), a line or
+    paragraph separator, or a bidirectional override ``\\uNNNN`` (a ``\\r``, an escape
+    sequence or a reordering could hide a line from a reviewer); ``\\`` itself ``\\\\``."""
+    return "".join(_escaped(char) for char in name)
+
+
+def _escaped(char: str) -> str:
+    point = ord(char)
+    if char == "\\":
+        return "\\\\"
+    if 0xDC80 <= point <= 0xDCFF:  # surrogateescape: the byte point - 0xDC00
+        return f"\\x{point - 0xDC00:02x}"
+    if point < 0x20 or 0x7F <= point <= 0x9F or point in _INVISIBLE or 0xD800 <= point <= 0xDFFF:
+        return f"\\u{point:04x}"
+    return char
+
+
+# Line and paragraph separators; bidirectional embeddings, overrides and isolates.
+_INVISIBLE = frozenset({0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)})
 
 
 def _compare(
