@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from ringfence import projects
 from ringfence.models import ProjectSyncRequest
+from ringfence.projects import _fs
 from tests.projects.conftest import View, remount
 
 OWNER = 4242
@@ -386,3 +387,24 @@ def test_the_cli_shows_no_control_character_of_a_diff() -> None:
     assert "\x1b" not in shown and "\x9b" not in shown and "\u202e" not in shown
     assert "+b\\u000dhidden\\u001b[1A\\u001b[2K\\u009b\\u202e\n" in shown
     assert "-a\r\n" in shown  # a line's own CRLF ending is left as it is
+
+
+def test_a_sync_of_many_deep_changes_opens_each_host_directory_once(
+    project: View, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The attack (C2, sync's half): each change's parents were opened again from the
+    # project's root, so 500 files at depth 256 cost 128,000 lookups, and the cap's worth
+    # of entries hours. The parents the last change went in are kept open now.
+    deep = project.upper
+    for _ in range(255):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    for index in range(500):
+        (deep / f"f{index}").write_text("x")
+    looked = []
+    real = _fs.lstat_at
+    monkeypatch.setattr(_fs, "lstat_at", lambda *a: looked.append(a) or real(*a))
+    applied, refused = projects.sync(project.upper, project.host, None)
+    assert len(applied) == 755 and refused == []
+    assert len(looked) < 5 * 755  # linear: not 500 x 255
+    assert (project.host / "/".join(["d"] * 255) / "f499").read_text() == "x"

@@ -91,20 +91,24 @@ def sync(
     writes = _Writes(max_bytes)
     applied: list[SyncedChange] = []
     removed: list[tuple[str, ...]] = []  # deleted directories: nothing below them is left
-    for change in selected:
-        if any(change.parts[: len(gone)] == gone for gone in removed):
-            continue
-        try:
-            _apply(change, upper_fd, host_fd, mount, writes)
-        except _Refused as exc:
-            refused.append(SyncRefusal(path=change.path, reason=exc.reason))
-            continue
-        except OSError as exc:
-            refused.append(SyncRefusal(path=change.path, reason=_reason(exc)))
-            continue
-        if change.action == "deleted" and change.kind == "dir":
-            removed.append(change.parts)
-        applied.append(SyncedChange(path=change.path, action=change.action, kind=change.kind))
+    parents = _HostParents(host_fd, upper_fd, mount)
+    try:
+        for change in selected:
+            if any(change.parts[: len(gone)] == gone for gone in removed):
+                continue
+            try:
+                _apply(change, upper_fd, parents, writes)
+            except _Refused as exc:
+                refused.append(SyncRefusal(path=change.path, reason=exc.reason))
+                continue
+            except OSError as exc:
+                refused.append(SyncRefusal(path=change.path, reason=_reason(exc)))
+                continue
+            if change.action == "deleted" and change.kind == "dir":
+                removed.append(change.parts)
+            applied.append(SyncedChange(path=change.path, action=change.action, kind=change.kind))
+    finally:
+        parents.close()
     return applied, sorted(refused, key=lambda refusal: refusal.path)
 
 
@@ -136,13 +140,14 @@ class _Writes:
     inodes: set[tuple[int, int]] = field(default_factory=set)
 
 
-def _apply(change: Change, upper_fd: int, host_fd: int, mount: int, writes: _Writes) -> None:
-    *parents, name = change.parts
+def _apply(change: Change, upper_fd: int, parents: _HostParents, writes: _Writes) -> None:
+    *names, name = change.parts
+    mount = parents.mount
     if change.kind == "other" and change.action != "deleted":
         raise _Refused("a fifo, socket or device: special files are never made on the host")
     if change.kind == "symlink" and change.action != "deleted":
         _check_link(change)
-    parent = _host_parent(host_fd, upper_fd, parents, mount, make=change.action != "deleted")
+    parent = parents.open(names, make=change.action != "deleted")
     if parent is None:
         return  # a deletion whose directory is gone from the host: nothing left to remove
     try:
@@ -159,35 +164,55 @@ def _apply(change: Change, upper_fd: int, host_fd: int, mount: int, writes: _Wri
         os.close(parent)
 
 
-def _host_parent(
-    host_fd: int, upper_fd: int, parents: list[str], mount: int, make: bool
-) -> int | None:
-    """The host directory a change goes in, opened without following; directories the
-    sandbox made and the host lacks are made (as the owner, with the sandbox's mode)
-    when ``make``, else None when one is missing."""
-    _fs.check_names(parents)
-    fd = os.dup(host_fd)
-    try:
-        for depth, part in enumerate(parents):
+class _HostParents:
+    """The host directories the last change went in, kept open from the project's root
+    down, so a change beside or below the last one opens only the components it does not
+    share (a sync's opens are linear in its changes, never a depth-long walk each). Every
+    component is opened without following and checked to be a directory on the
+    project's mount (``mount``); directories the sandbox made and the host lacks
+    are made (as the owner, with the sandbox's mode masked). A change touches only its own
+    name, never one of its parents, so what is kept stays what was checked."""
+
+    def __init__(self, host_fd: int, upper_fd: int, mount: int) -> None:
+        self._root, self._upper, self.mount = host_fd, upper_fd, mount
+        self._names: list[str] = []
+        self._fds: list[int] = []
+
+    def close(self) -> None:
+        self._drop(0)
+
+    def _drop(self, keep: int) -> None:
+        while len(self._fds) > keep:
+            os.close(self._fds.pop())
+            self._names.pop()
+
+    def open(self, parents: list[str], make: bool) -> int | None:
+        """A new descriptor of the directory ``parents`` (the caller closes it); None when
+        one is missing and not ``make``."""
+        _fs.check_names(parents)
+        keep = 0
+        for have, want in zip(self._names, parents, strict=False):
+            if have != want:
+                break
+            keep += 1
+        self._drop(keep)
+        for depth in range(keep, len(parents)):
+            fd = self._fds[-1] if self._fds else self._root
+            part = parents[depth]
             st = _fs.lstat_at(fd, part)
             if st is None and not make:
-                os.close(fd)
                 return None
             if st is None:
-                mode = _upper_mode(upper_fd, parents[: depth + 1])
+                mode = _upper_mode(self._upper, parents[: depth + 1])
                 os.mkdir(part, 0o700, dir_fd=fd)
                 os.chmod(part, mode, dir_fd=fd, follow_symlinks=False)
             elif not stat.S_ISDIR(st.st_mode):
                 where = "/".join(map(shown_name, parents[: depth + 1]))
                 raise _Refused(f"{where} is not a directory on the host (a link, or a file)")
-            _fs.check_mount(fd, part, mount)
-            child = os.open(part, _fs.DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+            _fs.check_mount(fd, part, self.mount)
+            self._fds.append(os.open(part, _fs.DIR_FLAGS, dir_fd=fd))
+            self._names.append(part)
+        return os.dup(self._fds[-1] if self._fds else self._root)
 
 
 def _upper_mode(upper_fd: int, parts: list[str]) -> int:
