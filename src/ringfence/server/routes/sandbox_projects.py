@@ -38,7 +38,8 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     },
     500: {
         "model": ErrorBody,
-        "description": "Its project layer cannot be read (sandbox_error); nothing was applied",
+        "description": "Its project layer cannot be read, or passes the server's caps (too "
+        "many entries, too deep, too long a path: sandbox_error); nothing was applied",
     },
 }
 
