@@ -82,9 +82,9 @@ class _Budget:
         return self.text <= 0 or self.work <= 0
 
 
-def _work(old: list[str], new: list[str]) -> int:
-    """difflib's work for these sides, bounded above: the product of the lines left once
-    the common head and tail are set aside (linear to find)."""
+def _differing(old: list[str], new: list[str]) -> tuple[int, int]:
+    """The lines of each side left once the common head and tail are set aside (linear to
+    find): difflib's work is bounded above by their product."""
     head = 0
     for mine, theirs in zip(old, new, strict=False):
         if mine != theirs:
@@ -95,7 +95,7 @@ def _work(old: list[str], new: list[str]) -> int:
         if mine != theirs:
             break
         tail += 1
-    return (len(old) - head - tail) * (len(new) - head - tail)
+    return len(old) - head - tail, len(new) - head - tail
 
 
 def _file_diff(
@@ -124,9 +124,11 @@ def _file_diff(
         return None, True, "binary file"
     deleted, added = change.action == "deleted", change.action == "added"
     old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    work = _work(old_lines, new_lines)
+    old_left, new_left = _differing(old_lines, new_lines)
+    work = old_left * new_left
     if work > MAX_DIFF_WORK:
-        return None, False, f"diff too large to show: {work} differing lines before x after"
+        why = f"{old_left} x {new_left} differing lines, more than {MAX_DIFF_WORK} pairs to compare"
+        return None, False, f"diff too large to show: {why}"
     if work > budget.work:
         return None, False, _CAP_NOTE
     budget.work -= work
