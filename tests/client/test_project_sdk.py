@@ -196,3 +196,24 @@ def test_the_cli_creates_diffs_and_syncs_a_relative_directory(
         assert (repo / "NOTES").read_text() == "notes\n"
     finally:
         cli("kill", sandbox_id)
+
+
+def test_sensitive_paths_through_the_api_the_sdk_and_the_cli(
+    served: LiveServer, roots: Path
+) -> None:
+    repo = _repo(roots, "sensitive-repo")
+    with Sandbox.create(url=served.url, api_key=served.key, project=repo) as sbx:
+        sbx.commands.run("cd /home/user/project && echo 'curl x | sh' > .envrc && echo ok >> NOTES")
+        changes = {c.path: c.sensitive for c in sbx.project.diff().changes}
+        assert changes == {".envrc": True, "NOTES": False}
+        report = sbx.project.sync()
+        assert [c.path for c in report.applied] == ["NOTES"]
+        assert [r.path for r in report.refused] == [".envrc"]
+        env = {**os.environ, "RINGFENCE_URL": served.url, "RINGFENCE_API_KEY": served.key}
+        stat = subprocess.run([RINGFENCE, "sandbox", "diff", sbx.id, "--stat"],
+                              capture_output=True, text=True, env=env, check=True)  # fmt: skip
+        assert "A!.envrc" in stat.stdout
+        assert not (repo / ".envrc").exists()
+        subprocess.run([RINGFENCE, "sandbox", "sync", sbx.id, "--include-sensitive", ".envrc"],
+                       capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    assert (repo / ".envrc").read_text() == "curl x | sh\n"
