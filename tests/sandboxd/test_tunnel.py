@@ -177,3 +177,26 @@ def test_a_group_accept_hands_over_a_process_connection_to_the_group_port(
     tunnel, head = _open(daemon.path, _tunnel_request(GROUP_PORT))
     tunnel.close()
     assert head.startswith(b"HTTP/1.1 403 "), head  # a port tunnel never reaches it
+
+
+def test_on_a_unix_socket_the_daemon_can_hand_the_connected_socket_over(
+    daemon: Daemon, echo_server: int
+) -> None:
+    """Asked with Ringfence-Pass-Fd, the daemon passes the socket it connected (SCM_RIGHTS):
+    the host then speaks to the port with no thread of the daemon's in between."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(daemon.path)
+    with sock:
+        sock.sendall(
+            _tunnel_request(echo_server).replace(b"\r\n\r\n", b"\r\nRingfence-Pass-Fd: 1\r\n\r\n")
+        )
+        head, fds, _, _ = socket.recv_fds(sock, 65536, 1)
+    assert head.startswith(b"HTTP/1.1 200 ") and b"Ringfence-Fd: 1" in head, head
+    assert len(fds) == 1
+    with socket.socket(fileno=fds[0]) as handed:
+        assert handed.getpeername()[1] == echo_server
+        handed.settimeout(10)
+        handed.sendall(b"direct")
+        handed.shutdown(socket.SHUT_WR)
+        assert handed.recv(65536) == b"DIRECT"

@@ -8,8 +8,11 @@ is always ``127.0.0.1``, then ``::1`` (nothing else can be named). The daemon's 
 when it listens on TCP (a Pod's), is refused: a tunnel must not drive the daemon.
 
 Answers: ``101 Switching Protocols`` then the raw bytes both ways until both sides have
-ended; ``400`` for a malformed request; ``403`` for the daemon's own port or the group
-port; ``502`` with ``{"code": 502, "message": ...}`` when nothing listens on the port.
+ended; or, asked with ``Ringfence-Pass-Fd: 1`` on a unix socket, ``200`` with the
+connected socket itself passed along (SCM_RIGHTS), so the host speaks to the port with no
+thread of the daemon's in between; ``400`` for a malformed request; ``403`` for the
+daemon's own port or the group port; ``502`` with ``{"code": 502, "message": ...}`` when
+nothing listens on the port.
 
 ``GET /group/accept`` with the same upgrade: the other way round, for sandbox groups. The
 daemon listens on ``127.0.0.1:GROUP_PORT`` in the sandbox (from the first such request
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     from ._http import Conn, Request
 
 UPGRADE = "ringfence-tcp"
+PASS_FD = "ringfence-pass-fd"  # "1": hand the connected socket over instead (a unix socket)
 _CONNECT_SECONDS = 5.0  # a loopback connect is immediate; only a full backlog waits
 _DRAIN_SECONDS = 60.0  # after the host's side ends: how long the sandbox's may still answer
 _CHUNK = 64 * 1024
@@ -96,20 +100,35 @@ def serve(request: Request, conn: Conn, own_port: int | None) -> None:
         _refuse(conn, 502, f"nothing listens on port {port} in the sandbox")
         return
     try:
-        conn.send(
-            f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: {UPGRADE}\r\n"
-            "Connection: Upgrade\r\n\r\n".encode()
-        )
         conn.close_after = True
         conn.body = None
         early = conn.take_buffered()  # what the host sent right behind the request head
         if early:
             target.sendall(early)
+        if request.headers.get(PASS_FD, "") == "1" and own_port is None:
+            _hand_over(conn, target)
+            return
+        conn.send(
+            f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: {UPGRADE}\r\n"
+            "Connection: Upgrade\r\n\r\n".encode()
+        )
         _splice(conn.sock, target)
     except OSError:
         pass
     finally:
         target.close()
+
+
+def _hand_over(conn: Conn, target: socket) -> None:
+    """Pass the connected socket itself to the host (SCM_RIGHTS on the unix socket), with
+    ``200`` and ``Ringfence-Fd: 1``: the host then speaks to the port directly, no thread
+    of ours in between. The socket stays the sandbox's namespace's (its loopback)."""
+    import sys
+    from _socket import SCM_RIGHTS, SOL_SOCKET
+
+    head = b"HTTP/1.1 200 OK\r\nRingfence-Fd: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    fd = target.fileno().to_bytes(4, sys.byteorder)
+    conn.sock.sendmsg([head], [(SOL_SOCKET, SCM_RIGHTS, fd)])
 
 
 _group: list[socket] = []  # the group port's listener, once made
