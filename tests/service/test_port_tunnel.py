@@ -62,3 +62,47 @@ async def test_a_handed_over_descriptor_that_is_no_connected_tcp_socket_is_refus
     assert refused.value.code == "sandbox_error"
     thread.join(timeout=10)
     assert len(os.listdir("/proc/self/fd")) <= before  # nothing handed over is kept
+
+
+async def test_a_daemon_behind_a_tcp_relay_splices_instead(tmp_path: Path) -> None:
+    """A Pod's daemon listens on TCP (reached through the control plane's relay): it cannot
+    hand a socket over, so the upgraded connection is the pipe, bytes both ways."""
+    import subprocess
+
+    from ringfence.backends.kubernetes._relay import Relay
+    from tests.sandboxd.conftest import PACKAGE, PYTHON
+
+    echo = socket.socket()
+    echo.bind(("127.0.0.1", 0))
+    echo.listen(1)
+
+    def serve_echo() -> None:
+        conn, _ = echo.accept()
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data.upper())
+
+    threading.Thread(target=serve_echo, daemon=True).start()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    code = f"import sys; sys.path.insert(0, {str(PACKAGE.parent)!r}); import sandboxd.__main__"
+    daemon = subprocess.Popen(
+        [PYTHON, "-I", "-S", "-B", "-c", code, "--listen-fd", str(listener.fileno())],
+        pass_fds=[listener.fileno()], env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )  # fmt: skip
+    relay = Relay(tmp_path / "relay.sock", "127.0.0.1", listener.getsockname()[1])
+    await relay.start()
+    try:
+        pipe = await open_tunnel(str(tmp_path / "relay.sock"), "sbx", echo.getsockname()[1])
+        assert pipe.writer.get_extra_info("socket").family == socket.AF_UNIX
+        pipe.writer.write(b"through the relay")
+        await pipe.writer.drain()
+        assert await pipe.reader.readexactly(17) == b"THROUGH THE RELAY"
+        await pipe.aclose()
+    finally:
+        await relay.aclose()
+        listener.close()
+        echo.close()
+        daemon.kill()
+        daemon.wait()
