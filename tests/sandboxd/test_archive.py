@@ -10,8 +10,6 @@ import os
 import tarfile
 from pathlib import Path
 
-import pytest
-
 from ringfence.sandboxd.archive import CHUNK, Walk, tar_stream
 from tests.sandboxd.conftest import Daemon
 
@@ -113,72 +111,6 @@ def test_the_daemon_serves_a_directory_as_a_tar(daemon: Daemon) -> None:
     for kernel in ("/proc", "/sys/fs", "/dev", "to-proc"):
         refused = daemon.client.get("/files/archive", params={"path": kernel})
         assert refused.status_code == 400 and "kernel" in refused.text, kernel
-
-
-def _crafted(path: Path, *entries: tarfile.TarInfo) -> Path:
-    with tarfile.open(path, "w") as tar:
-        for entry in entries:
-            tar.addfile(entry, io.BytesIO(b"evil") if entry.isfile() else None)
-    return path
-
-
-def _entry(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfile.TarInfo:
-    entry = tarfile.TarInfo(name)
-    entry.type, entry.linkname = kind, linkname
-    entry.size = 4 if kind == tarfile.REGTYPE else 0
-    return entry
-
-
-@pytest.mark.parametrize(
-    "entries",
-    [
-        [_entry("../escape")],
-        [_entry("hard", tarfile.LNKTYPE, "/etc/passwd")],
-        [_entry("dev", tarfile.CHRTYPE)],
-    ],
-    ids=["dotdot", "hard-link-out", "device"],
-)
-def test_the_sdk_refuses_an_archive_that_would_write_outside(
-    tmp_path: Path, entries: list[tarfile.TarInfo]
-) -> None:
-    from ringfence.client._files import _extract
-
-    target = tmp_path / "target"
-    target.mkdir()
-    with pytest.raises(tarfile.TarError):
-        _extract(_crafted(tmp_path / "evil.tar", *entries), target)
-    assert not (tmp_path / "escape").exists() and not Path("/tmp/escape").exists()
-
-
-def test_a_link_out_is_left_out_and_nothing_is_written_through_it(tmp_path: Path) -> None:
-    from ringfence.client._files import _extract
-
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    target = tmp_path / "target"
-    target.mkdir()
-    crafted = _crafted(
-        tmp_path / "links.tar",
-        _entry("out", tarfile.SYMTYPE, str(outside)),
-        _entry("up", tarfile.SYMTYPE, "../outside"),
-        _entry("out/escape"),
-        _entry("ok", tarfile.SYMTYPE, "out/escape"),
-    )
-    _extract(crafted, target)
-    assert list(outside.iterdir()) == []
-    assert (target / "out").is_dir() and not (target / "out").is_symlink()
-    assert not os.path.lexists(target / "up")
-    assert os.readlink(target / "ok") == "out/escape"
-
-
-def test_an_absolute_name_lands_inside_the_target(tmp_path: Path) -> None:
-    from ringfence.client._files import _extract
-
-    target = tmp_path / "target"
-    target.mkdir()
-    _extract(_crafted(tmp_path / "abs.tar", _entry("/abs/escape")), target)
-    assert (target / "abs" / "escape").read_bytes() == b"evil"
-    assert not Path("/abs").exists()
 
 
 def _tar(data: bytes) -> tarfile.TarFile:

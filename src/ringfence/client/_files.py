@@ -22,6 +22,7 @@ from typing import IO, Any, Literal, cast, overload
 from ringfence.client._errors import FileNotFound
 from ringfence.client._link import Link, RpcStream
 from ringfence.client._types import EntryInfo, FilesystemEvent, FileType
+from ringfence.client._untar import MAX_ARCHIVE_BYTES, MAX_ARCHIVE_ENTRIES, extract_archive
 from ringfence.errors import InvalidRequest, SandboxError
 from ringfence.sandboxd.methods import FILESYSTEM
 
@@ -166,22 +167,30 @@ class AsyncFiles:
             async for chunk in chunks:
                 yield chunk
 
-    async def download_dir(self, path: str, local_dir: str | Path) -> Path:
+    async def download_dir(
+        self,
+        path: str,
+        local_dir: str | Path,
+        *,
+        max_bytes: int = MAX_ARCHIVE_BYTES,
+        max_entries: int = MAX_ARCHIVE_ENTRIES,
+    ) -> Path:
         """Copy a directory out of the sandbox into ``local_dir`` (made if missing; it
         must be empty), streamed: the archive goes to a temporary file beside it, then is
-        extracted with tarfile's ``data`` filter, which refuses what a hostile sandbox could
-        put in an archive to escape (``..``, links pointing outside ``local_dir``, hard
-        links out, devices; setuid bits are dropped, absolute names made relative). A
-        symbolic link that points outside (absolute, or up past ``local_dir``) is left out
-        (``read_archive`` has it); anything else refused fails the whole copy, leaving what
-        was extracted before it.
+        extracted by Ringfence's own extractor, which treats it as hostile (never
+        ``tarfile``'s filters): only files, directories and symbolic links; every write made
+        relative to ``local_dir``'s descriptor, never through a link; no setuid bits,
+        nothing group- or world-writable. A symbolic link that points outside (absolute, or
+        up past ``local_dir``, resolved through the archive's own links) is left out
+        (``read_archive`` has it). An archive with a hard link, a device, an absolute name,
+        ``..``, a name given twice, an entry under a link, or more than ``max_bytes`` of
+        files or ``max_entries`` entries is refused whole, leaving what was extracted
+        before it.
 
         Raises:
-            As ``read_archive``; OSError; SandboxError: the archive is not a sound tar
-                (cut short, or refused by the filter: the message says which entry).
+            As ``read_archive``; OSError; SandboxError: the archive was refused, or is not
+                a sound tar (cut short): the message says which entry and why.
         """
-        import tarfile
-
         target = Path(local_dir)
         target.mkdir(parents=True, exist_ok=True)
         if any(target.iterdir()):
@@ -192,9 +201,12 @@ class AsyncFiles:
             with open(fd, "wb") as sink:
                 async for chunk in self.read_archive(path):
                     await asyncio.to_thread(sink.write, chunk)
-            await asyncio.to_thread(_extract, temp, target)
-        except tarfile.TarError as exc:
-            raise SandboxError(f"the sandbox's archive of {path} was refused: {exc}") from exc
+            try:
+                await asyncio.to_thread(
+                    extract_archive, temp, target, max_bytes=max_bytes, max_entries=max_entries
+                )
+            except SandboxError as exc:
+                raise SandboxError(f"the sandbox's archive of {path} was refused: {exc}") from exc
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
@@ -262,24 +274,6 @@ class AsyncFiles:
             FILESYSTEM, "WatchDir", {"path": path, "recursive": recursive}
         )
         return await AsyncWatchHandle.started(stream)
-
-
-def _extract(archive: Path, target: Path) -> None:
-    import tarfile
-
-    if not hasattr(tarfile, "data_filter"):  # Python before 3.11.4: no safe extraction
-        raise SandboxError("extracting a sandbox's archive needs Python 3.11.4 or later")
-
-    def safe(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
-        try:
-            return tarfile.data_filter(member, destination)
-        except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
-            if member.issym():  # a link out of it: left out, nothing is written through it
-                return None
-            raise
-
-    with tarfile.open(archive, "r:") as tar:
-        tar.extractall(target, filter=safe)
 
 
 class AsyncWatchHandle:

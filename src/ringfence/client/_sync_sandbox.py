@@ -31,6 +31,7 @@ from ringfence.client._types import (
     OutputChunk,
     ProcessInfo,
 )
+from ringfence.client._untar import MAX_ARCHIVE_BYTES, MAX_ARCHIVE_ENTRIES
 from ringfence.models import (
     CheckpointInfo,
     NetworkPolicy,
@@ -476,8 +477,17 @@ class Files:
     def read_archive(self, path: str) -> Iterator[bytes]:
         return _portal.iterate(self._inner.read_archive(path))
 
-    def download_dir(self, path: str, local_dir: str | Path) -> Path:
-        return run(self._inner.download_dir(path, local_dir))
+    def download_dir(
+        self,
+        path: str,
+        local_dir: str | Path,
+        *,
+        max_bytes: int = MAX_ARCHIVE_BYTES,
+        max_entries: int = MAX_ARCHIVE_ENTRIES,
+    ) -> Path:
+        return run(
+            self._inner.download_dir(path, local_dir, max_bytes=max_bytes, max_entries=max_entries)
+        )
 
     def list(self, path: str, depth: int = 1) -> list[EntryInfo]:
         return run(self._inner.list(path, depth))
