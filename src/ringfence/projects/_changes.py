@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 from collections.abc import Iterator
@@ -102,7 +103,7 @@ class Change:
     target: str | None = None  # a symlink's target in the sandbox
     note: str | None = None
 
-    @property
+    @functools.cached_property
     def path(self) -> str:
         """As the API shows it (and a sync's paths select it): see ``shown_name``."""
         return _shown(self.parts)
@@ -317,6 +318,8 @@ def shown_name(name: str) -> str:
     undecodable byte is written ``\\xNN``; a control character (C0, DEL, C1), a line or
     paragraph separator, or a bidirectional override ``\\uNNNN`` (a ``\\r``, an escape
     sequence or a reordering could hide a line from a reviewer); ``\\`` itself ``\\\\``."""
+    if name.isascii() and name.isprintable() and "\\" not in name:
+        return name  # the common case, checked at C speed: nothing to escape
     return "".join(_escaped(char) for char in name)
 
 

@@ -36,6 +36,13 @@ def render(
     changes: Iterable[Change], upper_fd: int, host_fd: int, owner: Owner
 ) -> tuple[list[ProjectChange], bool]:
     """The changes with their diffs, and whether some diff was left out for the cap."""
+    with _fs.DirChain(upper_fd) as upper_dirs, _fs.DirChain(host_fd) as host_dirs:
+        return _render(changes, upper_dirs, host_dirs, owner)
+
+
+def _render(
+    changes: Iterable[Change], upper_dirs: _fs.DirChain, host_dirs: _fs.DirChain, owner: Owner
+) -> tuple[list[ProjectChange], bool]:
     shown: list[ProjectChange] = []
     budget = _Budget()
     truncated = False
@@ -46,7 +53,7 @@ def render(
             if budget.spent:  # nothing more is computed once the answer is full
                 why, truncated = _CAP_NOTE, True
             else:
-                text, binary, why = _file_diff(change, upper_fd, host_fd, owner, budget)
+                text, binary, why = _file_diff(change, upper_dirs, host_dirs, owner, budget)
                 if text is not None and len(text) > budget.text:
                     text, why, truncated = None, _CAP_NOTE, True
                     budget.text = 0  # full: later diffs are not computed to be dropped
@@ -99,7 +106,7 @@ def _differing(old: list[str], new: list[str]) -> tuple[int, int]:
 
 
 def _file_diff(
-    change: Change, upper_fd: int, host_fd: int, owner: Owner, budget: _Budget
+    change: Change, upper: _fs.DirChain, host: _fs.DirChain, owner: Owner, budget: _Budget
 ) -> tuple[str | None, bool, str | None]:
     """(diff, binary, note) of one file change."""
     sizes = [st.st_size for st in (change.host, change.upper) if st is not None]
@@ -109,13 +116,13 @@ def _file_diff(
     if change.host is not None and stat.S_ISREG(change.host.st_mode):
         if not owner.may_read(change.host):
             return None, False, "the host's file is not readable by the directory's owner"
-        got = _read(host_fd, change.parts, change.host)
+        got = _read(host, change.parts, change.host)
         if got is None:
             return None, False, "the host's file changed while it was read"
         before = got
     after = b""
     if change.upper is not None and stat.S_ISREG(change.upper.st_mode):
-        got = _read(upper_fd, change.parts, change.upper)
+        got = _read(upper, change.parts, change.upper)
         if got is None:
             return None, False, "the sandbox's file changed while it was read"
         after = got
@@ -141,12 +148,9 @@ def _file_diff(
     return "".join(_ended(lines)), False, None
 
 
-def _read(root_fd: int, parts: tuple[str, ...], expect: os.stat_result) -> bytes | None:
+def _read(dirs: _fs.DirChain, parts: tuple[str, ...], expect: os.stat_result) -> bytes | None:
     try:
-        with (
-            _fs.opened_path(root_fd, parts[:-1]) as parent,
-            _fs.opened_file(parent, parts[-1], expect) as fd,
-        ):
+        with _fs.opened_file(dirs.open(parts[:-1]), parts[-1], expect) as fd:
             return _fs.read_head(fd, MAX_TEXT_BYTES + 1)
     except OSError:
         return None

@@ -244,3 +244,45 @@ def opened_path(root_fd: int, parts: Sequence[str]) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)
+
+
+class DirChain:
+    """Directories below ``root_fd``, each component opened without following, the chain
+    of the last one opened kept open: opening a directory beside or below the last one
+    opens only the components it does not share, so a walk in path order opens each
+    directory once (linear), never a depth-long walk per entry. Close it when done."""
+
+    def __init__(self, root_fd: int) -> None:
+        self._root = root_fd
+        self._names: list[str] = []
+        self._fds: list[int] = []
+
+    def __enter__(self) -> DirChain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        while self._fds:
+            os.close(self._fds.pop())
+            self._names.pop()
+
+    def open(self, parts: Sequence[str]) -> int:
+        """The directory ``parts`` (``OSError`` when a component is a link, not a
+        directory, or gone); the descriptor stays this chain's, valid until its next
+        ``open`` or ``close``."""
+        check_names(parts)
+        keep = 0
+        for have, want in zip(self._names, parts, strict=False):
+            if have != want:
+                break
+            keep += 1
+        while len(self._fds) > keep:
+            os.close(self._fds.pop())
+            self._names.pop()
+        for part in parts[keep:]:
+            parent = self._fds[-1] if self._fds else self._root
+            self._fds.append(os.open(part, DIR_FLAGS, dir_fd=parent))
+            self._names.append(part)
+        return self._fds[-1] if self._fds else self._root

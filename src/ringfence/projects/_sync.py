@@ -91,13 +91,13 @@ def sync(
     writes = _Writes(max_bytes)
     applied: list[SyncedChange] = []
     removed: list[tuple[str, ...]] = []  # deleted directories: nothing below them is left
-    parents = _HostParents(host_fd, upper_fd, mount)
+    parents = _HostParents(host_fd, _fs.DirChain(upper_fd), mount)
     try:
         for change in selected:
             if any(change.parts[: len(gone)] == gone for gone in removed):
                 continue
             try:
-                _apply(change, upper_fd, parents, writes)
+                _apply(change, parents, writes)
             except _Refused as exc:
                 refused.append(SyncRefusal(path=change.path, reason=exc.reason))
                 continue
@@ -140,7 +140,7 @@ class _Writes:
     inodes: set[tuple[int, int]] = field(default_factory=set)
 
 
-def _apply(change: Change, upper_fd: int, parents: _HostParents, writes: _Writes) -> None:
+def _apply(change: Change, parents: _HostParents, writes: _Writes) -> None:
     *names, name = change.parts
     mount = parents.mount
     if change.kind == "other" and change.action != "deleted":
@@ -159,7 +159,7 @@ def _apply(change: Change, upper_fd: int, parents: _HostParents, writes: _Writes
         elif change.kind == "symlink":
             _make_link(parent, name, change, mount)
         else:
-            _write_file(parent, name, change, upper_fd, mount, writes)
+            _write_file(parent, name, change, parents.upper, mount, writes)
     finally:
         os.close(parent)
 
@@ -173,13 +173,14 @@ class _HostParents:
     are made (as the owner, with the sandbox's mode masked). A change touches only its own
     name, never one of its parents, so what is kept stays what was checked."""
 
-    def __init__(self, host_fd: int, upper_fd: int, mount: int) -> None:
-        self._root, self._upper, self.mount = host_fd, upper_fd, mount
+    def __init__(self, host_fd: int, upper: _fs.DirChain, mount: int) -> None:
+        self._root, self.upper, self.mount = host_fd, upper, mount
         self._names: list[str] = []
         self._fds: list[int] = []
 
     def close(self) -> None:
         self._drop(0)
+        self.upper.close()
 
     def _drop(self, keep: int) -> None:
         while len(self._fds) > keep:
@@ -203,7 +204,7 @@ class _HostParents:
             if st is None and not make:
                 return None
             if st is None:
-                mode = _upper_mode(self._upper, parents[: depth + 1])
+                mode = _upper_mode(self.upper, parents[: depth + 1])
                 os.mkdir(part, 0o700, dir_fd=fd)
                 os.chmod(part, mode, dir_fd=fd, follow_symlinks=False)
             elif not stat.S_ISDIR(st.st_mode):
@@ -215,9 +216,8 @@ class _HostParents:
         return os.dup(self._fds[-1] if self._fds else self._root)
 
 
-def _upper_mode(upper_fd: int, parts: list[str]) -> int:
-    with _fs.opened_path(upper_fd, parts[:-1]) as parent:
-        st = _fs.lstat_at(parent, parts[-1])
+def _upper_mode(upper: _fs.DirChain, parts: list[str]) -> int:
+    st = _fs.lstat_at(upper.open(parts[:-1]), parts[-1])
     if st is None or not stat.S_ISDIR(st.st_mode):
         where = "/".join(map(shown_name, parts))
         raise _Refused(f"{where} is not a directory in the sandbox any more")
@@ -299,7 +299,7 @@ def _make_link(parent: int, name: str, change: Change, mount: int) -> None:
 
 
 def _write_file(
-    parent: int, name: str, change: Change, upper_fd: int, mount: int, writes: _Writes
+    parent: int, name: str, change: Change, upper: _fs.DirChain, mount: int, writes: _Writes
 ) -> None:
     assert change.upper is not None
     mode = stat.S_IMODE(change.upper.st_mode)
@@ -313,10 +313,7 @@ def _write_file(
     if min(change.upper.st_size, change.upper.st_blocks * 512) > writes.left:
         writes.left = 0  # and nothing after it: the bound is spent
         raise _Refused(_TOO_LARGE)
-    with (
-        _fs.opened_path(upper_fd, change.parts[:-1]) as upper_parent,
-        _fs.opened_file(upper_parent, name, change.upper) as source,
-    ):
+    with _fs.opened_file(upper.open(change.parts[:-1]), name, change.upper) as source:
         _clear(parent, name, mount, change.host)
         temp = _temp_name()
         fd = os.open(temp, _fs.CREATE_FLAGS, 0o600, dir_fd=parent)
