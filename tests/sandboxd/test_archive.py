@@ -66,6 +66,31 @@ def test_a_large_file_streams_in_bounded_pieces(tmp_path: Path) -> None:
     assert tar.getmember("big").size == 40 * CHUNK
 
 
+def test_a_file_that_shrinks_while_read_is_padded_in_bounded_pieces(tmp_path: Path) -> None:
+    """The header promised the size taken at open; the padding for what vanished comes in
+    pieces of at most CHUNK, never the whole remainder at once (a sparse file of a huge
+    apparent size, truncated meanwhile, must not cost its size in memory)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    size = 256 * CHUNK  # 64 MiB apparent, sparse
+    with open(root / "shrinks", "wb") as f:
+        f.truncate(size)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        stream = tar_stream(fd)
+        pieces = [next(stream), next(stream)]  # the header, then the first CHUNK of data
+        os.truncate(root / "shrinks", 0)
+        largest = max(len(piece) for piece in pieces)
+        total = sum(len(piece) for piece in pieces)
+        for piece in stream:
+            largest = max(largest, len(piece))
+            total += len(piece)
+    finally:
+        os.close(fd)
+    assert largest <= CHUNK + 2 * tarfile.BLOCKSIZE  # as any piece (a header may ride along)
+    assert total >= size + 2 * tarfile.BLOCKSIZE and total % tarfile.BLOCKSIZE == 0
+
+
 def test_a_directory_swapped_for_a_link_mid_walk_is_stored_as_the_link(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()

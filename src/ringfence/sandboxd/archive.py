@@ -153,7 +153,7 @@ def _file(parent: int, name: str, path: str, walk: Walk) -> Iterator[bytes]:
             except OSError:
                 data = b""
             if not data:  # shrank (or failed) while read: the size was promised
-                yield b"\0" * left
+                yield from _zeros(left)
                 break
             left -= len(data)
             yield data
@@ -161,6 +161,15 @@ def _file(parent: int, name: str, path: str, walk: Walk) -> Iterator[bytes]:
             yield b"\0" * (_BLOCK - info.st_size % _BLOCK)
     finally:
         os.close(fd)
+
+
+def _zeros(count: int) -> Iterator[bytes]:
+    """``count`` zero bytes in pieces of at most ``CHUNK`` (a file that shrank from a huge
+    apparent size must not cost its size in memory)."""
+    piece = bytes(min(CHUNK, count))
+    while count > 0:
+        yield piece if count >= len(piece) else piece[:count]
+        count -= len(piece)
 
 
 def _header(
