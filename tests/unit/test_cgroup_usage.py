@@ -78,6 +78,7 @@ def test_v1_without_cpuacct_or_a_memory_limit(tmp_path: Path) -> None:
     _files(dirs["cpu"], {"cpu.cfs_quota_us": "-1\n", "cpu.cfs_period_us": "100000\n"})
     usage = _V1Cgroup(dirs).usage()
     assert usage.cpu_seconds is None and usage.memory_limit == 0 and usage.cpus == 0.0
+    assert not _V1Cgroup(dirs).accounts_cpu
 
 
 def test_a_removed_cgroup_is_a_sandbox_error(tmp_path: Path) -> None:
@@ -100,3 +101,73 @@ def test_proc_readings_of_processes_and_a_tree(tmp_path: Path) -> None:
     (outside / "big").write_bytes(b"y" * (4 * MIB))
     os.symlink(outside, tmp_path / "link")  # never followed
     assert MIB <= disk_bytes_of(tmp_path) < 2 * MIB
+
+
+_SET_NAME = """
+import ctypes, sys
+ctypes.CDLL(None).prctl(15, ctypes.c_char_p(b"\\xff) 1 2 (\\xfe"), 0, 0, 0)  # PR_SET_NAME
+sum(range(3_000_000))
+print("named", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_proc_cpu_time_survives_a_process_named_with_any_bytes() -> None:
+    """A process names itself with bytes that are not UTF-8 and hold ``)``: its record is
+    still read (its CPU time counted), and no reading fails for the sandbox."""
+    import subprocess
+    import sys
+
+    from ringfence.backends.proc_usage import cpu_seconds_of
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SET_NAME], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"named\n"
+        assert Path(f"/proc/{child.pid}/comm").read_bytes().startswith(b"\xff)")
+        assert cpu_seconds_of([child.pid]) > 0
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+
+
+def test_proc_readings_read_at_most_their_limit_of_pids() -> None:
+    import itertools
+    import os
+    from collections.abc import Iterator
+
+    from ringfence.backends.proc_usage import cpu_seconds_of, resident_bytes_of
+
+    pulled = 0
+
+    def pids() -> Iterator[int]:
+        nonlocal pulled
+        for pid in itertools.repeat(os.getpid()):
+            pulled += 1
+            yield pid
+
+    assert cpu_seconds_of(pids(), limit=5) > 0 and pulled == 5
+    pulled = 0
+    assert resident_bytes_of(pids(), limit=3) > 0 and pulled == 3
+
+
+@pytest.mark.parametrize("accounts_cpu", [True, False])
+def test_a_reading_without_cpu_accounting_runs_off_the_event_loop(accounts_cpu: bool) -> None:
+    """Counting CPU time from /proc is a read per process: it goes to a thread, while a
+    reading of kernel counters stays on the loop (cheaper than a hop)."""
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    from ringfence.backends.local.sandbox import LocalSandbox
+
+    threads: list[threading.Thread] = []
+    parts = SimpleNamespace(cgroup=SimpleNamespace(accounts_cpu=accounts_cpu))
+    stub = SimpleNamespace(
+        _cgroup_parts=lambda: parts,
+        _check_running=lambda: None,
+        _usage=lambda _parts: threads.append(threading.current_thread()) or "read",
+    )
+    assert asyncio.run(LocalSandbox.usage(stub)) == "read"  # type: ignore[arg-type]
+    assert (threads[0] is threading.main_thread()) is accounts_cpu

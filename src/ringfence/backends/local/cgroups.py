@@ -104,6 +104,12 @@ class Cgroup(ABC):
         """Its CPU time alone (one read; None where not accounted): unchanged since an
         earlier read means none of its tasks has run since. Raises ``SandboxError``."""
 
+    @property
+    @abstractmethod
+    def accounts_cpu(self) -> bool:
+        """Whether ``cpu_seconds`` reads a kernel counter (False: a cgroup v1 host without
+        a cpuacct hierarchy, where CPU time must be counted from ``/proc``)."""
+
     @abstractmethod
     def _dirs(self) -> list[Path]: ...
 
@@ -260,6 +266,10 @@ class _V1Cgroup(Cgroup):
             return None
         return int(_read_bytes(f"{self.dirs[CPUACCT]}/cpuacct.usage")) / 1e9
 
+    @property
+    def accounts_cpu(self) -> bool:
+        return CPUACCT in self.dirs
+
     def _dirs(self) -> list[Path]:
         # cpu and cpuacct share one directory where the host mounts them together.
         return list(dict.fromkeys(self.dirs.values()))
@@ -363,6 +373,10 @@ class _V2Cgroup(Cgroup):
 
     def cpu_seconds(self) -> float:
         return _stat_value(_read_bytes(f"{self.directory}/cpu.stat"), b"usage_usec") / 1e6
+
+    @property
+    def accounts_cpu(self) -> bool:
+        return True
 
     def _dirs(self) -> list[Path]:
         return [self.directory]

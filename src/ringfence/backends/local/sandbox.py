@@ -268,10 +268,13 @@ class LocalSandbox:
 
         Read on the event loop, not in a thread: a handful of reads of files the kernel
         serves from memory (tens of microseconds), where a thread hop costs more than the
-        reads, and a scrape reads every sandbox."""
+        reads, and a scrape reads every sandbox. Without cpuacct, CPU time is one read
+        per process (up to ``MAX_PIDS_READ``), so that reading goes to a thread."""
         parts = self._cgroup_parts()
         self._check_running()
-        return self._usage(parts)
+        if parts.cgroup.accounts_cpu:
+            return self._usage(parts)
+        return await asyncio.to_thread(self._usage, parts)
 
     def _usage(self, parts: SandboxParts) -> Usage:
         """Read it; or, when its CPU time has not moved since the previous read (none of
