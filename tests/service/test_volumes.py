@@ -1,9 +1,20 @@
 """``VolumeService`` where the server keeps no volumes (not root, or the job backend): every
-call is refused saying why, and a sandbox naming a volume is a 400, never started without it."""
+call is refused saying why, and a sandbox naming a volume is a 400, never started without it.
+And on plain directories: uploads never hold a worker thread while the client is slow, and an
+upload that stalls or is cut off leaves the old file as it was."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
 import pytest
+from starlette.requests import ClientDisconnect
 
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, StateUnsupported
@@ -39,3 +50,96 @@ async def test_a_sandbox_naming_a_volume_is_a_400_naming_why(service: VolumeServ
             raise AssertionError("bound without a volume")
     async with service.bound("acme", []) as bound:  # none asked: nothing refused
         assert bound == ()
+
+
+class _DirectoryDisks:
+    """Volumes as plain directories (no mount needed): what the file calls' thread use is
+    about, not the filesystem."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def create(self, volume_id: str, quota: int) -> None:
+        (self.root / volume_id).mkdir()
+
+    def mount(self, volume_id: str) -> Path:
+        return self.root / volume_id
+
+    def usage(self, volume_id: str) -> int:
+        return 0
+
+    def delete(self, volume_id: str) -> None:
+        shutil.rmtree(self.root / volume_id, ignore_errors=True)
+
+
+@pytest.fixture
+def on_disk(tmp_path: Path) -> VolumeService:
+    disks: Any = _DirectoryDisks(tmp_path)
+    return VolumeService(MemoryStore(), disks, Config(), body_idle_seconds=1.0)
+
+
+async def _stalled(first: bytes, release: asyncio.Event) -> AsyncIterator[bytes]:
+    """An upload's body that sends ``first`` and then nothing until ``release``."""
+    yield first
+    await release.wait()
+
+
+async def test_slow_uploads_never_hold_the_servers_threads(on_disk: VolumeService) -> None:
+    """The attack (review 2b, I1): more uploads than the loop has worker threads, each
+    sending one byte and then nothing. Other calls (any tenant's) still get their threads."""
+    loop = asyncio.get_running_loop()
+    pool = ThreadPoolExecutor(max_workers=2)
+    loop.set_default_executor(pool)
+    await on_disk.create("acme", VolumeSpec(name="data"))
+    release = asyncio.Event()
+    uploads = [
+        asyncio.create_task(on_disk.write("acme", "data", f"f{n}", _stalled(b"x", release)))
+        for n in range(6)
+    ]
+    try:
+        await asyncio.sleep(0)  # let them start (the claim holds for any interleaving)
+        entry = await asyncio.wait_for(on_disk.stat("acme", "data", "/"), 3)
+        assert entry.type == "directory"
+        assert (await asyncio.wait_for(on_disk.get("acme", "data"), 3)).name == "data"
+    finally:
+        release.set()
+        await asyncio.wait(uploads, timeout=5)
+    assert all(task.done() for task in uploads)
+
+
+async def test_an_idle_upload_is_dropped_and_the_old_file_is_kept(
+    on_disk: VolumeService, tmp_path: Path
+) -> None:
+    volume = await on_disk.create("acme", VolumeSpec(name="data"))
+    await on_disk.write("acme", "data", "keep.txt", _body(b"old contents"))
+    release = asyncio.Event()
+    with pytest.raises(InvalidRequest, match="sent nothing for 1 s"):
+        await asyncio.wait_for(
+            on_disk.write("acme", "data", "keep.txt", _stalled(b"new", release)), 5
+        )
+    assert (tmp_path / volume.id / "keep.txt").read_bytes() == b"old contents"
+    assert sorted(os.listdir(tmp_path / volume.id)) == ["keep.txt"]  # no upload left
+
+
+async def test_a_client_gone_mid_upload_leaves_the_old_file_whole(
+    on_disk: VolumeService, tmp_path: Path
+) -> None:
+    volume = await on_disk.create("acme", VolumeSpec(name="data"))
+    await on_disk.write("acme", "data", "keep.txt", _body(b"old contents"))
+
+    async def cut_off() -> AsyncIterator[bytes]:
+        yield b"new, but only the start"
+        raise ClientDisconnect()
+
+    with pytest.raises(ClientDisconnect):
+        await on_disk.write("acme", "data", "keep.txt", cut_off())
+    assert (tmp_path / volume.id / "keep.txt").read_bytes() == b"old contents"
+    assert sorted(os.listdir(tmp_path / volume.id)) == ["keep.txt"]
+    with pytest.raises(ClientDisconnect):  # a new file cut off is not left either
+        await on_disk.write("acme", "data", "new.txt", cut_off())
+    assert sorted(os.listdir(tmp_path / volume.id)) == ["keep.txt"]
+
+
+async def _body(*chunks: bytes) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk

@@ -51,10 +51,11 @@ from ringfence.models import (
 from ringfence.service.audit import AuditLog
 from ringfence.store import Store
 
-__all__ = ["VolumeService"]
+__all__ = ["BODY_IDLE_SECONDS", "VolumeService"]
 
 _ID = re.compile(VOLUME_ID)
 _LIVE = (SandboxState.RUNNING, SandboxState.PAUSED)
+BODY_IDLE_SECONDS = 30.0  # an upload that sends nothing this long is dropped
 _MAX_SANDBOXES = 100_000  # a tenant's live sandboxes scanned by a delete: more than any budget
 
 
@@ -69,8 +70,11 @@ class VolumeService:
         config: Config,
         audit: AuditLog | None = None,
         missing: str = "",
+        body_idle_seconds: float = BODY_IDLE_SECONDS,
     ) -> None:
-        """``missing``: why there are no ``disks`` (said in every refusal)."""
+        """``missing``: why there are no ``disks`` (said in every refusal).
+        ``body_idle_seconds``: how long an upload's client may send nothing."""
+        self._body_idle_seconds = body_idle_seconds
         self._store = store
         self._disks = disks
         self._config = config
@@ -263,24 +267,45 @@ class VolumeService:
     ) -> VolumeEntry:
         """Write the file at ``path`` whole from ``body`` (parents made unless told not).
 
+        The body is read here, on the loop; a worker thread is given one chunk at a time
+        to write, so a slow client holds a thread of the shared pool for no longer than a
+        chunk's write (it would otherwise starve every tenant's calls that need one). The
+        file replaces the old one only once the body is complete: a full volume, a
+        stalled client, a client gone, or a cancel leave the old file as it was.
+
         Raises:
-            VolumeFull: the volume has no room for it (a file this call created is gone).
-            VolumeNotFound, NotFound, InvalidRequest: as ``volume_files.write``.
+            VolumeFull: the volume has no room for it (the old file is kept).
+            InvalidRequest: the client sent nothing for ``body_idle_seconds``; and as
+                ``volume_files.begin_write``.
+            VolumeNotFound, NotFound: as ``volume_files.begin_write``.
         """
         root = await self._root(tenant, ref)
-        loop = asyncio.get_running_loop()
+        upload = await asyncio.to_thread(
+            volume_files.begin_write, root, path, uid=uid, gid=gid, mode=mode, parents=parents
+        )
+        try:  # the body is read here, on the loop: a thread only ever writes a chunk it has
+            while (chunk := await self._next_chunk(body)) is not None:
+                await asyncio.to_thread(upload.write, chunk)
+            return await asyncio.to_thread(upload.commit)
+        except BaseException:  # a full volume, a stalled or vanished client, a cancel
+            await asyncio.shield(asyncio.to_thread(upload.abort))
+            raise
 
-        def chunks() -> Iterator[bytes]:  # in the worker thread: each chunk from the loop
-            while True:
-                try:
-                    yield asyncio.run_coroutine_threadsafe(_next(body), loop).result()
-                except StopAsyncIteration:
-                    return
+    async def _next_chunk(self, body: AsyncIterator[bytes]) -> bytes | None:
+        """The next chunk of an upload's body, or None at its end.
 
-        return await asyncio.to_thread(
-            volume_files.write, root, path, chunks(), uid=uid, gid=gid, mode=mode,
-            parents=parents,
-        )  # fmt: skip
+        Raises:
+            InvalidRequest: the client sent nothing for ``body_idle_seconds``.
+        """
+        idle = self._body_idle_seconds
+        try:
+            return await asyncio.wait_for(anext(body), idle)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise InvalidRequest(
+                f"the upload sent nothing for {idle:g} s: it was dropped (the file is as it was)"
+            ) from None
 
     async def make_dir(
         self, tenant: str, ref: str, path: str, *, uid: int | None = None,
@@ -341,10 +366,6 @@ def _chained(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
         yield from rest
     finally:
         _close(rest)
-
-
-async def _next(body: AsyncIterator[bytes]) -> bytes:
-    return await anext(body)
 
 
 async def _read_off_the_loop(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import shutil
 import stat
 from collections.abc import Iterable, Iterator
@@ -32,7 +33,9 @@ from ringfence.sandboxd.archive import tar_stream
 
 __all__ = [
     "MAX_DEPTH",
+    "Upload",
     "archive",
+    "begin_write",
     "entries",
     "entry",
     "make_dir",
@@ -128,46 +131,136 @@ def write(
     mode: int | None = None,
     parents: bool = True,
 ) -> VolumeEntry:
-    """Write the file at ``path`` whole (created, or truncated first), its parents made
-    when ``parents``; owned by ``uid``:``gid`` (default the sandbox user).
+    """Write the file at ``path`` whole from ``chunks`` (``begin_write``, then each chunk,
+    then ``Upload.commit``; aborted on any error, so the old file stays as it was).
+
+    Raises: as ``begin_write`` and ``Upload.write``.
+    """
+    upload = begin_write(root, path, uid=uid, gid=gid, mode=mode, parents=parents)
+    try:
+        for chunk in chunks:
+            upload.write(chunk)
+        return upload.commit()
+    except BaseException:
+        upload.abort()
+        raise
+
+
+class Upload:
+    """A file being written: its bytes go to a new file beside the target (a hidden name in
+    the same directory), which replaces the target only by ``commit`` (one ``rename``). An
+    upload that fails, is cut off or is abandoned (``abort``) leaves the old file as it was
+    and nothing of its own. Each method is blocking and short (one chunk): the service runs
+    them in worker threads and reads the request body itself, so no thread ever waits on a
+    client."""
+
+    def __init__(
+        self, parent: int, name: str, temporary: str, fd: int, path: str, owner: tuple[int, int],
+        mode: int,
+    ) -> None:  # fmt: skip
+        self._parent = parent
+        self._name = name
+        self._temporary = temporary
+        self._fd = fd
+        self._path = path
+        self._owner = owner
+        self._mode = mode
+        self._open = True
+
+    def write(self, chunk: bytes) -> None:
+        """Append ``chunk``. Raises ``VolumeFull`` (no room), ``InvalidRequest``."""
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            raise _refused(exc, self._path) from exc
+
+    def commit(self) -> VolumeEntry:
+        """Put the file in place of the old one (with the old one's owner and mode unless
+        the call named others) and say what it is now. Raises ``VolumeFull``,
+        ``InvalidRequest`` (the target became a directory meanwhile)."""
+        try:
+            os.fchown(self._fd, *self._owner)
+            os.fchmod(self._fd, self._mode)
+            found = os.fstat(self._fd)
+            os.rename(self._temporary, self._name, src_dir_fd=self._parent,
+                      dst_dir_fd=self._parent)  # fmt: skip
+        except OSError as exc:
+            self.abort()
+            raise _refused(exc, self._path) from exc
+        self._close()
+        names = normalized(self._path)
+        return _entry(_shown(names), self._name, found, None)
+
+    def abort(self) -> None:
+        """Forget the upload: its new file is removed, the old one is untouched. Idempotent."""
+        if self._open:
+            with contextlib.suppress(OSError):
+                os.unlink(self._temporary, dir_fd=self._parent)
+            self._close()
+
+    def _close(self) -> None:
+        if self._open:
+            self._open = False
+            os.close(self._fd)
+            os.close(self._parent)
+
+
+def begin_write(
+    root: Path,
+    path: str,
+    *,
+    uid: int | None = None,
+    gid: int | None = None,
+    mode: int | None = None,
+    parents: bool = True,
+) -> Upload:
+    """Start writing the file at ``path`` whole (a new file, or one replacing it), its
+    parents made when ``parents``; owned by ``uid``:``gid`` (default: the old file's owner,
+    or the sandbox user for a new file) with ``mode`` (default: the old file's, or 0o644).
 
     Raises:
-        VolumeFull: the volume has no room (a file this call created is removed again).
+        VolumeFull: the volume has no room for even an empty file.
         NotFound: a parent is missing and ``parents`` is false.
-        InvalidRequest: the path goes through a symlink or names a directory or special file.
+        InvalidRequest: the path goes through or names a symlink, a directory or a special
+            file, or an id or mode is out of range.
     """
     names = normalized(path)
     if not names:
         raise InvalidRequest("path: the volume's root is a directory")
-    with _parent(root, names, make=parents) as parent:
-        created = False
+    _checked_ids(uid, gid, mode)
+    name = names[-1]
+    with _parent(root, names, make=parents) as found_parent:
+        parent = os.dup(found_parent)
+    try:
         try:
-            fd = os.open(names[-1], os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=parent)  # fmt: skip
+            old: os.stat_result | None = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
-            fd = _open(parent, names[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                       | os.O_CLOEXEC, path, 0o644)  # fmt: skip
-            created = True
+            old = None
         except OSError as exc:
             raise _refused(exc, path) from exc
-        try:
-            _regular(fd, path)
-            os.set_blocking(fd, True)
-            _own(fd, uid, gid, mode, made=created)
-            os.ftruncate(fd, 0)
-            for chunk in chunks:
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view) :]
-            found = os.fstat(fd)
-        except OSError as exc:
-            if created:
-                with contextlib.suppress(OSError):
-                    os.unlink(names[-1], dir_fd=parent)
-            raise _refused(exc, path) from exc
-        finally:
-            os.close(fd)
-        return _entry(_shown(names), names[-1], found, None)
+        if old is not None and stat.S_ISLNK(old.st_mode):
+            raise InvalidRequest(
+                f"path: {path} is or goes through a symlink, which is not followed"
+            )
+        if old is not None and stat.S_ISDIR(old.st_mode):
+            raise InvalidRequest(f"path: {path} is a directory")
+        if old is not None and not stat.S_ISREG(old.st_mode):
+            raise InvalidRequest(f"path: {path} is not a regular file")
+        owner = (
+            (NEUTRAL_USER if uid is None else uid, NEUTRAL_USER if gid is None else gid)
+            if old is None
+            else (old.st_uid if uid is None else uid, old.st_gid if gid is None else gid)
+        )
+        bits = (0o644 if old is None else stat.S_IMODE(old.st_mode)) if mode is None else mode
+        temporary = f".{name[:200]}.rf-upload-{secrets.token_hex(6)}"
+        fd = _open(parent, temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                   path, 0o600)  # fmt: skip
+    except BaseException:
+        os.close(parent)
+        raise
+    return Upload(parent, name, temporary, fd, path, owner, bits & _MODE_BITS)
 
 
 def make_dir(
@@ -346,16 +439,20 @@ def _regular(fd: int, path: str) -> None:
 def _own(fd: int, uid: int | None, gid: int | None, mode: int | None, made: bool = False) -> None:
     """Set the owner and mode bits given; what this call ``made`` belongs to the sandbox
     user unless ids are given (the server made it as root)."""
-    for value, what in ((uid, "uid"), (gid, "gid")):
-        if value is not None and not 0 <= value <= 65535:
-            raise InvalidRequest(f"{what}: must be 0 to 65535")
-    if mode is not None and not 0 <= mode <= 0o7777:
-        raise InvalidRequest("mode: must be permission bits (0 to 0o7777)")
+    _checked_ids(uid, gid, mode)
     if made or uid is not None or gid is not None:
         default = NEUTRAL_USER if made else -1  # -1: fchown leaves it as it is
         os.fchown(fd, default if uid is None else uid, default if gid is None else gid)
     if mode is not None:
         os.fchmod(fd, mode & _MODE_BITS)
+
+
+def _checked_ids(uid: int | None, gid: int | None, mode: int | None) -> None:
+    for value, what in ((uid, "uid"), (gid, "gid")):
+        if value is not None and not 0 <= value <= 65535:
+            raise InvalidRequest(f"{what}: must be 0 to 65535")
+    if mode is not None and not 0 <= mode <= 0o7777:
+        raise InvalidRequest("mode: must be permission bits (0 to 0o7777)")
 
 
 def _shown(names: tuple[str, ...]) -> str:
