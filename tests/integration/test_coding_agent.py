@@ -270,20 +270,17 @@ async def _websocket_echo(
 # A full-screen program (what vim does to a terminal, in a few lines): the alternate
 # screen, raw mode, a redraw on every SIGWINCH, one line per key, 'q' to quit.
 _FULL_SCREEN = r"""
-import os, signal, sys, tty
-def draw(*_):
+import os, signal, tty
+def draw(*_):  # os.write: a signal may come while another write is under way
     cols, rows = os.get_terminal_size(0)
-    sys.stdout.write(f"\x1b[2J\x1b[Hsize {rows}x{cols}\r\n")
-    sys.stdout.flush()
+    os.write(1, f"\x1b[2J\x1b[Hsize {rows}x{cols}\r\n".encode())
 signal.signal(signal.SIGWINCH, draw)
 tty.setraw(0)
-sys.stdout.write("\x1b[?1049h")
+os.write(1, b"\x1b[?1049h")
 draw()
 while (key := os.read(0, 1)) != b"q":
-    sys.stdout.write(f"key {key.decode()}\r\n")
-    sys.stdout.flush()
-sys.stdout.write("\x1b[?1049l")
-sys.stdout.flush()
+    os.write(1, b"key " + key + b"\r\n")
+os.write(1, b"\x1b[?1049l")
 """
 
 
