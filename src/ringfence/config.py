@@ -161,6 +161,18 @@ class Config(BaseSettings):
     max_volumes: int = Field(
         100, ge=0, description="Volumes one tenant may keep at once (past it: 429)."
     )
+    volume_tenant_bytes: _Bytes = Field(
+        64 << 30,
+        description="The quotas of one tenant's volumes may add up to this much (accepts "
+        "'64G'; past it a create is refused with 507).",
+    )
+    volume_reserve_bytes: _Bytes = Field(
+        4 << 30,
+        description="Free space on the data directory's disk that volumes are never promised "
+        "(accepts '4G'): a create is refused (507) unless every volume's quota, less what "
+        "its image holds already, plus the new quota, still leaves this much free. The "
+        "store, the audit log, snapshots and paused sandboxes live on that disk too.",
+    )
     allow_tenant_mounts: bool = Field(
         False, description="Let API clients grant host paths to their sandboxes (trusted only)."
     )

@@ -165,7 +165,8 @@ class VolumeInUse(Conflict):
 
 
 class VolumeFull(RingfenceError):
-    """The volume has no room for the write (its quota): free some or use a larger one."""
+    """The volume has no room for the write (its quota): free some or use a larger one. Or,
+    creating one, the quota does not fit the tenant's budget or the server's disk."""
 
     code = "volume_full"
 

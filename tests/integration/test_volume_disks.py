@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from ringfence.backends.local.disks import VolumeDisks
-from ringfence.errors import SandboxError
+from ringfence.config import Config
+from ringfence.errors import HTTP_STATUS, SandboxError, VolumeFull
+from ringfence.models import VolumeSpec
+from ringfence.service.volumes import VolumeService
+from ringfence.store import MemoryStore
 
 pytestmark = pytest.mark.integration
 MiB = 1 << 20
@@ -78,3 +82,24 @@ def test_a_missing_filesystem_is_an_error_not_an_empty_volume(disks: VolumeDisks
         disks.mount("vo" + "2" * 20)
     with pytest.raises(ValueError):
         disks.mount("../../etc")
+
+
+async def test_quotas_are_never_promised_past_the_hosts_disk(disks: VolumeDisks) -> None:
+    """The attack (review 2b, I2): sparse images of a quota each, created until their sum
+    passes the disk's free space. The disk's room is counted: what every volume may still
+    take plus the new quota plus the reserve must fit what is free."""
+    free, promised = disks.room()
+    assert promised == 0
+    # A reserve that leaves room for two 16 MiB volumes and not three (mkfs writes ~1 MiB).
+    config = Config(volume_reserve_bytes=free - 40 * MiB, volume_max_bytes=64 * MiB)
+    service = VolumeService(MemoryStore(), disks, config)
+    for name in ("one", "two"):
+        await service.create("acme", VolumeSpec(name=name, quota_bytes=16 * MiB))
+    with pytest.raises(VolumeFull, match=r"no room for a volume of 0\.02 GiB") as refused:
+        await service.create("zenith", VolumeSpec(name="three", quota_bytes=16 * MiB))
+    assert "volumes may still take" in refused.value.message
+    assert HTTP_STATUS[refused.value.code] == 507
+    _, promised = disks.room()
+    assert 28 * MiB < promised <= 32 * MiB  # the two quotas less what mkfs wrote
+    await service.delete("acme", "one")  # its promise goes with it
+    await service.create("zenith", VolumeSpec(name="three", quota_bytes=16 * MiB))

@@ -17,7 +17,7 @@ import pytest
 from starlette.requests import ClientDisconnect
 
 from ringfence.config import Config
-from ringfence.errors import InvalidRequest, StateUnsupported
+from ringfence.errors import InvalidRequest, StateUnsupported, VolumeFull
 from ringfence.models import VolumeMount, VolumeSpec
 from ringfence.service.volumes import VolumeService
 from ringfence.store import MemoryStore
@@ -67,6 +67,9 @@ class _DirectoryDisks:
 
     def usage(self, volume_id: str) -> int:
         return 0
+
+    def room(self) -> tuple[int, int]:
+        return 1 << 50, 0  # the disk is never the limit here
 
     def delete(self, volume_id: str) -> None:
         shutil.rmtree(self.root / volume_id, ignore_errors=True)
@@ -143,3 +146,15 @@ async def test_a_client_gone_mid_upload_leaves_the_old_file_whole(
 async def _body(*chunks: bytes) -> AsyncIterator[bytes]:
     for chunk in chunks:
         yield chunk
+
+
+async def test_a_tenants_quotas_add_up_to_its_budget_at_most(tmp_path: Path) -> None:
+    """The review's I2, per tenant: 100 volumes of 16 GiB each were allowed to one tenant."""
+    disks: Any = _DirectoryDisks(tmp_path)
+    config = Config(volume_tenant_bytes=3 << 30, volume_max_bytes=2 << 30)
+    service = VolumeService(MemoryStore(), disks, config)
+    await service.create("acme", VolumeSpec(name="one", quota_bytes=2 << 30))
+    with pytest.raises(VolumeFull, match=r"add up to 4.00 GiB .* most per tenant is 3.00 GiB"):
+        await service.create("acme", VolumeSpec(name="two", quota_bytes=2 << 30))
+    await service.create("acme", VolumeSpec(name="two", quota_bytes=1 << 30))  # fits exactly
+    await service.create("zenith", VolumeSpec(name="one", quota_bytes=2 << 30))  # its own

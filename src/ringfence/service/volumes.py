@@ -37,6 +37,7 @@ from ringfence.errors import (
     SandboxError,
     StateUnsupported,
     TooManyRequests,
+    VolumeFull,
     VolumeInUse,
     VolumeNotFound,
 )
@@ -82,6 +83,7 @@ class VolumeService:
         self._missing = missing or "this server keeps no volumes"
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._leases: Counter[str] = Counter()  # volume id -> sandboxes being started on it
+        self._space = asyncio.Lock()  # the disk's room, counted by one create at a time
 
     @property
     def available(self) -> bool:
@@ -106,6 +108,9 @@ class VolumeService:
                 a volume id.
             VolumeExists: the tenant has a volume of that name.
             TooManyRequests: the tenant keeps ``max_volumes`` already.
+            VolumeFull: the tenant's quotas would pass ``volume_tenant_bytes``, or the data
+                directory's disk has no room for the quota beside every volume's and the
+                server's reserve (``volume_reserve_bytes``).
             StateUnsupported: this server keeps no volumes.
             SandboxError: its filesystem could not be made.
         """
@@ -129,7 +134,16 @@ class VolumeService:
                 raise TooManyRequests(
                     f"you keep {len(kept)} volumes, this server's most: delete one first"
                 )
-            await asyncio.to_thread(disks.create, volume.id, quota)
+            promised = sum(other.quota_bytes for other in kept) + quota
+            budget = self._config.volume_tenant_bytes
+            if promised > budget:
+                raise VolumeFull(
+                    f"your volumes' quotas would add up to {_gib(promised)}, this server's "
+                    f"most per tenant is {_gib(budget)}: delete one or ask for less"
+                )
+            async with self._space:  # one create at a time counts the disk's room
+                await self._check_room(disks, quota)
+                await asyncio.to_thread(disks.create, volume.id, quota)
             try:
                 await self._store.add_volume(tenant, volume)
             except BaseException:
@@ -137,6 +151,19 @@ class VolumeService:
                 raise
         self._record(tenant, actor, "volume.create", volume, quota_bytes=quota)
         return volume
+
+    async def _check_room(self, disks: VolumeDisks, quota: int) -> None:
+        """Refuse a quota the data directory's disk could not hold beside every other
+        volume's (images are sparse: what each may still take is promised) and the
+        reserve the server keeps for its store, its log, snapshots and paused sandboxes."""
+        free, promised = await asyncio.to_thread(disks.room)
+        reserve = self._config.volume_reserve_bytes
+        if promised + quota + reserve > free:
+            raise VolumeFull(
+                f"this server has no room for a volume of {_gib(quota)}: its disk has "
+                f"{_gib(free)} free, volumes may still take {_gib(promised)} of it and "
+                f"{_gib(reserve)} is kept for the server"
+            )
 
     async def list_volumes(self, tenant: str, *, limit: int = 100) -> list[Volume]:
         """The tenant's volumes, newest first (without their use: see ``get``)."""
@@ -358,6 +385,10 @@ class VolumeService:
             self._audit.record(
                 tenant, actor, action, target, "ok", {"name": volume.name, **details}
             )
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):.2f} GiB ({size} bytes)"
 
 
 def _chained(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:

@@ -5,7 +5,9 @@ Layout (``<data_dir>/volumes/``, root's, 0700: no other host user reaches a volu
 
     images/<volume id>.img    the filesystem: a sparse file, so the host's disk holds only
                               what was written (blocks freed inside are punched out again:
-                              ``discard``), never more than the quota
+                              ``discard``), never more than the quota; what the quotas may
+                              still take is counted (``room``) so the service never promises
+                              more than the disk has
     mnt/<volume id>/          where the server mounts it (nosuid, nodev, noatime)
 
 Why an image per volume: the quota must hold against a hostile sandbox writing as fast as it
@@ -114,6 +116,21 @@ class VolumeDisks:
         except BaseException:
             image.unlink()
             raise
+
+    def room(self) -> tuple[int, int]:
+        """``(free, promised)``: the bytes free on the disk holding the images (less the
+        blocks the filesystem reserves for root: never counted on), and the bytes the
+        volumes may still take of it (each image's quota less what it holds already:
+        images are sparse)."""
+        self._prepare()
+        found = os.statvfs(self._images)
+        promised = 0
+        with os.scandir(self._images) as images:
+            for image in images:
+                with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
+                    info = image.stat(follow_symlinks=False)
+                    promised += max(0, info.st_size - info.st_blocks * 512)
+        return found.f_bavail * found.f_frsize, promised
 
     def mount(self, volume_id: str) -> Path:
         """Where the volume's files are on the host (mounted now if it was not). Only
