@@ -485,9 +485,9 @@ async def test_one_callers_requests_share_a_kept_alive_connection_never_anothers
     closing = _echoed(
         await served.client.get(path, headers={**served.auth(), "Connection": "close"})
     )
-    assert closing["peer"] == first["peer"]
+    assert closing["peer"] == first["peer"]  # the client's Connection header is its own hop's
     after = _echoed(await served.client.get(path, headers=served.auth()))
-    assert after["peer"] == first["peer"]  # the client's Connection header is its own hop's
+    assert after["peer"] != first["peer"]  # a new client connection: never an old one's tunnel
 
 
 async def test_a_kept_alive_connection_the_sandbox_closed_is_not_a_failure(
@@ -556,3 +556,87 @@ async def test_traffic_through_a_port_keeps_an_idle_pausing_sandbox_awake(
         assert time.monotonic() < deadline, "it never paused once the traffic stopped"
         await asyncio.sleep(0.1)
         info = await served.client.get(f"/v1/sandboxes/{sandbox_id}", headers=served.auth())
+
+
+class _ContentLengthFirst:
+    """A sandbox's server that frames requests by Content-Length only (as hand-rolled
+    servers do) and answers each with the number of its connection: what Ringfence sends
+    it, and which upstream connection answered whom, are both visible."""
+
+    def __init__(self) -> None:
+        self.heads: list[bytes] = []
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> int:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        number = self.connections
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head)
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                body = b"%d" % number
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+        writer.close()
+
+
+async def test_a_request_with_both_framings_reaches_the_sandbox_with_one(served: Served) -> None:
+    """Review 2a #1a: Content-Length with Transfer-Encoding went on with both, and a
+    server reading Content-Length first took the chunk data for a next request."""
+    sandbox_id = await served.sandbox(public_traffic=True)
+    upstream = _ContentLengthFirst()
+    async with upstream as upstream_port:
+        smuggled = b"GET /poison HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n"
+        size = b"%x\r\n" % len(smuggled)
+        attack = (
+            (
+                f"POST /v1/sandboxes/{sandbox_id}/ports/{upstream_port}/a HTTP/1.1\r\nHost: x\r\n"
+                f"Content-Length: {len(size)}\r\nTransfer-Encoding: chunked\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode()
+            + size
+            + smuggled
+            + b"\r\n0\r\n\r\n"
+        )
+        host, _, server_port = served.url.removeprefix("http://").partition(":")
+        reader, writer = await asyncio.open_connection(host, int(server_port))
+        writer.write(attack)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10)  # until the server closes
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        (head,) = upstream.heads[:1]
+        names = [line.partition(b":")[0].lower() for line in head.split(b"\r\n")[1:] if line]
+        assert b"transfer-encoding" in names and b"content-length" not in names, head
+
+
+async def test_anonymous_visitors_never_share_a_connection_to_the_sandbox(
+    served: Served,
+) -> None:
+    """Review 2a #1b: every anonymous visitor is the actor "public"; keyed by actor, one
+    visitor's kept-alive upstream connection (desynchronised or not) answered the next."""
+    sandbox_id = await served.sandbox(public_traffic=True)
+    async with _ContentLengthFirst() as upstream_port:
+        path = f"/v1/sandboxes/{sandbox_id}/ports/{upstream_port}/x"
+        async with (
+            httpx.AsyncClient(base_url=served.url) as one,
+            httpx.AsyncClient(base_url=served.url) as other,
+        ):
+            answered = [(await c.get(path)).text for c in (one, other, one, other)]
+        assert answered[0] == answered[2] and answered[1] == answered[3]  # each kept its own
+        assert answered[0] != answered[1], answered  # never the other visitor's

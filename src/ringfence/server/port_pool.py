@@ -3,9 +3,12 @@
 Opening a tunnel (a unix connection to the daemon, its loopback connect, the upgrade)
 costs about half a millisecond; a page load is dozens of requests. So a tunnel whose last
 answer left its HTTP connection reusable waits here for the next request of the same
-caller to the same port, as a reverse proxy keeps upstream connections. Keyed by
-(sandbox, port, actor): one caller's requests never share a connection with another's
-(a server that ties state to its connection never mixes them). Idle ones still count
+request on the same client connection to the same port, as a reverse proxy keeps
+upstream connections. Keyed by (sandbox, port, actor, client connection): a tunnel is only
+ever reused by the next request on the client's own connection, never by another client's
+(every anonymous visitor of a public sandbox is the actor "public", every holder of one
+traffic token one actor; sharing by actor let one visitor's desynchronised connection
+answer the next visitor, review 2a #1). Idle ones still count
 against the sandbox's bound (``service.ports``), and are closed first when it is reached.
 """
 
@@ -23,7 +26,7 @@ _IDLE_SECONDS = 15.0
 _PER_KEY = 4
 _MOST = 1024
 
-Key = tuple[str, int, str]  # sandbox id, port, actor
+Key = tuple[str, int, str, str]  # sandbox id, port, actor, client connection (address:port)
 
 
 class IdleTunnels:

@@ -71,11 +71,7 @@ async def relay_http(
         Broken: nothing usable came back (before anything was sent to the client).
     """
     sandbox = connection or h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
-    sent = _strip(headers)
-    framing = [(n, v) for n, v in headers if n.lower() in (b"content-length", b"transfer-encoding")]
-    has_body = bool(framing)
-    if any(n.lower() == b"transfer-encoding" for n, _ in framing):
-        sent.append((b"transfer-encoding", b"chunked"))
+    sent, has_body = _framed(headers)
     writer = tunnel.writer
     try:
         writer.write(sandbox.send(h11.Request(method=scope["method"], target=target, headers=sent)))
@@ -111,6 +107,20 @@ async def relay_http(
         pump.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await pump
+
+
+def _framed(headers: Headers) -> tuple[Headers, bool]:
+    """The request's headers as they go to the sandbox, with exactly one framing header,
+    and whether it has a body. A chunked request (the client's ASGI server decoded the
+    chunks) goes on chunked, its Content-Length dropped (RFC 9112 6.3: with both, chunked
+    wins and an intermediary must remove Content-Length; passing both lets a server that
+    reads Content-Length first take part of the body for a next request)."""
+    sent = _strip(headers)
+    chunked = any(n.lower() == b"transfer-encoding" for n, _ in headers)
+    if chunked:
+        sent = [(n, v) for n, v in sent if n != b"content-length"]
+        sent.append((b"transfer-encoding", b"chunked"))
+    return sent, chunked or any(n == b"content-length" for n, _ in sent)
 
 
 def _reusable(sandbox: h11.Connection, tunnel: Tunnel) -> h11.Connection | None:

@@ -142,13 +142,16 @@ class PortLayer:
         self, scope: Scope, receive: Receive, send: Send, target: _Target, admitted: Admitted,
         actor: str,
     ) -> None:  # fmt: skip
-        """On a kept-alive tunnel of the same caller when one is idle (``port_pool``); one
-        the sandbox's server closed meanwhile is retried once on a new tunnel, for a
-        request without a body (nothing of it was sent to the client yet)."""
-        key = (target.sandbox_id, target.port, actor)
+        """On a kept-alive tunnel of the same client connection when one is idle
+        (``port_pool``); one the sandbox's server closed meanwhile is retried once on a new
+        tunnel, for a request without a body (nothing of it was sent to the client yet).
+        Without the client's address (an ASGI server that gives none) nothing is reused."""
+        client = scope.get("client")
+        downstream = f"{client[0]}:{client[1]}" if client else None
+        key = None if downstream is None else (target.sandbox_id, target.port, actor, downstream)
         headers = _passed_on(scope, target)
         bodiless = not any(n in (b"content-length", b"transfer-encoding") for n, _ in headers)
-        idle = self._idle.take(key)
+        idle = self._idle.take(key) if key is not None else None
         while True:
             if idle is not None:
                 tunnel, connection = idle
@@ -173,7 +176,7 @@ class PortLayer:
             except BaseException:
                 tunnel.discard()
                 raise
-            if kept is not None:
+            if kept is not None and key is not None:
                 self._idle.put(key, tunnel, kept)
             else:
                 await tunnel.aclose()
