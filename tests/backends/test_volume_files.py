@@ -7,6 +7,7 @@ import io
 import os
 import stat
 import tarfile
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,26 @@ def test_the_archive_holds_files_dirs_and_links_and_nothing_else(root: Path) -> 
     for bad in ("t/a.txt", "t/pw", "missing"):
         with pytest.raises(RingfenceError):
             next(vf.archive(root, bad))
+
+
+def test_a_huge_directory_is_refused_holding_only_the_listings_bound(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack (review 2b, I3): a directory of as many long names as the volume has
+    inodes. Its listing is refused at the bound, and only about the bound's names were
+    ever held (they were all read and sorted first: 46 MiB for 100,000 names)."""
+    monkeypatch.setattr(vf, "_MAX_ENTRIES", 20)
+    huge = root / "huge"
+    huge.mkdir()
+    for n in range(4000):
+        (huge / f"{n:06d}{'x' * 240}").touch()
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidRequest, match="more than 20 entries"):
+            vf.entries(root, "huge")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 300_000, peak  # the 4000 names alone are ~1.2 MB
+    listed = vf.entries(root, "/")  # a small listing is whole and sorted
+    assert [entry.path for entry in listed] == ["/huge"]
