@@ -146,6 +146,14 @@ class Config(BaseSettings):
         "live files may use what no checkpoint holds, and a checkpoint that does not fit "
         "is refused (507).",
     )
+    archive_max_bytes: _Bytes | None = Field(
+        None,
+        description="The most bytes one archive of a sandbox's directory streams (GET "
+        "/v1/sandboxes/{id}/files/archive, accepts '8G'); past it the stream ends without "
+        "tar's end marker, which download_dir refuses. Sparse and hard-linked files make an "
+        "archive far larger than a disk. Unset: 4 times the sandbox's disk limit plus 4 GiB "
+        "(its template's files are not on its disk).",
+    )
     max_checkpoints: int = Field(
         32, ge=1, description="Checkpoints one sandbox may hold at once (past it: 507)."
     )

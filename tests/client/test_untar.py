@@ -241,6 +241,17 @@ def test_a_cut_short_archive_is_refused(tmp_path: Path) -> None:
         extract_archive(tmp_path / "cut.tar", tmp_path / "out")
 
 
+def test_an_archive_cut_at_an_entry_boundary_is_refused(tmp_path: Path) -> None:
+    """tarfile reads such an archive as whole; without the end marker it is not."""
+    whole = _crafted(tmp_path / "whole.tar", _entry("a"), _entry("b")).read_bytes()
+    (tmp_path / "cut.tar").write_bytes(whole[: 2 * tarfile.BLOCKSIZE])  # a's header and data
+    with tarfile.open(tmp_path / "cut.tar") as tar:
+        assert tar.getnames() == ["a"]
+    (tmp_path / "out").mkdir()
+    with pytest.raises(SandboxError, match="cut short"):
+        extract_archive(tmp_path / "cut.tar", tmp_path / "out")
+
+
 def test_an_honest_tree_round_trips_with_links_out_left_out(tmp_path: Path) -> None:
     source = tmp_path / "src"
     (source / "pkg" / "deep").mkdir(parents=True)

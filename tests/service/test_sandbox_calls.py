@@ -4,14 +4,18 @@ the audit record, the one-user rule, and the answers' headers and refusals."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from ringfence.errors import Forbidden, InvalidRequest, SandboxNotFound
+from ringfence.errors import Forbidden, InvalidRequest, SandboxError, SandboxNotFound
+from ringfence.models import ResourceLimits
+from ringfence.service import sandbox_calls
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.sandbox_calls import SandboxCaller, SandboxCalls
 from tests.sandboxd.conftest import Daemon, wait_for
@@ -42,6 +46,9 @@ class OneSandbox:
         if (tenant, sandbox_id) != (CALLER.tenant, CALLER.sandbox_id):
             raise SandboxNotFound(f"no sandbox with id {sandbox_id!r}")
         return self.daemon_client
+
+    async def get(self, tenant: str, sandbox_id: str) -> SimpleNamespace:
+        return SimpleNamespace(limits=ResourceLimits(disk=1 << 20))
 
     def record(
         self,
@@ -233,3 +240,51 @@ async def test_a_download_is_inert_and_a_refusal_is_the_native_error(
     missing = await calls.read_file(CALLER, "missing.txt", {})
     status, code, message = await missing.refusal()
     assert (status, code) == (404, "not_found") and message
+
+
+async def _archive_of(calls: SandboxCalls, path: str) -> tuple[bytes, bool]:
+    answer = await calls.read_archive(CALLER, path, {})
+    assert answer.status == 200
+    data = b"".join([chunk async for chunk in answer.stream()])
+    return data, answer.cut
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["setting", "from-disk-limit"])
+async def test_an_archive_is_cut_at_its_bound_however_large_its_files_claim_to_be(
+    sandbox: OneSandbox,
+    daemon: Daemon,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    configured: bool,
+) -> None:
+    """A sparse file (or one hard-linked many times) costs the disk nothing and the archive
+    its whole apparent size: the stream stops at the bound, without tar's end marker, and
+    the SDK's extractor refuses what arrived."""
+    from ringfence.client._untar import extract_archive
+
+    tree = daemon.home / f"inflated-{configured}"
+    tree.mkdir()
+    with open(tree / "sparse", "wb") as f:
+        f.truncate(1 << 40)  # 1 TiB apparent, nothing allocated
+    for n in range(3):
+        os.link(tree / "sparse", tree / f"hard-{n}")
+    bound = 3 << 20
+    if configured:
+        calls = SandboxCalls(sandbox, archive_max_bytes=bound)
+    else:  # 4 x the 1 MiB disk limit OneSandbox.get reports, plus the slack
+        monkeypatch.setattr(sandbox_calls, "ARCHIVE_SLACK_BYTES", bound - 4 * (1 << 20))
+        calls = SandboxCalls(sandbox)
+        bound = sandbox_calls.archive_limit(ResourceLimits(disk=1 << 20))
+    data, cut = await _archive_of(calls, tree.name)
+    assert cut and len(data) == bound
+    (tmp_path / "cut.tar").write_bytes(data)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(SandboxError, match=r"sound tar|cut short|more than"):
+        extract_archive(tmp_path / "cut.tar", tmp_path / "out")
+
+
+async def test_an_archive_under_its_bound_is_whole(sandbox: OneSandbox, daemon: Daemon) -> None:
+    (daemon.home / "small").mkdir()
+    (daemon.home / "small" / "f").write_bytes(b"x" * 5000)
+    data, cut = await _archive_of(SandboxCalls(sandbox, archive_max_bytes=1 << 20), "small")
+    assert not cut and data.endswith(bytes(1024))

@@ -92,7 +92,9 @@ def extract_archive(
     root = os.open(target, _DIR_FLAGS)
     try:
         with tarfile.open(archive, "r:") as tar:
-            return _extract(tar, root, max_bytes, max_entries)
+            done = _extract(tar, root, max_bytes, max_entries)
+            _check_end_marker(tar)
+            return done
     except tarfile.TarError as exc:
         raise SandboxError(f"not a sound tar: {exc}") from exc
     finally:
@@ -152,6 +154,20 @@ def _extract(tar: tarfile.TarFile, root: int, max_bytes: int, max_entries: int) 
         finally:
             os.close(directory)
     return done
+
+
+def _check_end_marker(tar: tarfile.TarFile) -> None:
+    """``tarfile`` takes an archive cut at an entry's boundary for a whole one; a sandbox's
+    stream cut short (it ended, or the server cut it at its size bound) ends that way too,
+    so the end marker (a zero block) is required."""
+    assert tar.fileobj is not None
+    tar.fileobj.seek(tar.offset)
+    block = tar.fileobj.read(tarfile.BLOCKSIZE)
+    if len(block) < tarfile.BLOCKSIZE or block.count(0) != tarfile.BLOCKSIZE:
+        raise SandboxError(
+            "the archive was cut short (no tar end marker): the sandbox ended, or the "
+            "archive was larger than the server streams (RINGFENCE_ARCHIVE_MAX_BYTES)"
+        )
 
 
 def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:

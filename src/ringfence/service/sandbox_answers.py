@@ -12,11 +12,14 @@ errors, never a status or code of the server's.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import NamedTuple
 
 from ringfence.errors import InvalidRequest, NotFound, SandboxError, SandboxNotRunning
 from ringfence.service.daemon_client import FORWARDED_RESPONSE_HEADERS, DaemonResponse
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "ORIGIN_HEADER",
@@ -91,6 +94,13 @@ def answer_headers(
     return headers
 
 
+def _at_most(content_length: str, limit: int) -> bool:
+    try:
+        return int(content_length) <= limit
+    except ValueError:
+        return False
+
+
 class Refusal(NamedTuple):
     """A daemon's refusal as the native API answers it: ``{"error": {code, message}}``
     with ``status`` and ``REFUSAL_HEADERS``."""
@@ -129,11 +139,20 @@ class Answer:
     ``aread``) or read its ``refusal``; ``aclose`` in any case (a read to the end closes it
     too)."""
 
-    def __init__(self, upstream: DaemonResponse, *, download: bool = False) -> None:
-        """``download``: the body is a file's bytes (an attachment)."""
+    def __init__(
+        self, upstream: DaemonResponse, *, download: bool = False, max_bytes: int | None = None
+    ) -> None:
+        """``download``: the body is a file's bytes (an attachment). ``max_bytes``: the
+        most of the body passed on; the rest is never read (the body ends there, as if the
+        sandbox had ended: the daemon is the sandbox's word, and its size too)."""
         self.status = upstream.status_code
-        self.headers = answer_headers(upstream.headers, upstream.content_length, download=download)
+        length = upstream.content_length
+        if max_bytes is not None and length is not None and not _at_most(length, max_bytes):
+            length = None  # sent chunked, so that a cut body is still a sound HTTP answer
+        self.headers = answer_headers(upstream.headers, length, download=download)
         self._upstream = upstream
+        self._max_bytes = max_bytes
+        self.cut = False  # the body was cut at max_bytes
 
     async def stream(self) -> AsyncIterator[bytes]:
         """The body as it comes; cut short (no error) if the sandbox ends mid-answer."""
@@ -150,8 +169,17 @@ class Answer:
             SandboxNotRunning: the sandbox ended before the body did (a door that must tell
                 its client so, as E2B's does, reads this rather than ``stream``).
         """
+        left = self._max_bytes
         try:
             async for chunk in self._upstream.aiter_raw():
+                if left is not None:
+                    if len(chunk) > left:
+                        self.cut = True
+                        if left:
+                            yield chunk[:left]
+                        _log.warning("a sandbox's answer was cut at %d bytes", self._max_bytes)
+                        return
+                    left -= len(chunk)
                 yield chunk
         finally:
             await self._upstream.aclose()

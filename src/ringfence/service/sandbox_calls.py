@@ -25,14 +25,28 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ringfence.errors import Forbidden, InvalidRequest
+from ringfence.models import ResourceLimits, Sandbox
 from ringfence.sandboxd.methods import CLIENT_STREAM, changes, kind_of, user_refusal
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.sandbox_answers import Answer, clip
 
-__all__ = ["FileWriter", "SandboxCaller", "SandboxCalls", "Sandboxes"]
+__all__ = [
+    "ARCHIVE_SLACK_BYTES", "FileWriter", "SandboxCaller", "SandboxCalls", "Sandboxes",
+    "archive_limit",
+]  # fmt: skip
 
 Headers = Mapping[str, str]  # the caller's request headers (only the daemon's own cross)
 Body = AsyncIterable[bytes]  # the caller's request body, as it comes
+
+
+ARCHIVE_SLACK_BYTES = 4 << 30  # a template's own files, which a disk limit does not count
+
+
+def archive_limit(limits: ResourceLimits) -> int:
+    """The most one archive of a sandbox's directory streams when the server sets none: 4
+    times its disk limit (tar headers of many small files) plus ``ARCHIVE_SLACK_BYTES``
+    (its template's files, read-only, are not on its disk)."""
+    return 4 * (limits.disk or 0) + ARCHIVE_SLACK_BYTES
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,10 @@ class Sandboxes(Protocol):
 
     async def daemon(self, tenant: str, sandbox_id: str) -> DaemonClient:
         """Raises ``SandboxNotFound`` (also for another tenant's) or ``SandboxNotRunning``."""
+        ...
+
+    async def get(self, tenant: str, sandbox_id: str) -> Sandbox:
+        """Raises ``SandboxNotFound`` (also for another tenant's)."""
         ...
 
     def record(
@@ -70,8 +88,11 @@ class SandboxCalls:
     header HTTP/1.1 cannot carry); those given a ``user`` raise ``Forbidden`` for any but
     the sandbox's one user."""
 
-    def __init__(self, sandboxes: Sandboxes) -> None:
+    def __init__(self, sandboxes: Sandboxes, *, archive_max_bytes: int | None = None) -> None:
+        """``archive_max_bytes``: the most a directory's archive streams (None: from each
+        sandbox's disk limit, ``archive_limit``)."""
         self._sandboxes = sandboxes
+        self._archive_max_bytes = archive_max_bytes
 
     async def reach(self, caller: SandboxCaller) -> None:
         """Check that the caller's sandbox is there and running: its daemon answers (as
@@ -131,7 +152,10 @@ class SandboxCalls:
         user: str | None = None,
     ) -> Answer:  # fmt: skip
         """Download the directory at ``path`` as a tar stream (``sandboxd.archive``: what
-        it stores and skips), passed on as the daemon produces it, never held whole.
+        it stores and skips), passed on as the daemon produces it, never held whole, and
+        cut (without tar's end marker) past ``archive_max_bytes`` or ``archive_limit`` of
+        the sandbox's disk limit: sparse and hard-linked files inflate an archive far past
+        what the disk holds.
 
         Raises:
             InvalidRequest: no ``path`` (None), checked as for ``read_file``.
@@ -140,8 +164,13 @@ class SandboxCalls:
         if not path:
             raise InvalidRequest("the path query parameter is required")
         params = {"path": path, **_as(user)}
+        cap = self._archive_max_bytes
+        if cap is None:
+            cap = archive_limit(
+                (await self._sandboxes.get(caller.tenant, caller.sandbox_id)).limits
+            )
         upstream = await daemon.send("GET", "/files/archive", params=params, headers=headers)
-        return Answer(upstream, download=upstream.status_code == 200)
+        return Answer(upstream, download=upstream.status_code == 200, max_bytes=cap)
 
     async def file_writer(
         self, caller: SandboxCaller, *, user: str | None = None, clip_paths: bool = True

@@ -138,7 +138,9 @@ class SandboxService(Pausing):
         self._budget = budget
         self._live: dict[str, LiveEntry] = {}
         self._watchers: set[asyncio.Task[None]] = set()
-        self.calls = SandboxCalls(self)  # commands, files and code, passed to the daemons
+        self.calls = SandboxCalls(  # commands, files and code, passed to the daemons
+            self, archive_max_bytes=config.archive_max_bytes
+        )
         self.ports = Ports(self, config.max_port_connections_per_sandbox)  # preview URLs
         self.groups = GroupRelays(self.ports)  # grouped sandboxes reach each other's ports
         self.files = StateFiles(config.data_dir, credentials or CredentialKey.generate())

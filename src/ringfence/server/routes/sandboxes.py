@@ -304,7 +304,9 @@ async def read_file(
             "description": "A tar stream (POSIX pax) of the directory's tree, names relative "
             "to it: directories, regular files, and symbolic links stored as links (never "
             "followed); fifos, sockets and devices are left out. Streamed as it is read; a "
-            "stream cut short (the sandbox ended) lacks the tar end marker.",
+            "stream cut short (the sandbox ended, or it passed the server's bound, "
+            "RINGFENCE_ARCHIVE_MAX_BYTES: 4 times the sandbox's disk limit plus 4 GiB "
+            "unless set) lacks the tar end marker.",
             "content": {"application/x-tar": {}},
         },
     },
