@@ -233,6 +233,16 @@ def test_past_the_bounds_the_archive_is_refused_with_a_clear_error(tmp_path: Pat
     assert extract_archive(crafted, tmp_path / "t3", max_bytes=20).bytes == 20
 
 
+def test_a_huge_extended_header_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """tarfile reads a pax header whole (and a read allocates its claimed size first)."""
+    entry = _entry("f")
+    entry.pax_headers = {"comment": "x" * (2 << 20)}
+    _crafted(tmp_path / "pax.tar", entry)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(SandboxError, match="extended header"):
+        extract_archive(tmp_path / "pax.tar", tmp_path / "out")
+
+
 def test_a_cut_short_archive_is_refused(tmp_path: Path) -> None:
     whole = _crafted(tmp_path / "whole.tar", _entry("f"), content=b"x" * 5000).read_bytes()
     (tmp_path / "cut.tar").write_bytes(whole[:3000])

@@ -46,6 +46,11 @@ _MAX_NAME = 4096  # bytes of a whole name, and of a link's target (Linux's PATH_
 _MAX_COMPONENT = 255
 _MAX_DEPTH = 256
 _MAX_LINK_HOPS = 40
+_MAX_EXTENDED_HEADER = 1 << 20
+_EXTENDED = (
+    tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+)  # fmt: skip
 _COPY_CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -91,7 +96,7 @@ def extract_archive(
     """
     root = os.open(target, _DIR_FLAGS)
     try:
-        with tarfile.open(archive, "r:") as tar:
+        with tarfile.open(archive, "r:", tarinfo=_BoundedTarInfo) as tar:
             done = _extract(tar, root, max_bytes, max_entries)
             _check_end_marker(tar)
             return done
@@ -99,6 +104,18 @@ def extract_archive(
         raise SandboxError(f"not a sound tar: {exc}") from exc
     finally:
         os.close(root)
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A header whose extended headers (pax, GNU long names) are refused past
+    ``_MAX_EXTENDED_HEADER`` bytes before ``tarfile`` reads one whole into memory."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _EXTENDED and self.size > _MAX_EXTENDED_HEADER:
+            raise tarfile.ReadError(
+                f"an extended header of {self.size} bytes (more than {_MAX_EXTENDED_HEADER})"
+            )
+        return super()._proc_member(tarfile_)  # type: ignore[misc, no-any-return]
 
 
 def _extract(tar: tarfile.TarFile, root: int, max_bytes: int, max_entries: int) -> Extracted:
