@@ -338,6 +338,21 @@ class Config(BaseSettings):
         description="Connections to one sandbox's ports open at once, through its preview "
         "URLs and its group (past it: 429 too_many_requests).",
     )
+    max_websocket_message_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="Largest WebSocket message through a preview URL, either way, in bytes "
+        "(UTF-8 for text): a larger one closes the WebSocket with 1009. Each relayed "
+        "WebSocket holds up to about twice this while it reassembles a message.",
+    )
+    max_relayed_websockets: int = Field(
+        256,
+        ge=1,
+        description="WebSockets relayed through preview URLs at once, across the whole "
+        "server (past it: 429 too_many_requests); with max_websocket_message_bytes it bounds "
+        "the memory they hold.",
+    )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
         description="Where the server keeps its database (SQLite) and its first admin key.",

@@ -93,11 +93,17 @@ def port_app(tmp_path: Path) -> Iterator[tuple[int, Path]]:
 
 
 @pytest.fixture
-async def served(port_app: tuple[int, Path]) -> AsyncIterator[Served]:
+def overrides() -> dict[str, object]:
+    """Config settings of one test's server (parametrize ``overrides`` to set some)."""
+    return {}
+
+
+@pytest.fixture
+async def served(port_app: tuple[int, Path], overrides: dict[str, object]) -> AsyncIterator[Served]:
     data_dir = Path(tempfile.mkdtemp(prefix="rf-ports-"))
     config = Config(
         pool_sizes={}, data_dir=data_dir, ports_domain=DOMAIN,
-        max_port_connections_per_sandbox=MAX_CONNECTIONS,
+        max_port_connections_per_sandbox=MAX_CONNECTIONS, **overrides,  # type: ignore[arg-type]
     )  # fmt: skip
     store = MemoryStore()
     services = await build_services(
@@ -640,3 +646,65 @@ async def test_anonymous_visitors_never_share_a_connection_to_the_sandbox(
             answered = [(await c.get(path)).text for c in (one, other, one, other)]
         assert answered[0] == answered[2] and answered[1] == answered[3]  # each kept its own
         assert answered[0] != answered[1], answered  # never the other visitor's
+
+
+async def test_a_websocket_message_is_bounded_in_utf8_bytes_not_characters(
+    served: Served, port: int
+) -> None:
+    """Review 2a #2: text was counted in characters against 16 Mi (an emoji is 4 bytes,
+    and a str of them 4 bytes a character): the sandbox's echo of 300 Ki emoji (1.2 MB of
+    UTF-8, fewer characters than the 1 MiB bound) closes the WebSocket with 1009."""
+    sandbox_id = await served.sandbox()
+    url = served.url.replace("http://", "ws://") + f"/v1/sandboxes/{sandbox_id}/ports/{port}/ws"
+
+    def talk() -> tuple[object, object]:
+        ws = websocket.create_connection(
+            url, timeout=10, header=[f"Authorization: Bearer {served.acme}"]
+        )
+        try:
+            ws.send("small")
+            small = ws.recv()
+            ws.send("\U0001f600" * (300 * 1024))
+            opcode, frame = ws.recv_data(control_frame=True)
+            return small, (opcode, int.from_bytes(frame[:2], "big"))
+        finally:
+            ws.close()
+
+    small, closed = await asyncio.to_thread(talk)
+    assert small == "echo:small"
+    assert closed == (websocket.ABNF.OPCODE_CLOSE, 1009)
+
+
+@pytest.mark.parametrize("overrides", [{"max_relayed_websockets": 1}])
+async def test_relayed_websockets_are_bounded_server_wide(served: Served, port: int) -> None:
+    """Review 2a #2: WebSockets had no bound across the server (each holds up to about
+    twice a message): past ``max_relayed_websockets`` a WebSocket is refused with 429,
+    and a slot comes back when one closes."""
+    sandbox_id = await served.sandbox()
+    other = await served.sandbox()
+    ws_url = served.url.replace("http://", "ws://")
+    auth = [f"Authorization: Bearer {served.acme}"]
+
+    def opened(sandbox: str) -> websocket.WebSocket:
+        url = f"{ws_url}/v1/sandboxes/{sandbox}/ports/{port}/ws"
+        return websocket.create_connection(url, timeout=10, header=auth)
+
+    def refused(sandbox: str) -> int:
+        try:
+            opened(sandbox).close()
+        except websocket.WebSocketBadStatusException as refusal:
+            return int(refusal.status_code)
+        return 101
+
+    held = await asyncio.to_thread(opened, sandbox_id)
+    try:
+        held.send("here")
+        assert await asyncio.to_thread(held.recv) == "echo:here"
+        assert await asyncio.to_thread(refused, other) == 429  # another sandbox: server-wide
+    finally:
+        held.close()
+    deadline = time.monotonic() + 10
+    while (status := await asyncio.to_thread(refused, other)) == 429:
+        assert time.monotonic() < deadline, "the closed WebSocket's slot never came back"
+        await asyncio.sleep(0.05)
+    assert status == 101

@@ -98,6 +98,7 @@ async def _serve(config: Config, host: str, port: int) -> None:
         app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5,
         timeout_keep_alive=_KEEP_ALIVE_SECONDS, http=protocol,
         ws="wsproto",  # preview URLs' WebSockets (server/connections.py: out of its counts)
+        ws_max_size=config.max_websocket_message_bytes,  # what the client sends, reassembled
     )  # fmt: skip
 
     async def on_exit() -> None:

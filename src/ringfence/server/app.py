@@ -103,6 +103,8 @@ def create_app(services: Services) -> FastAPI:
     app.add_middleware(
         port_routes.PortLayer, ports=sandboxes.ports, keys=keys, grants=grants,
         domain=services.config.ports_domain,
+        max_websocket_message=services.config.max_websocket_message_bytes,
+        max_websockets=services.config.max_relayed_websockets,
     )  # fmt: skip
     app.include_router(meta.router)
     app.include_router(execution_routes.router)

@@ -38,7 +38,7 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 _MAX_HEAD = 64 * 1024
 _CHUNK = 64 * 1024
-_MAX_MESSAGE = 16 * 1024 * 1024  # a WebSocket message from the sandbox, reassembled
+_MAX_MESSAGE = 1024 * 1024  # a WebSocket message from the sandbox, reassembled (UTF-8 bytes)
 _HEAD_SECONDS = 60.0  # from the request's end to its answer's head, as the daemon's calls
 
 
@@ -204,10 +204,13 @@ async def relay_websocket(
     host: str,
     target: str,
     headers: Headers,
+    max_message: int = _MAX_MESSAGE,
 ) -> None:
     """Open the sandbox server's WebSocket at ``target`` and relay messages both ways
     until either side closes. A refusal by the sandbox's server is passed back as its
-    status (the ASGI server's 403 when it cannot send a response).
+    status (the ASGI server's 403 when it cannot send a response). A message from the
+    sandbox larger than ``max_message`` bytes (UTF-8 for text) closes the WebSocket with
+    1009; one is held at most once whole plus its fragments (about twice that).
 
     Raises:
         Broken: the sandbox's server broke the handshake.
@@ -225,7 +228,7 @@ async def relay_websocket(
         await _refuse(scope, send, accepted.status_code)
         return
     await send({"type": "websocket.accept", "subprotocol": accepted.subprotocol})
-    upstream = asyncio.create_task(_from_sandbox(connection, tunnel, send))
+    upstream = asyncio.create_task(_from_sandbox(connection, tunnel, send, max_message))
     try:
         await _to_sandbox(connection, tunnel, receive, upstream)
     finally:
@@ -293,10 +296,13 @@ async def _to_sandbox(
             return
 
 
-async def _from_sandbox(connection: WSConnection, tunnel: Tunnel, send: Send) -> None:
-    text: list[str] = []
-    binary: list[bytes] = []
-    size = 0
+async def _from_sandbox(
+    connection: WSConnection, tunnel: Tunnel, send: Send, max_message: int
+) -> None:
+    """The sandbox's messages to the client, each reassembled as UTF-8 bytes (text counted
+    as what it weighs on the wire, not in characters: an emoji is one character of four
+    bytes, and as a str four bytes a character too) and decoded once whole."""
+    message = bytearray()
     try:
         while True:
             data = await tunnel.reader.read(_CHUNK)
@@ -307,20 +313,20 @@ async def _from_sandbox(connection: WSConnection, tunnel: Tunnel, send: Send) ->
             connection.receive_data(data)
             for event in connection.events():
                 if isinstance(event, ws.TextMessage | ws.BytesMessage):
-                    size += len(event.data)
-                    if size > _MAX_MESSAGE:
+                    part = event.data.encode() if isinstance(event.data, str) else event.data
+                    if len(message) + len(part) > max_message:
                         await send({"type": "websocket.close", "code": 1009})
                         return
-                    if isinstance(event, ws.TextMessage):
-                        text.append(event.data)
-                    else:
-                        binary.append(bytes(event.data))
+                    message += part
+                    del part
                     if event.message_finished:
+                        whole = bytes(message)
+                        message = bytearray()
                         if isinstance(event, ws.TextMessage):
-                            await send({"type": "websocket.send", "text": "".join(text)})
+                            await send({"type": "websocket.send", "text": whole.decode()})
                         else:
-                            await send({"type": "websocket.send", "bytes": b"".join(binary)})
-                        text, binary, size = [], [], 0
+                            await send({"type": "websocket.send", "bytes": whole})
+                        del whole
                 elif isinstance(event, ws.Ping):
                     tunnel.writer.write(connection.send(event.response()))
                 elif isinstance(event, ws.CloseConnection):

@@ -30,7 +30,13 @@ from urllib.parse import quote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ringfence.errors import HTTP_STATUS, InvalidRequest, RingfenceError, Unauthenticated
+from ringfence.errors import (
+    HTTP_STATUS,
+    InvalidRequest,
+    RingfenceError,
+    TooManyRequests,
+    Unauthenticated,
+)
 from ringfence.server.connections import authenticated
 from ringfence.server.console.sessions import COOKIE, LOGIN_COOKIE
 from ringfence.server.e2b.tokens import Grants, Purpose
@@ -88,9 +94,16 @@ class PortLayer:
     """ASGI middleware: preview-URL requests to their sandbox, the rest to ``app``."""
 
     def __init__(
-        self, app: ASGIApp, *, ports: Ports, keys: Keys, grants: Grants, domain: str | None
-    ) -> None:
+        self, app: ASGIApp, *, ports: Ports, keys: Keys, grants: Grants, domain: str | None,
+        max_websocket_message: int = 1024 * 1024, max_websockets: int = 256,
+    ) -> None:  # fmt: skip
+        """``max_websockets`` WebSockets are relayed at once, server-wide, each message
+        (either way) at most ``max_websocket_message`` bytes: together they bound the
+        memory relayed WebSockets hold (review 2a #2)."""
         self.app = app
+        self._max_message = max_websocket_message
+        self._max_websockets = max_websockets
+        self._websockets = 0  # relayed now (their tunnels count in their sandbox's bound)
         self._ports = ports
         self._keys = keys
         self._grants = grants
@@ -127,16 +140,30 @@ class PortLayer:
     async def _websocket(
         self, scope: Scope, receive: Receive, send: Send, target: _Target, admitted: Admitted
     ) -> None:
-        tunnel = await self._ports.connect(admitted)
+        if self._websockets >= self._max_websockets:
+            raise TooManyRequests(
+                f"the server relays {self._max_websockets} WebSockets at once; retry later"
+            )
+        self._websockets += 1
         try:
-            await relay_websocket(
-                scope, receive, send, tunnel, host=_host(scope) or "sandbox",
-                target=target.path.decode("latin-1"), headers=_passed_on(scope, target),
-            )  # fmt: skip
-        except Broken as broken:
-            await _refuse(scope, send, _bad_gateway(target, str(broken)))
+            tunnel = await self._ports.connect(admitted)
+            try:
+                await relay_websocket(
+                    scope, receive, send, tunnel, host=_host(scope) or "sandbox",
+                    target=target.path.decode("latin-1"), headers=_passed_on(scope, target),
+                    max_message=self._max_message,
+                )  # fmt: skip
+            except Broken as broken:
+                await _refuse(scope, send, _bad_gateway(target, str(broken)))
+            finally:
+                await tunnel.aclose()
         finally:
-            await tunnel.aclose()
+            self._websockets -= 1
+
+    @property
+    def websockets(self) -> int:
+        """WebSockets relayed now, server-wide."""
+        return self._websockets
 
     async def _http(
         self, scope: Scope, receive: Receive, send: Send, target: _Target, admitted: Admitted,
