@@ -127,33 +127,34 @@ def _extract(tar: tarfile.TarFile, root: int, max_bytes: int, max_entries: int) 
             raise SandboxError(f"the archive has more than {max_entries} entries")
         name = _name_of(member)
         if name in seen:
-            raise SandboxError(f"the archive names {member.name!r} twice")
+            raise SandboxError(f"the archive names {_shown(member.name)} twice")
         seen.add(name)
         _refuse_under_link(model, name, member)
         if member.type == tarfile.DIRTYPE:
             if name in model.files:
-                raise SandboxError(f"{member.name!r} is both a file and a directory")
+                raise SandboxError(f"{_shown(member.name)} is both a file and a directory")
             os.close(_directory(root, model, name))
             model.dirs[name] = _masked(member.mode) | 0o700
             done.directories += 1
         elif member.type in _REGULAR:
             if member.size < 0:
-                raise SandboxError(f"the archive's file {member.name!r} has a negative size")
+                raise SandboxError(f"the archive's file {_shown(member.name)} has a negative size")
             done.bytes += member.size
             if done.bytes > max_bytes:
                 raise SandboxError(
-                    f"the archive's files hold more than {max_bytes} bytes (at {member.name!r})"
+                    f"the archive's files hold more than {max_bytes} bytes "
+                    f"(at {_shown(member.name)})"
                 )
             _file(tar, member, root, model, name)
             done.files += 1
         elif member.type == tarfile.SYMTYPE:
             _check_link_target(member)
             if name in model.dirs or name in model.files:
-                raise SandboxError(f"{member.name!r} is both a link and something else")
+                raise SandboxError(f"{_shown(member.name)} is both a link and something else")
             model.links[name] = member.linkname
         else:
             kind = "a hard link" if member.type == tarfile.LNKTYPE else "a special file"
-            raise SandboxError(f"the archive holds {kind}: {member.name!r} (refused)")
+            raise SandboxError(f"the archive holds {kind}: {_shown(member.name)} (refused)")
     for name, link_target in model.links.items():
         if _resolves_inside(model, name, link_target):
             parent = _directory(root, model, name[:-1])
@@ -196,39 +197,44 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
 def _name_of(member: tarfile.TarInfo) -> Name:
     raw = member.name
     if "\0" in raw:
-        raise SandboxError(f"the archive has a name with a NUL byte: {raw!r}")
+        raise SandboxError(f"the archive has a name with a NUL byte: {_shown(raw)}")
     if len(os.fsencode(raw)) > _MAX_NAME:
         raise SandboxError(f"the archive has a name longer than {_MAX_NAME} bytes")
     if raw.startswith("/"):
-        raise SandboxError(f"the archive has an absolute name: {raw!r}")
+        raise SandboxError(f"the archive has an absolute name: {_shown(raw)}")
     parts = tuple(part for part in raw.split("/") if part not in ("", "."))
     if ".." in parts:
-        raise SandboxError(f"the archive has a name that climbs with '..': {raw!r}")
+        raise SandboxError(f"the archive has a name that climbs with '..': {_shown(raw)}")
     if not parts:
-        raise SandboxError(f"the archive has an entry for the directory itself: {raw!r}")
+        raise SandboxError(f"the archive has an entry for the directory itself: {_shown(raw)}")
     if len(parts) > _MAX_DEPTH:
-        raise SandboxError(f"the archive goes deeper than {_MAX_DEPTH} levels: {raw[:80]!r}...")
+        raise SandboxError(f"the archive goes deeper than {_MAX_DEPTH} levels: {_shown(raw)}")
     if any(len(os.fsencode(part)) > _MAX_COMPONENT for part in parts):
         raise SandboxError(f"the archive has a name component longer than {_MAX_COMPONENT}")
     return parts
+
+
+def _shown(name: str) -> str:
+    """A name for a message: quoted, and clipped (a crafted one may be kilobytes long)."""
+    return repr(name) if len(name) <= 120 else f"{name[:117]!r}..."
 
 
 def _refuse_under_link(model: _Model, name: Name, member: tarfile.TarInfo) -> None:
     for depth in range(1, len(name)):
         if name[:depth] in model.links:
             raise SandboxError(
-                f"the archive puts {member.name!r} under the symbolic link "
-                f"{'/'.join(name[:depth])!r} (refused: nothing is written through a link)"
+                f"the archive puts {_shown(member.name)} under the symbolic link "
+                f"{_shown('/'.join(name[:depth]))} (refused: nothing is written through a link)"
             )
         if name[:depth] in model.files:
-            raise SandboxError(f"the archive puts {member.name!r} under a file")
+            raise SandboxError(f"the archive puts {_shown(member.name)} under a file")
 
 
 def _check_link_target(member: tarfile.TarInfo) -> None:
     if "\0" in member.linkname or not member.linkname:
-        raise SandboxError(f"the symbolic link {member.name!r} has an empty or NUL target")
+        raise SandboxError(f"the symbolic link {_shown(member.name)} has an empty or NUL target")
     if len(os.fsencode(member.linkname)) > _MAX_NAME:
-        raise SandboxError(f"the symbolic link {member.name!r} has a target too long")
+        raise SandboxError(f"the symbolic link {_shown(member.name)} has a target too long")
 
 
 def _masked(mode: int) -> int:
@@ -259,10 +265,10 @@ def _file(
     tar: tarfile.TarFile, member: tarfile.TarInfo, root: int, model: _Model, name: Name
 ) -> None:
     if name in model.dirs:
-        raise SandboxError(f"{member.name!r} is both a directory and a file")
+        raise SandboxError(f"{_shown(member.name)} is both a directory and a file")
     source = tar.extractfile(member)
     if source is None:
-        raise SandboxError(f"the archive's file {member.name!r} has no content")
+        raise SandboxError(f"the archive's file {_shown(member.name)} has no content")
     parent = _directory(root, model, name[:-1])
     try:
         fd = os.open(name[-1], _FILE_FLAGS, 0o600, dir_fd=parent)
