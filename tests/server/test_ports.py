@@ -569,7 +569,8 @@ class _ContentLengthFirst:
     servers do) and answers each with the number of its connection: what Ringfence sends
     it, and which upstream connection answered whom, are both visible."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: bytes | None = None) -> None:
+        self.answer = answer  # this whole answer to every request, if given
         self.heads: list[bytes] = []
         self.connections = 0
         self._server: asyncio.Server | None = None
@@ -596,7 +597,8 @@ class _ContentLengthFirst:
                         length = int(value)
                 await reader.readexactly(length)
                 body = b"%d" % number
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                writer.write(self.answer or answer)
                 await writer.drain()
         writer.close()
 
@@ -708,3 +710,65 @@ async def test_relayed_websockets_are_bounded_server_wide(served: Served, port: 
         assert time.monotonic() < deadline, "the closed WebSocket's slot never came back"
         await asyncio.sleep(0.05)
     assert status == 101
+
+
+async def test_an_answer_with_both_framings_is_relayed_chunked(served: Served) -> None:
+    """Review 2a #6: the sandbox's Content-Length was kept beside the chunked body h11
+    read, and the ASGI server failed the answer (a traceback per request)."""
+    sandbox_id = await served.sandbox()
+    upstream = _ContentLengthFirst(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n"
+    )
+    async with upstream as upstream_port:
+        path = f"/v1/sandboxes/{sandbox_id}/ports/{upstream_port}/x"
+        response = await served.client.get(path, headers=served.auth())
+    assert (response.status_code, response.text) == (200, "hello")
+    assert response.headers.get("content-length") in (None, "5")
+
+
+async def test_the_path_route_drops_answer_headers_that_act_on_the_whole_origin(
+    served: Served,
+) -> None:
+    """Review 2a #5: on the path route (Ringfence's origin) the sandbox could wipe the
+    console's storage, pin HSTS, or redirect to another site; the host form is the app's
+    own origin and keeps them."""
+    sandbox_id = await served.sandbox()
+    upstream = _ContentLengthFirst(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+        b'Clear-Site-Data: "cookies", "storage"\r\nLocation: https://evil.example/\r\n'
+        b"Strict-Transport-Security: max-age=63072000; includeSubDomains; preload\r\n"
+        b"Refresh: 0; url=https://evil.example/\r\nService-Worker-Allowed: /\r\n"
+        b"X-App: kept\r\n\r\nok"
+    )
+    origin_wide = {"clear-site-data", "location", "strict-transport-security", "refresh",
+                   "service-worker-allowed"}  # fmt: skip
+    async with upstream as upstream_port:
+        by_path = await served.client.get(
+            f"/v1/sandboxes/{sandbox_id}/ports/{upstream_port}/x", headers=served.auth()
+        )
+        by_host = await served.client.get(
+            "/x", headers={**served.auth(), "Host": f"{upstream_port}-{sandbox_id}.{DOMAIN}"}
+        )
+    assert by_path.headers["x-app"] == "kept"
+    assert not origin_wide & set(by_path.headers), dict(by_path.headers)
+    assert origin_wide <= set(by_host.headers)
+
+
+@pytest.mark.parametrize(
+    ("location", "kept"),
+    [
+        (b"/next", True), (b"page?x=1", True), (b"?q", True), (b"./a:b", True),
+        (b"//evil.example/", False), (b"/\\evil.example", False), (b"\\\\evil.example", False),
+        (b"https://evil.example/", False), (b"javascript:alert(1)", False),
+        (b"/\t/evil.example", False),
+    ],
+)  # fmt: skip
+def test_a_location_on_the_path_route_passes_only_when_it_stays_on_the_origin(
+    location: bytes, kept: bool
+) -> None:
+    from ringfence.server.routes.ports import _path_answer_filter
+
+    assert _path_answer_filter([(b"location", location)]) == (
+        [(b"location", location)] if kept else []
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import h11
 from starlette.types import Receive, Scope, Send
@@ -59,11 +59,11 @@ async def relay_http(
     target: bytes,
     headers: Headers,
     answer_headers: Headers,
-    drop_answer: frozenset[bytes] = frozenset(),
+    answer_filter: Callable[[Headers], Headers] | None = None,
     connection: h11.Connection | None = None,
 ) -> h11.Connection | None:
     """Relay the request (``target``, ``headers`` as they go to the sandbox) and its answer
-    (with ``answer_headers`` added and the headers named in ``drop_answer`` removed), on
+    (with ``answer_headers`` added, its headers passed through ``answer_filter``), on
     ``connection`` (a kept-alive one of ``tunnel``'s) or a new one. Returns the connection,
     ready for a next request, when the sandbox's server keeps it alive; else None.
 
@@ -81,7 +81,12 @@ async def relay_http(
     pump = asyncio.create_task(_pump_body(receive, sandbox, tunnel, has_body, answered))
     try:
         response = await _head(sandbox, tunnel)
-        kept = [(n, v) for n, v in _strip(response.headers) if n not in drop_answer]
+        kept = _strip(response.headers)
+        kept = answer_filter(kept) if answer_filter is not None else kept
+        if any(n == b"transfer-encoding" for n, _ in response.headers):
+            # h11 read it chunked (RFC 9112 6.3); its Content-Length would frame the
+            # client's answer wrong (and make the ASGI server fail it mid-answer)
+            kept = [(n, v) for n, v in kept if n != b"content-length"]
         await send(
             {
                 "type": "http.response.start",

@@ -68,7 +68,36 @@ _PATH_ANSWER: Headers = [
         b"sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads",
     )
 ]
-_PATH_DROPPED_ANSWER = frozenset({b"set-cookie", b"set-cookie2"})
+# What acts on the whole origin (Ringfence's, on the path route), not on the page: never
+# from the sandbox there (review 2a #5). ``Location`` passes only when it stays on the
+# origin (``_same_origin_location``).
+_PATH_DROPPED_ANSWER = frozenset(
+    {
+        b"set-cookie", b"set-cookie2", b"clear-site-data", b"strict-transport-security",
+        b"refresh", b"service-worker-allowed", b"alt-svc", b"origin-agent-cluster", b"link",
+        b"public-key-pins", b"expect-ct", b"nel", b"report-to", b"reporting-endpoints",
+        b"access-control-allow-credentials",
+    }
+)  # fmt: skip
+_SCHEME = re.compile(rb"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _same_origin_location(value: bytes) -> bool:
+    """Whether a ``Location`` is a relative reference that stays on the origin: no scheme,
+    no authority (``//host``, and ``/\\host``, which browsers read the same), once the tabs
+    and newlines browsers remove are removed."""
+    cleaned = value.replace(b"\t", b"").replace(b"\n", b"").replace(b"\r", b"").strip()
+    if cleaned[:2].replace(b"\\", b"/") == b"//" or cleaned.startswith(b"\\"):
+        return False
+    return _SCHEME.match(cleaned.split(b"/", 1)[0].split(b"?", 1)[0]) is None
+
+
+def _path_answer_filter(headers: Headers) -> Headers:
+    """The sandbox's answer headers allowed on the path route (Ringfence's origin)."""
+    return [
+        (n, v) for n, v in headers
+        if n not in _PATH_DROPPED_ANSWER and (n != b"location" or _same_origin_location(v))
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -190,7 +219,7 @@ class PortLayer:
                 kept = await relay_http(
                     scope, receive, send, tunnel, target=target.path, headers=headers,
                     answer_headers=_PATH_ANSWER if target.via == "path" else [],
-                    drop_answer=_PATH_DROPPED_ANSWER if target.via == "path" else frozenset(),
+                    answer_filter=_path_answer_filter if target.via == "path" else None,
                     connection=connection,
                 )  # fmt: skip
             except Broken as broken:
