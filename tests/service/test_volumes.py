@@ -17,7 +17,13 @@ import pytest
 from starlette.requests import ClientDisconnect
 
 from ringfence.config import Config
-from ringfence.errors import InvalidRequest, StateUnsupported, VolumeFull
+from ringfence.errors import (
+    InvalidRequest,
+    SandboxError,
+    StateUnsupported,
+    VolumeFull,
+    VolumeNotFound,
+)
 from ringfence.models import VolumeMount, VolumeSpec
 from ringfence.service.volumes import VolumeService
 from ringfence.store import MemoryStore
@@ -63,6 +69,8 @@ class _DirectoryDisks:
         (self.root / volume_id).mkdir()
 
     def mount(self, volume_id: str) -> Path:
+        if not (self.root / volume_id).is_dir():  # as VolumeDisks says it
+            raise SandboxError(f"volume {volume_id} has no filesystem on this server")
         return self.root / volume_id
 
     def usage(self, volume_id: str) -> int:
@@ -158,3 +166,29 @@ async def test_a_tenants_quotas_add_up_to_its_budget_at_most(tmp_path: Path) -> 
         await service.create("acme", VolumeSpec(name="two", quota_bytes=2 << 30))
     await service.create("acme", VolumeSpec(name="two", quota_bytes=1 << 30))  # fits exactly
     await service.create("zenith", VolumeSpec(name="one", quota_bytes=2 << 30))  # its own
+
+
+async def test_a_volume_deleted_under_a_file_call_is_volume_not_found(
+    on_disk: VolumeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 2b, M6: a file call found the volume, a delete removed it before the call
+    mounted it: the call was a 500 ("has no filesystem on this server")."""
+    find = on_disk._find
+
+    async def found_then_deleted(tenant: str, ref: str) -> Any:
+        volume = await find(tenant, ref)
+        monkeypatch.setattr(on_disk, "_find", find)
+        await on_disk.delete(tenant, ref)
+        return volume
+
+    for call in (
+        lambda: on_disk.stat("acme", "data", "/"),
+        lambda: on_disk.list_dir("acme", "data", "/"),
+        lambda: on_disk.write("acme", "data", "f", _body(b"x")),
+        lambda: on_disk.read("acme", "data", "f"),
+        lambda: on_disk.remove("acme", "data", "f"),
+    ):
+        await on_disk.create("acme", VolumeSpec(name="data"))
+        monkeypatch.setattr(on_disk, "_find", found_then_deleted)
+        with pytest.raises(VolumeNotFound, match="deleted meanwhile"):
+            await call()

@@ -34,6 +34,7 @@ from ringfence.backends.local.disks import VolumeDisks
 from ringfence.config import Config
 from ringfence.errors import (
     InvalidRequest,
+    RingfenceError,
     SandboxError,
     StateUnsupported,
     TooManyRequests,
@@ -254,31 +255,31 @@ class VolumeService:
     async def stat(self, tenant: str, ref: str, path: str) -> VolumeEntry:
         """The entry at ``path``. Raises ``VolumeNotFound``, ``NotFound``,
         ``InvalidRequest``."""
-        root = await self._root(tenant, ref)
-        return await asyncio.to_thread(volume_files.entry, root, path)
+        async with self._files(tenant, ref) as root:
+            return await asyncio.to_thread(volume_files.entry, root, path)
 
     async def list_dir(self, tenant: str, ref: str, path: str, depth: int = 1) -> list[VolumeEntry]:
         """What the directory at ``path`` holds, ``depth`` levels down. Raises
         ``VolumeNotFound``, ``NotFound``, ``InvalidRequest``."""
-        root = await self._root(tenant, ref)
-        return await asyncio.to_thread(volume_files.entries, root, path, depth)
+        async with self._files(tenant, ref) as root:
+            return await asyncio.to_thread(volume_files.entries, root, path, depth)
 
     async def read(self, tenant: str, ref: str, path: str) -> AsyncIterator[bytes]:
         """The bytes of the file at ``path``, as they are read (the file is opened before
         this returns, so a missing one raises here). Raises ``VolumeNotFound``,
         ``NotFound``, ``InvalidRequest``."""
-        root = await self._root(tenant, ref)
-        fd = await asyncio.to_thread(volume_files.open_for_reading, root, path)
-        return _read_off_the_loop(volume_files.read_chunks(fd))
+        async with self._files(tenant, ref) as root:
+            fd = await asyncio.to_thread(volume_files.open_for_reading, root, path)
+            return _read_off_the_loop(volume_files.read_chunks(fd))
 
     async def archive(self, tenant: str, ref: str, path: str) -> AsyncIterator[bytes]:
         """The directory at ``path`` as a tar stream (``volume_files.archive``), checked
         before this returns (a missing one raises here). Raises ``VolumeNotFound``,
         ``NotFound``, ``InvalidRequest``."""
-        root = await self._root(tenant, ref)
-        chunks = volume_files.archive(root, path)
-        first = await asyncio.to_thread(next, chunks)  # opens it: refusals raise now
-        return _read_off_the_loop(_chained(first, chunks))
+        async with self._files(tenant, ref) as root:
+            chunks = volume_files.archive(root, path)
+            first = await asyncio.to_thread(next, chunks)  # opens it: refusals raise now
+            return _read_off_the_loop(_chained(first, chunks))
 
     async def write(
         self,
@@ -306,17 +307,17 @@ class VolumeService:
                 ``volume_files.begin_write``.
             VolumeNotFound, NotFound: as ``volume_files.begin_write``.
         """
-        root = await self._root(tenant, ref)
-        upload = await asyncio.to_thread(
-            volume_files.begin_write, root, path, uid=uid, gid=gid, mode=mode, parents=parents
-        )
-        try:  # the body is read here, on the loop: a thread only ever writes a chunk it has
-            while (chunk := await self._next_chunk(body)) is not None:
-                await asyncio.to_thread(upload.write, chunk)
-            return await asyncio.to_thread(upload.commit)
-        except BaseException:  # a full volume, a stalled or vanished client, a cancel
-            await asyncio.shield(asyncio.to_thread(upload.abort))
-            raise
+        async with self._files(tenant, ref) as root:
+            upload = await asyncio.to_thread(
+                volume_files.begin_write, root, path, uid=uid, gid=gid, mode=mode, parents=parents
+            )
+            try:  # the body is read here, on the loop: a thread only ever writes a chunk it has
+                while (chunk := await self._next_chunk(body)) is not None:
+                    await asyncio.to_thread(upload.write, chunk)
+                return await asyncio.to_thread(upload.commit)
+            except BaseException:  # a full volume, a stalled or vanished client, a cancel
+                await asyncio.shield(asyncio.to_thread(upload.abort))
+                raise
 
     async def _next_chunk(self, body: AsyncIterator[bytes]) -> bytes | None:
         """The next chunk of an upload's body, or None at its end.
@@ -340,10 +341,10 @@ class VolumeService:
     ) -> VolumeEntry:  # fmt: skip
         """Make a directory. Raises ``Conflict`` (it exists), ``VolumeNotFound``,
         ``NotFound``, ``InvalidRequest``, ``VolumeFull``."""
-        root = await self._root(tenant, ref)
-        return await asyncio.to_thread(
-            volume_files.make_dir, root, path, uid=uid, gid=gid, mode=mode, parents=parents
-        )
+        async with self._files(tenant, ref) as root:
+            return await asyncio.to_thread(
+                volume_files.make_dir, root, path, uid=uid, gid=gid, mode=mode, parents=parents
+            )
 
     async def update(
         self, tenant: str, ref: str, path: str, *, uid: int | None = None,
@@ -351,22 +352,40 @@ class VolumeService:
     ) -> VolumeEntry:  # fmt: skip
         """Change an entry's owner or mode. Raises ``VolumeNotFound``, ``NotFound``,
         ``InvalidRequest``."""
-        root = await self._root(tenant, ref)
-        return await asyncio.to_thread(volume_files.update, root, path, uid=uid, gid=gid, mode=mode)
+        async with self._files(tenant, ref) as root:
+            return await asyncio.to_thread(
+                volume_files.update, root, path, uid=uid, gid=gid, mode=mode
+            )
 
     async def remove(self, tenant: str, ref: str, path: str) -> None:
         """Remove a file, symlink or directory (with what it holds). Raises
         ``VolumeNotFound``, ``NotFound``, ``InvalidRequest``."""
-        root = await self._root(tenant, ref)
-        await asyncio.to_thread(volume_files.remove, root, path)
+        async with self._files(tenant, ref) as root:
+            await asyncio.to_thread(volume_files.remove, root, path)
 
-    async def _root(self, tenant: str, ref: str) -> Path:
+    @contextlib.asynccontextmanager
+    async def _files(self, tenant: str, ref: str) -> AsyncIterator[Path]:
+        """The volume's root on the host, for a file call in this block. A volume deleted
+        while the call runs (found, then gone before or while it is used) is
+        ``VolumeNotFound``, as it would be a moment later, never what its vanished mount
+        made of the call (the image missing: a 500).
+
+        Raises:
+            VolumeNotFound: the tenant has no such volume, or it was deleted meanwhile.
+            SandboxError: its disk cannot be mounted.
+        """
         disks = self._on_disk()
         volume = await self._find(tenant, ref)
         try:
-            return await asyncio.to_thread(disks.mount, volume.id)
-        except SandboxError as exc:
-            raise SandboxError(f"volume {volume.name!r}: {exc.message}") from exc
+            try:
+                root = await asyncio.to_thread(disks.mount, volume.id)
+            except SandboxError as exc:
+                raise SandboxError(f"volume {volume.name!r}: {exc.message}") from exc
+            yield root
+        except (RingfenceError, OSError) as exc:
+            if await self._store.get_volume(tenant, id=volume.id) is None:
+                raise VolumeNotFound(f"you have no volume {ref!r} (deleted meanwhile)") from exc
+            raise
 
     async def _find(self, tenant: str, ref: str) -> Volume:
         if _ID.fullmatch(ref):
