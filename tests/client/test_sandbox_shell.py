@@ -158,6 +158,23 @@ def test_a_command_instead_of_the_shell(
     assert b"b /tmp /dev/pts/" in term.seen
 
 
+def test_modes_the_sandbox_turned_on_are_turned_off_in_the_local_terminal(
+    live: LiveServer, sandbox_id: str, terminals: list[Terminal]
+) -> None:
+    """Review 2a #8: mouse reporting, bracketed paste, the alternate screen and a hidden
+    cursor stayed on in the local terminal after the shell ended."""
+    modes = [(b"\x1b[?1000h", b"\x1b[?1000l"), (b"\x1b[?2004h", b"\x1b[?2004l"),
+             (b"\x1b[?1049h", b"\x1b[?1049l"), (b"\x1b[?25l", b"\x1b[?25h")]  # fmt: skip
+    script = "printf '" + "".join(on.decode().replace("\x1b", "\\033") for on, _ in modes)
+    term = _spawn(live, sandbox_id, "--", "/bin/sh", "-c", script + "'; echo modes-on; exit 0")
+    terminals.append(term)
+    term.read_until(b"modes-on")
+    assert term.exit_status() == 0
+    for on, off in modes:
+        assert term.seen.rfind(on) >= 0, bytes(term.seen)
+        assert term.seen.rfind(off) > term.seen.rfind(on), (off, bytes(term.seen))
+
+
 def test_a_paste_larger_than_one_request_arrives_whole(
     live: LiveServer, sandbox_id: str, terminals: list[Terminal]
 ) -> None:

@@ -108,7 +108,7 @@ async def _session(
         )  # fmt: skip
         ended = asyncio.ensure_future(term.wait())
         try:
-            with _raw(stdin), _forwarding(term, stdin, stdout, ended_by) as failed:
+            with _raw(stdin, stdout), _forwarding(term, stdin, stdout, ended_by) as failed:
                 either: set[asyncio.Future[Any]] = {ended, failed}
                 await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
                 if not ended.done():
@@ -190,14 +190,29 @@ def _forwarding(
             task.cancel()
 
 
+# Modes a program in the sandbox may have turned on in the local terminal and not off (it
+# was killed, or the session ended under it): mouse reporting (all its encodings), focus
+# events, bracketed paste, the alternate screen, application cursor keys and keypad, a
+# hidden cursor, attributes. Turned off on every way out, as ssh clients and tmux do.
+TERMINAL_RESET = (
+    b"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l"  # mouse
+    b"\x1b[?1004l\x1b[?2004l"  # focus events, bracketed paste
+    b"\x1b[?1049l\x1b[?1l\x1b>"  # alternate screen, cursor keys, keypad
+    b"\x1b[?25h\x1b[0m"  # the cursor shown, attributes reset
+)
+
+
 @contextlib.contextmanager
-def _raw(fd: int) -> Iterator[None]:
-    """The terminal ``fd`` in raw mode for the block, its settings restored after it."""
+def _raw(fd: int, out: int) -> Iterator[None]:
+    """The terminal ``fd`` in raw mode for the block; after it, however it ends, the modes
+    of ``TERMINAL_RESET`` turned off on ``out`` and ``fd``'s settings restored."""
     saved = termios.tcgetattr(fd)
     tty.setraw(fd, termios.TCSANOW)
     try:
         yield
     finally:
+        with contextlib.suppress(OSError):  # a terminal gone: nothing left to reset
+            _write_all(out, TERMINAL_RESET)
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
