@@ -772,3 +772,23 @@ def test_a_location_on_the_path_route_passes_only_when_it_stays_on_the_origin(
     assert _path_answer_filter([(b"location", location)]) == (
         [(b"location", location)] if kept else []
     )
+
+
+async def test_anonymous_visitors_cannot_lock_the_owner_out_of_its_public_sandbox(
+    served: Served, port: int
+) -> None:
+    """Review 2a #3: the bound per sandbox was whoever held it, so anonymous visitors
+    holding slow answers made the owner's own requests 429. They hold at most 3/4 of it."""
+    sandbox_id = await served.sandbox(public_traffic=True)
+    path = f"/v1/sandboxes/{sandbox_id}/ports/{port}/stream"
+    share = max(1, MAX_CONNECTIONS * 3 // 4)
+    async with contextlib.AsyncExitStack() as held:
+        for _ in range(share):
+            visitor = await held.enter_async_context(httpx.AsyncClient(base_url=served.url))
+            response = await held.enter_async_context(visitor.stream("GET", path))
+            assert response.status_code == 200
+        async with httpx.AsyncClient(base_url=served.url) as one_more:
+            assert _error(await one_more.get(path + "?now")) == (429, "too_many_requests")
+        owner = await served.client.get(path + "?now", headers=served.auth())
+        assert owner.status_code == 200  # its slots were kept
+        served.go.touch()

@@ -135,6 +135,7 @@ class Admitted:
     sandbox_id: str
     port: int
     daemon: DaemonClient
+    anonymous: bool = False  # its tunnels count in the anonymous share too
 
 
 class Ports:
@@ -145,6 +146,11 @@ class Ports:
         self._max = max_per_sandbox
         self._facts: dict[str, _Facts] = {}
         self._open: collections.Counter[str] = collections.Counter()
+        # Anonymous callers hold at most this many of a sandbox's tunnels: the rest are
+        # kept for its key, token and group callers (review 2a #3: visitors of a public
+        # sandbox holding slow answers locked its owner out of its own ports).
+        self._anonymous_share = max(1, max_per_sandbox * 3 // 4)
+        self._open_anonymous: collections.Counter[str] = collections.Counter()
         self._opened: collections.Counter[tuple[str, int, str]] = collections.Counter()
 
     def open_count(self, sandbox_id: str) -> int:
@@ -153,6 +159,14 @@ class Ports:
     @property
     def max_per_sandbox(self) -> int:
         return self._max
+
+    def has_room(self, admitted: Admitted) -> bool:
+        """Whether ``connect`` would open a tunnel for ``admitted`` now (not past the
+        sandbox's bound, nor, for an anonymous caller, past the anonymous share)."""
+        sandbox_id = admitted.sandbox_id
+        if self._open[sandbox_id] >= self._max:
+            return False
+        return not admitted.anonymous or self._open_anonymous[sandbox_id] < self._anonymous_share
 
     async def open(self, caller: PortCaller, sandbox_id: str, port: int, *, via: str) -> Tunnel:
         """``admit``, then ``connect``: a tunnel to ``port`` of the sandbox. Raises what
@@ -182,31 +196,39 @@ class Ports:
         facts = await self._facts_for(caller, sandbox_id)
         daemon = await self._sandboxes.daemon(facts.tenant, sandbox_id)
         self._audit(facts.tenant, caller, sandbox_id, port, via)
-        return Admitted(facts.tenant, sandbox_id, port, daemon)
+        return Admitted(facts.tenant, sandbox_id, port, daemon, anonymous=caller.tenant is None)
 
     async def connect(self, admitted: Admitted) -> Tunnel:
         """A new tunnel for an admitted caller.
 
         Raises:
-            TooManyRequests: the sandbox has its most tunnels open.
+            TooManyRequests: the sandbox has its most tunnels open (or, for an anonymous
+                caller, its anonymous share of them).
             PortNotListening: nothing listens on the port.
             SandboxNotRunning, SandboxError, Forbidden: as ``port_tunnel.open_tunnel``.
         """
-        sandbox_id = admitted.sandbox_id
+        sandbox_id, anonymous = admitted.sandbox_id, admitted.anonymous
         if self._open[sandbox_id] >= self._max:
             raise TooManyRequests(
                 f"sandbox {sandbox_id} has {self._max} connections to its ports open; "
                 "wait for some to end"
             )
+        if anonymous and self._open_anonymous[sandbox_id] >= self._anonymous_share:
+            raise TooManyRequests(
+                f"sandbox {sandbox_id} has {self._anonymous_share} anonymous connections to "
+                "its ports open (the rest are kept for its own callers); wait for some to end"
+            )
         self._open[sandbox_id] += 1
+        self._open_anonymous[sandbox_id] += anonymous
         try:
             pipe = await open_tunnel(admitted.daemon.socket_path, sandbox_id, admitted.port)
         except BaseException:
-            self._closed(sandbox_id)
+            self._closed(sandbox_id, anonymous)
             raise
         return Tunnel(
-            pipe, lambda: self._closed(sandbox_id), lambda: self._sandboxes.touch(sandbox_id)
-        )
+            pipe, lambda: self._closed(sandbox_id, anonymous),
+            lambda: self._sandboxes.touch(sandbox_id),
+        )  # fmt: skip
 
     async def _facts_for(self, caller: PortCaller, sandbox_id: str) -> _Facts:
         tenant = caller.tenant
@@ -255,10 +277,11 @@ class Ports:
         if len(self._opened) >= _COUNTED:
             self._opened.clear()
 
-    def _closed(self, sandbox_id: str) -> None:
-        self._open[sandbox_id] -= 1
-        if self._open[sandbox_id] <= 0:
-            del self._open[sandbox_id]
+    def _closed(self, sandbox_id: str, anonymous: bool) -> None:
+        for counts in (self._open, self._open_anonymous) if anonymous else (self._open,):
+            counts[sandbox_id] -= 1
+            if counts[sandbox_id] <= 0:
+                del counts[sandbox_id]
 
 
 def _power_of_ten(n: int) -> bool:

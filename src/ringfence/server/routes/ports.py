@@ -212,8 +212,10 @@ class PortLayer:
             if idle is not None:
                 tunnel, connection = idle
             else:
-                if self._ports.open_count(target.sandbox_id) >= self._ports.max_per_sandbox:
-                    self._idle.close_one(target.sandbox_id)
+                while not self._ports.has_room(admitted) and self._idle.close_one(
+                    target.sandbox_id
+                ):
+                    pass  # idle tunnels make room first (an anonymous one, at its share)
                 tunnel, connection = await self._ports.connect(admitted), None
             try:
                 kept = await relay_http(
