@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 GROUP_PROXY = f"http://127.0.0.1:{GROUP_PORT}"
 GROUP_PROXY_VARIABLE = "RINGFENCE_GROUP_PROXY"  # set in every grouped sandbox
 _WAITING = 4  # connections kept waiting per grouped sandbox: concurrent handshakes
+# Connections of one grouped sandbox served (or waited on) at once: each is a host task
+# and descriptor; past it the next waits in the sandbox's daemon (review 2a #7).
+_MOST_HANDLERS = 64
 _MAX_HEAD = 16 * 1024
 _HEAD_SECONDS = 10.0  # from a process's connection to its whole request head
 _CHUNK = 64 * 1024
@@ -72,8 +75,10 @@ class GroupRelays:
     def start(self, tenant: str, sandbox_id: str, group: str, daemon: DaemonClient) -> None:
         """Serve the sandbox's group port until ``stop`` (its end)."""
         caller = PortCaller(tenant, f"sandbox:{sandbox_id}", "group", group)
+        slots = asyncio.Semaphore(_MOST_HANDLERS)  # this sandbox's waiting and served
         self._relays[sandbox_id] = [
-            asyncio.create_task(self._wait(caller, sandbox_id, daemon)) for _ in range(_WAITING)
+            asyncio.create_task(self._wait(caller, sandbox_id, daemon, slots))
+            for _ in range(_WAITING)
         ]
 
     async def stop(self, sandbox_id: str) -> None:
@@ -89,28 +94,39 @@ class GroupRelays:
             task.cancel()
         await asyncio.gather(*self._handlers, return_exceptions=True)
 
-    async def _wait(self, caller: PortCaller, sandbox_id: str, daemon: DaemonClient) -> None:
+    async def _wait(
+        self, caller: PortCaller, sandbox_id: str, daemon: DaemonClient, slots: asyncio.Semaphore
+    ) -> None:
         """Keep one connection waiting on the daemon; hand each process it brings to a
-        handler, and wait again. Ends with the sandbox (its daemon gone)."""
+        handler, and wait again, each holding one of ``slots`` (waiting or served) until it
+        ends. Ends with the sandbox (its daemon gone)."""
         while True:
+            await slots.acquire()
+            handed = False
             try:
-                pipe = await open_group_accept(daemon.socket_path, sandbox_id)
-            except SandboxNotRunning:
-                return
-            except RingfenceError as exc:
-                log.warning("sandbox %s: its group relay stops: %s", sandbox_id, exc.message)
-                return
-            try:
-                first = await pipe.reader.read(_CHUNK)  # waits for a process to connect
-            except OSError:
-                first = b""
-            if not first:
-                await pipe.aclose()
-                await asyncio.sleep(_RETRY_SECONDS)  # a daemon going away: do not spin
-                continue
-            handler = asyncio.create_task(self._serve(caller, pipe, first))
-            self._handlers.add(handler)
-            handler.add_done_callback(self._handlers.discard)
+                try:
+                    pipe = await open_group_accept(daemon.socket_path, sandbox_id)
+                except SandboxNotRunning:
+                    return
+                except RingfenceError as exc:
+                    log.warning("sandbox %s: its group relay stops: %s", sandbox_id, exc.message)
+                    return
+                try:
+                    first = await pipe.reader.read(_CHUNK)  # waits for a process to connect
+                except OSError:
+                    first = b""
+                if not first:
+                    await pipe.aclose()
+                    await asyncio.sleep(_RETRY_SECONDS)  # a daemon going away: do not spin
+                    continue
+                handler = asyncio.create_task(self._serve(caller, pipe, first))
+                handed = True
+                self._handlers.add(handler)
+                handler.add_done_callback(self._handlers.discard)
+                handler.add_done_callback(lambda _: slots.release())
+            finally:
+                if not handed:
+                    slots.release()
 
     async def _serve(self, caller: PortCaller, pipe: Pipe, first: bytes) -> None:
         """One process's connection: read what it asks, admit it, splice it to the peer."""
