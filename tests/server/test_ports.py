@@ -522,6 +522,37 @@ def test_the_routes_counted_for_the_audit_record_are_bounded() -> None:
         ports_module._COUNTED = saved
 
 
+def test_an_anonymous_scan_of_ports_is_a_few_records_even_as_the_counts_churn() -> None:
+    """Review 2a #4: each new (sandbox, port, "public") was a record, and past the counted
+    routes' bound they were all cleared: a scan made a record per request, for ever. Now
+    anonymous callers are one route per sandbox (with its distinct ports), and the least
+    recently used route is forgotten, not all."""
+    from ringfence.service import ports as ports_module
+
+    recorded: list[dict[str, object]] = []
+
+    class Recording(_Live):
+        def record(self, *args: object, details: dict[str, object], **kwargs: object) -> None:
+            recorded.append(details)
+
+    ports = ports_module.Ports(Recording(), max_per_sandbox=4)  # type: ignore[arg-type]
+    saved, ports_module._COUNTED = ports_module._COUNTED, 8
+    key = ports_module.PortCaller("acme", "key1", "key")
+    try:
+        for _ in range(3):
+            for port in range(1, 1001):
+                ports._audit("acme", ports_module.PortCaller.anonymous(), "sbV", port, "path")
+                ports._audit("acme", key, f"sbA{port % 20}", port, "path")  # churns the table
+        anonymous = [d for d in recorded if d["access"] == "public"]
+        # connections 1, 10, 100, 1000 and distinct ports 10, 100, 1000: never one a port
+        assert [(d["connections"], d["ports"]) for d in anonymous] == [
+            (1, 1), (10, 10), (100, 100), (1000, 1000),
+        ]  # fmt: skip
+        assert len(ports._opened) <= 8
+    finally:
+        ports_module._COUNTED = saved
+
+
 class _Live:
     """What ``Ports`` asks of the sandboxes, for a sandbox that runs."""
 

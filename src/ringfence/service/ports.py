@@ -151,7 +151,12 @@ class Ports:
         # sandbox holding slow answers locked its owner out of its own ports).
         self._anonymous_share = max(1, max_per_sandbox * 3 // 4)
         self._open_anonymous: collections.Counter[str] = collections.Counter()
-        self._opened: collections.Counter[tuple[str, int, str]] = collections.Counter()
+        # Connections counted for the audit record, least recently used first: per route
+        # (sandbox, port, actor), but per (sandbox, "public", 0) for anonymous callers,
+        # with a bitmap of the distinct ports they reached (review 2a #4).
+        self._opened: collections.OrderedDict[tuple[str, int, str], int] = collections.OrderedDict()
+        self._anonymous_ports: dict[str, bytearray] = {}  # 8 KiB per public sandbox reached
+        self._anonymous_distinct: collections.Counter[str] = collections.Counter()
 
     def open_count(self, sandbox_id: str) -> int:
         return self._open[sandbox_id]
@@ -254,28 +259,47 @@ class Ports:
                 del self._facts[known]
             for key in [k for k in self._opened if k[0] not in self._facts]:
                 del self._opened[key]
+                self._forget_anonymous(key[0])
         self._facts[sandbox_id] = facts
 
     def _audit(self, tenant: str, caller: PortCaller, sandbox_id: str, port: int, via: str) -> None:
-        key = (sandbox_id, port, caller.actor)
-        if key not in self._opened and len(self._opened) >= _COUNTED:
-            self._forget_counts()
+        """Record a route's first connection and every power of ten of them. Anonymous
+        callers are one route per sandbox (a scan of its ports is not a record per port),
+        recorded also at each power of ten of the distinct ports reached. The counts are
+        bounded: past ``_COUNTED`` the least recently used is forgotten (its next
+        connection is recorded again, from 1), never all at once."""
+        anonymous = caller.tenant is None
+        key = (sandbox_id, 0 if anonymous else port, caller.actor)
+        if key in self._opened:
+            self._opened.move_to_end(key)
+        else:
+            while len(self._opened) >= _COUNTED:
+                forgotten, _ = self._opened.popitem(last=False)
+                if forgotten[1] == 0:
+                    self._forget_anonymous(forgotten[0])
+            self._opened[key] = 0
         self._opened[key] += 1
         count = self._opened[key]
-        if count == 1 or _power_of_ten(count):
-            details: dict[str, object] = {
-                "port": port, "via": via, "access": caller.access, "connections": count,
-            }  # fmt: skip
+        details: dict[str, object] = {
+            "port": port, "via": via, "access": caller.access, "connections": count,
+        }  # fmt: skip
+        new_port = False
+        if anonymous:
+            seen = self._anonymous_ports.setdefault(sandbox_id, bytearray(65536 // 8))
+            byte, bit = divmod(port, 8)
+            if not seen[byte] & (1 << bit):
+                seen[byte] |= 1 << bit
+                self._anonymous_distinct[sandbox_id] += 1
+                distinct = self._anonymous_distinct[sandbox_id]
+                new_port = distinct > 1 and _power_of_ten(distinct)
+            details["ports"] = self._anonymous_distinct[sandbox_id]
+        if count == 1 or _power_of_ten(count) or new_port:
             self._sandboxes.record(tenant, caller.actor, "sandbox.port_open", sandbox_id,
                                    details=details)  # fmt: skip
 
-    def _forget_counts(self) -> None:
-        """Make room among the counted routes: those of sandboxes no longer running here,
-        else all of them (their next connections are recorded again, from 1)."""
-        for key in [k for k in self._opened if self._sandboxes.live_tenant(k[0]) is None]:
-            del self._opened[key]
-        if len(self._opened) >= _COUNTED:
-            self._opened.clear()
+    def _forget_anonymous(self, sandbox_id: str) -> None:
+        self._anonymous_ports.pop(sandbox_id, None)
+        self._anonymous_distinct.pop(sandbox_id, None)
 
     def _closed(self, sandbox_id: str, anonymous: bool) -> None:
         for counts in (self._open, self._open_anonymous) if anonymous else (self._open,):
