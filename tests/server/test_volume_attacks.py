@@ -208,3 +208,32 @@ def test_volumes_survive_a_server_stop_and_a_crash(local_host: object, tmp_path:
         assert httpx.get(files, params={"path": "one"}, headers=headers).content == b"one"
     finally:
         server.stop()
+
+
+async def test_a_symlink_planted_at_a_volumes_target_in_a_snapshot_is_refused(api: Api) -> None:
+    """Review 2b, M2: a sandbox plants ``/home/user/data -> /tmp/elsewhere`` (or a link to
+    a parent of it), is snapshotted, and a sandbox made from the snapshot mounts a volume
+    at ``/home/user/data``: bwrap followed the link and mounted the volume elsewhere."""
+    await _volume(api)
+    parent = await api.client.post("/v1/sandboxes", headers=api.acme, json={}, timeout=60)
+    assert parent.status_code == 201, parent.text
+    parent_id = parent.json()["id"]
+    code, out = await _sh(
+        api, parent_id, "mkdir -p /tmp/elsewhere /home/user/deep && "
+        "ln -s /tmp/elsewhere /home/user/data && ln -s /tmp /home/user/deep/via",
+    )  # fmt: skip
+    assert code == 0, out
+    made = await api.client.post(f"/v1/sandboxes/{parent_id}/snapshot", headers=api.acme)
+    assert made.status_code == 201, made.text
+    for target, link in (
+        ("/home/user/data", "/home/user/data"),
+        ("/home/user/deep/via/x", "/home/user/deep/via"),
+    ):
+        spec = {"snapshot": made.json()["id"], "volumes": [{"name": "data", "path": target}]}
+        refused = await api.client.post("/v1/sandboxes", headers=api.acme, json=spec, timeout=60)
+        # Refused before bwrap runs (the launch's failure: sandbox_error, saying why).
+        assert refused.status_code == 500, refused.text
+        assert f"{link} is a symlink" in refused.json()["error"]["message"]
+    spec = {"snapshot": made.json()["id"], "volumes": [{"name": "data", "path": "/home/user/ok"}]}
+    fine = await api.client.post("/v1/sandboxes", headers=api.acme, json=spec, timeout=60)
+    assert fine.status_code == 201, fine.text  # a target without a link is mounted as ever

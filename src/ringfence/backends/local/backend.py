@@ -196,6 +196,7 @@ class LocalExecutor(SupervisingExecutor):
                 self._add_project(volume, project, root_uid, user_uid)
             if populate is not None:  # a whole export: off the event loop
                 await asyncio.to_thread(populate, volume)
+            _refuse_planted_links(volume)
         except BaseException:
             volume.close()
             raise
@@ -539,3 +540,22 @@ async def _read_json(fd: int, timeout: float) -> dict[str, Any] | None:
     finally:
         loop.remove_reader(fd)
         os.close(fd)
+
+
+def _refuse_planted_links(volume: Volume) -> None:
+    """Refuse a sandbox whose restored files hold a symlink on the way to one of its
+    volumes' or its project's targets (``Volume.planted_link``), before bwrap follows it.
+
+    Raises:
+        InvalidRequest: one does (the caller's snapshot or parent planted it).
+    """
+    targets = [bind.target for bind in volume.shared]
+    if volume.project is not None:
+        targets.append(volume.project.target)
+    for target in targets:
+        link = volume.planted_link(target)
+        if link is not None:
+            raise InvalidRequest(
+                f"{link} is a symlink in the sandbox's restored files: nothing is mounted "
+                f"at {target} through it (remove it, snapshot again, or mount elsewhere)"
+            )

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringfence.backends.local import _mounts
-from ringfence.backends.local.bwrap import Overlay, Writable
+from ringfence.backends.local.bwrap import WORKSPACE, Overlay, Writable
 from ringfence.backends.local.volume_binds import SharedBind, bind_shared
 from ringfence.projects import open_dir_path
 
@@ -98,6 +98,42 @@ class Volume:
     @property
     def snapshots(self) -> Path:
         return self.path / "snapshots"
+
+    def planted_link(self, target: str) -> str | None:
+        """The first part of ``target`` (a path inside the sandbox) that is a symlink in the
+        sandbox's own files (its workspace, ``/tmp``, its upper layers: what a restore or a
+        fork put there, written by the sandbox), or None. bwrap follows a link on its way
+        to a mount's target, so a link planted there (``/home/user/data ->
+        /newroot/...``, ``../../oldroot/...``) would carry a volume or a project view to a
+        place its target's checks never saw. Parts below one that is missing are bwrap's
+        to make, fresh. The template's own layers are the server's and are not walked."""
+        areas = [(WORKSPACE, self.workspace), ("/tmp", self.tmp)]
+        areas += [(layer.target, layer.upper) for layer in self.layers]
+        found = [(top, host) for top, host in areas if target.startswith(top.rstrip("/") + "/")]
+        if not found:
+            return None
+        top, host = max(found, key=lambda area: len(area[0]))
+        names = [name for name in target[len(top) :].split("/") if name]
+        shown = top.rstrip("/")
+        fd = os.open(host, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for name in names:
+                shown = f"{shown}/{name}"
+                try:
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    return None
+                if stat.S_ISLNK(info.st_mode):
+                    return shown
+                if not stat.S_ISDIR(info.st_mode):
+                    return None  # bwrap cannot mount there either: it says so
+                below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                | os.O_CLOEXEC, dir_fd=fd)  # fmt: skip
+                os.close(fd)
+                fd = below
+        finally:
+            os.close(fd)
+        return None
 
     def writable(self) -> Writable:
         """Its paths as ``bwrap_args`` takes them."""
