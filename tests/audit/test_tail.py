@@ -12,6 +12,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ringfence.cli import main
+from tests._interrupt import interruptible
 from tests.audit._log import RINGFENCE, append, events, ringfence
 
 
@@ -79,6 +80,7 @@ def test_tail_follow_prints_new_records_until_interrupted(data_dir: Path) -> Non
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     lines: queue.Queue[str] = queue.Queue()
     assert process.stdout is not None

@@ -13,6 +13,7 @@ from ringfence.cli.sandbox_top import render
 from ringfence.client import Sandbox
 from ringfence.models import Sandbox as SandboxInfo
 from ringfence.models import SandboxMetrics, SandboxState
+from tests._interrupt import interruptible
 from tests.client.conftest import LiveServer
 from tests.server.test_serve_process import RINGFENCE
 
@@ -41,7 +42,8 @@ def test_metrics_and_top_show_a_running_sandbox(live: LiveServer) -> None:
         assert sbx.sandbox_id in [s["sandbox_id"] for s in samples]
 
         refreshing = subprocess.Popen([RINGFENCE, "sandbox", "top", "--interval", "0.5"],
-                                      env=_env(live), stdout=subprocess.PIPE)  # fmt: skip
+                                      env=_env(live), stdout=subprocess.PIPE,
+                                      preexec_fn=interruptible)  # fmt: skip
         try:
             assert refreshing.stdout is not None
             seen = b""

@@ -6,8 +6,12 @@ import base64
 import json
 import os
 import struct
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from .conftest import Daemon, b64, output, wait_for
 
@@ -202,3 +206,44 @@ def test_keepalives_while_idle(daemon: Daemon) -> None:
     assert any("keepalive" in e.get("event", {}) for e in events)
     assert time.monotonic() - started < 10
     assert os.path.exists(daemon.path)
+
+
+def test_commands_start_with_no_signal_the_server_had_ignored(tmp_path: Path) -> None:
+    """A daemon started with SIGHUP, SIGINT and SIGQUIT ignored (a server run by nohup, or
+    as a shell's background job) starts its commands with every signal at its default: a
+    shell in the sandbox can trap SIGINT, and ^C reaches a terminal's program."""
+    import signal
+
+    def ignored() -> None:
+        for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1):
+            signal.signal(signum, signal.SIG_IGN)
+
+    home = tmp_path / "home"
+    home.mkdir()
+    original = subprocess.Popen.__init__
+
+    def popen(self: subprocess.Popen[bytes], *args: Any, **kwargs: Any) -> None:
+        original(self, *args, preexec_fn=ignored, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "__init__", popen)
+        daemon = Daemon(tmp_path, home)
+    try:
+        wait_for(lambda: daemon.client.get("/health").status_code == 204)
+        assert int(_field(daemon.pid, "SigIgn"), 16) & 0b1111 == 0, "the daemon's own"
+        script = "grep SigIgn /proc/self/status; sh -c 'trap \"echo trapped\" INT; kill -INT $$'"
+        out = output(list(daemon.stream(START, sh(script)))).decode()
+        ignored_mask = int(out.splitlines()[0].split()[1], 16)
+        assert ignored_mask & 0b1111 == 0, out  # HUP INT QUIT (bits 0-2) and no others low
+        assert out.splitlines()[1:] == ["trapped"], out
+    finally:
+        daemon.client.close()
+        daemon.proc.kill()
+        daemon.proc.wait()
+
+
+def _field(pid: int, key: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return line.split()[1]
+    raise KeyError(key)

@@ -85,11 +85,33 @@ def _give_home_to(user: str) -> None:
         sys.stderr.write(f"sandboxd: cannot give {home} to {user}: {exc}\n")
 
 
+def _restore_signals() -> None:
+    """Signals the daemon inherited ignored go back to their defaults, for it and every
+    command it starts: an ignored disposition survives fork and exec, so a server started
+    with ``nohup`` or as a background job of a shell (SIGHUP, SIGINT, SIGQUIT ignored) gave
+    every sandbox command signals it could neither receive nor ``trap`` (a shell cannot
+    trap what was ignored when it started), and ^C in a terminal did nothing. SIGPIPE and
+    SIGXFSZ are Python's own and reset per command; SIGINT gets Python's handler back."""
+    import _signal  # type: ignore[import-not-found]  # signal itself imports enum
+
+    for signum in range(1, 32):
+        if signum in (9, 13, 19, 25):  # KILL, PIPE, STOP, XFSZ
+            continue
+        try:
+            if _signal.getsignal(signum) != _signal.SIG_IGN:
+                continue
+            default = _signal.default_int_handler if signum == 2 else _signal.SIG_DFL
+            _signal.signal(signum, default)
+        except (OSError, ValueError):
+            continue
+
+
 def main(argv: list[str]) -> int:
     parsed = _parse(argv)
     if parsed is None:
         sys.stderr.write(_USAGE)
         return 2
+    _restore_signals()
     fd, user, root = parsed
     if root:
         why = _users.enable_root()
