@@ -287,6 +287,30 @@ class Config(BaseSettings):
         description="Sandboxes kept ready per template, for creates with default limits "
         '(JSON, e.g. {"base": 4}; 0 disables).',
     )
+    browser_template: str = Field(
+        "browser",
+        description="Template of the sandboxes a one-shot scrape (POST /v1/browser/scrape) "
+        "renders in; its warm pool is pool_sizes' entry of this name (docs/browser.md).",
+    )
+    browser_memory: _Bytes = Field(
+        3 << 29,
+        description="Memory limit of a one-shot scrape's sandbox, and of its warm pool "
+        "(accepts '1536M'; Chromium with one tab uses about 450 MiB).",
+    )
+    browser_pids: int = Field(
+        1024,
+        ge=512,
+        le=65536,
+        description="Process and thread limit of a one-shot scrape's sandbox (Chromium runs "
+        "about 130 threads with one tab).",
+    )
+    max_browser_result_bytes: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        le=1 << 30,
+        description="Largest answer of a sandbox's browser agent (a scrape's JSON, its "
+        "screenshots in base64 included): past it the call fails with a 502 naming it.",
+    )
     webhook_urls: list[str] = Field(
         default_factory=list,
         description="URLs told of proposals, egress asks and their decisions (JSON list).",

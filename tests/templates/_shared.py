@@ -8,11 +8,17 @@ a shared lock on its run's ``alive`` file while it runs; the last worker of the 
 (``release``, at the end of its session) removes the run's templates, and a later run
 removes those of runs whose ``alive`` file nobody holds any more (a run killed midway).
 Runs beside each other (other checkouts on the same machine) never touch each other's.
+
+For a developer's repeated runs, ``RINGFENCE_TEST_KEEP_TEMPLATES=DIR`` keeps each build in
+``DIR`` (named by its recipe's packages) across runs instead: nothing there is swept. CI
+never sets it, so CI always builds what it tests.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -40,6 +46,9 @@ class Built:
 def shared_template(recipe: str, timeout: float = 1700) -> Built:
     """The template ``recipe`` (built with that recipe, under that name) of this run,
     built now if no worker has yet. Fails the calling test if the build failed."""
+    kept = os.environ.get("RINGFENCE_TEST_KEEP_TEMPLATES")
+    if kept:
+        return _kept(Path(kept), recipe, timeout)
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"p{os.getpid()}"
     ROOT.mkdir(mode=0o755, exist_ok=True)
     ROOT.chmod(0o755)  # the unprivileged sandbox uids traverse it
@@ -51,6 +60,23 @@ def shared_template(recipe: str, timeout: float = 1700) -> Built:
         done = home / "done"
         if not done.exists():
             _build(recipe, home, timeout)
+    return _result(home, recipe)
+
+
+def _kept(directory: Path, recipe: str, timeout: float) -> Built:
+    from ringfence.templates.build import PYPI_RECIPES, RECIPES
+
+    what = json.dumps([RECIPES[recipe], PYPI_RECIPES.get(recipe, ())]).encode()
+    home = directory / f"{recipe}-{hashlib.sha256(what).hexdigest()[:12]}"
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    with open(directory / f"{recipe}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (home / "done").exists():
+            _build(recipe, home, timeout)
+    return _result(home, recipe)
+
+
+def _result(home: Path, recipe: str) -> Built:
     result = (home / "done").read_text().split("\n", 1)
     seconds, log = float(result[0]), result[1]
     rootfs = home / "ringfence-templates" / recipe / "rootfs"

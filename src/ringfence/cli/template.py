@@ -44,9 +44,10 @@ def template() -> None:
 @click.argument("name")
 @click.option(
     "--recipe",
-    type=click.Choice(["minbase", "base", "code-interpreter", "dev"]),
+    type=click.Choice(["minbase", "base", "code-interpreter", "dev", "browser"]),
     help="Packages to start from (minbase: none beyond debootstrap's minbase; dev: git, gh, "
-    "Python with pip and uv, Node.js with npm, Go, build-essential) "
+    "Python with pip and uv, Node.js with npm, Go, build-essential; browser: Chromium, "
+    "fonts and the Markdown converter, docs/browser.md) "
     "[default: the recipe named NAME if there is one, else base].",
 )
 @click.option("--packages", default="", help="More Debian packages, comma-separated.")

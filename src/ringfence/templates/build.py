@@ -53,10 +53,16 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "base": _BASE,
     "code-interpreter": (*_BASE, "python3-numpy", "python3-pandas", "python3-matplotlib"),
     "dev": _DEV,
+    # Chromium for the browser sandbox (docs/browser.md), with fonts that cover Latin,
+    # Greek and Cyrillic text in the screenshots; the Markdown converter comes from PyPI.
+    "browser": (*_BASE, "chromium", "fonts-liberation", "fonts-dejavu-core"),
 }
 # What a recipe adds from PyPI once its Debian packages are in (pinned; wheels only),
 # installed with the template's own pip under /usr/local, beside Debian's Python.
-PYPI_RECIPES: dict[str, tuple[str, ...]] = {"dev": ("uv==0.13.8",)}
+PYPI_RECIPES: dict[str, tuple[str, ...]] = {
+    "dev": ("uv==0.13.8",),
+    "browser": ("html-to-markdown==3.19.0",),
+}
 _PYPI_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.]+$")
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")  # Debian policy 5.6.1
 _SUITE = re.compile(r"^[a-z][a-z0-9-]*$")
