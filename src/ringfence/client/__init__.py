@@ -7,6 +7,9 @@
 - ``AsyncRingfence`` (source of truth) and its blocking twin ``Ringfence``: one-shot
   executions, and proposals (remediations that run once a human approves them).
   ``_sync.py`` is generated from ``_async.py`` by ``scripts/unasync.py``.
+- ``sbx.browser`` (``AsyncBrowser``, ``Browser``): the sandbox's Chromium, a session
+  across calls; ``rf.browser.scrape``: a one-shot scrape in a pooled browser sandbox;
+  ``decode_png`` reads a screenshot (docs/browser.md).
 - ``lowlevel``: the seam beneath them, for code with its own HTTP client (the MCP server).
 
 The main names are also ``ringfence``'s own (``from ringfence import Sandbox``). Importing
@@ -14,6 +17,7 @@ the SDK loads neither the server, the store nor any backend.
 """
 
 from ringfence.client._async import AsyncProposals, AsyncRingfence
+from ringfence.client._browser import AsyncBrowser, CdpEndpoint, decode_png
 from ringfence.client._code import (
     Context,
     ContextNotFound,
@@ -38,6 +42,7 @@ from ringfence.client._pty import AsyncPty, AsyncPtyHandle
 from ringfence.client._sandbox import AsyncSandbox, SandboxInfo
 from ringfence.client._sync import Proposals, Ringfence
 from ringfence.client._sync_sandbox import (
+    Browser,
     CommandHandle,
     Commands,
     Files,
@@ -60,6 +65,7 @@ from ringfence.errors import SandboxElsewhere, SandboxNotFound, SandboxNotRunnin
 from ringfence.models import Proposal, ProposalState, Risk
 
 __all__ = [
+    "AsyncBrowser",
     "AsyncCommandHandle",
     "AsyncCommands",
     "AsyncFiles",
@@ -70,6 +76,8 @@ __all__ = [
     "AsyncRingfence",
     "AsyncSandbox",
     "AsyncWatchHandle",
+    "Browser",
+    "CdpEndpoint",
     "CommandExitError",
     "CommandHandle",
     "CommandResult",
@@ -109,4 +117,5 @@ __all__ = [
     "WaitTimeout",
     "WatchHandle",
     "WriteInfo",
+    "decode_png",
 ]

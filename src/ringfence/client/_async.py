@@ -1,5 +1,5 @@
 """``AsyncRingfence``: one-shot executions, proposals, sandboxes by id and their snapshots,
-volumes, over asyncio.
+volumes, one-shot scrapes of web pages, over asyncio.
 
 The source of truth: ``scripts/unasync.py`` writes the blocking twin (``_sync.py``,
 ``Ringfence``) from this file. Edit here, then run it; the tests run it with ``--check``.
@@ -9,14 +9,15 @@ Both are thin I/O shells over the pure helpers of ``_base`` and ``_proposals``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ringfence.client import _base, _proposals
+from ringfence.client import _base, _browser, _proposals
+from ringfence.client._browser import ActionInput, CookieInput, FormatInput, RuleInput
 from ringfence.client._proposals import StateFilter
 from ringfence.errors import CheckpointNotFound, InvalidRequest, VolumeNotFound
 from ringfence.models import (
@@ -31,12 +32,14 @@ from ringfence.models import (
     VolumeSpec,
     problems,
 )
+from ringfence.models.browser import ScrapeResult
 
 if TYPE_CHECKING:
     from ringfence.client import AsyncSandbox
 
 __all__ = [
     "AsyncExecutions",
+    "AsyncOneShotBrowser",
     "AsyncProposals",
     "AsyncRingfence",
     "AsyncSandboxes",
@@ -72,12 +75,14 @@ class AsyncRingfence:
         self.proposals = AsyncProposals(self)
         self.sandboxes = AsyncSandboxes(self)
         self.volumes = AsyncVolumes(self)
+        self.browser = AsyncOneShotBrowser(self)
 
     async def _send(self, call: _base.Call) -> httpx.Response:
         try:
             return await self._http.request(
-                call.method, call.path, params=call.params, json=call.json, content=call.content
-            )
+                call.method, call.path, params=call.params, json=call.json,
+                content=call.content, timeout=_base.timeout_of(call),
+            )  # fmt: skip
         except httpx.HTTPError as exc:
             raise _base.translate(exc, self._settings.url) from exc
 
@@ -265,6 +270,50 @@ class AsyncVolumes:
         """Remove a file, symlink or directory (with what it holds). Raises ``NotFound``."""
         call = _base.volume_call("DELETE", volume, "files", path=path)
         _base.checked(await self._client._send(call))
+
+
+class AsyncOneShotBrowser:
+    """One-shot scrapes: each renders a page in a browser sandbox of the server's
+    ``browser_template`` (from its warm pool when one is ready), killed afterwards. For a
+    browser that stays open across calls, use a sandbox's (``AsyncSandbox.browser``)."""
+
+    def __init__(self, client: AsyncRingfence) -> None:
+        self._client = client
+
+    async def scrape(
+        self,
+        url: str,
+        *,
+        formats: Sequence[FormatInput] | None = None,
+        actions: Iterable[ActionInput] | None = None,
+        only_main_content: bool = True,
+        wait_for: int = 0,
+        timeout: int = 30_000,
+        headers: Mapping[str, str] | None = None,
+        cookies: Iterable[CookieInput] | None = None,
+        firewall: Iterable[RuleInput] | None = None,
+    ) -> ScrapeResult:
+        """Open ``url``, do ``actions``, capture the page in ``formats`` (default
+        ``["markdown"]``); the arguments are ``AsyncBrowser.scrape``'s. The page reaches
+        only what the tenant's default egress policy allows.
+
+        Raises:
+            InvalidRequest: a bad argument (checked before sending), or an action the page
+                refused. TooManyRequests: no room for another sandbox now.
+            Unauthenticated, ServerUnreachable.
+            RingfenceError: the browser failed or the call timed out (the ``code`` says
+                which).
+        """
+        request = _browser.scrape_request(
+            url, formats=formats, actions=actions, only_main_content=only_main_content,
+            wait_for=wait_for, timeout=timeout, headers=headers, cookies=cookies,
+            firewall=firewall,
+        )  # fmt: skip
+        call = _base.Call(
+            "POST", "/v1/browser/scrape", json=request.model_dump(mode="json", exclude_none=True),
+            timeout=_browser.scrape_seconds(request),
+        )  # fmt: skip
+        return ScrapeResult.model_validate(_base.checked(await self._client._send(call)))
 
 
 class AsyncProposals:

@@ -82,6 +82,12 @@ class Call:
     params: dict[str, Any] = field(default_factory=dict)
     json: Any = None
     content: bytes | None = None  # a raw body (a file's bytes), instead of ``json``
+    timeout: float | None = None  # seconds; None: the client's own
+
+
+def timeout_of(call: Call) -> float | httpx._client.UseClientDefault:
+    """The timeout to give httpx for ``call``: its own, else the client's."""
+    return httpx.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout
 
 
 def build_request(

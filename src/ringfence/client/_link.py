@@ -65,15 +65,17 @@ class Link:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def rest(self, method: str, suffix: str = "", json: Any = None) -> Any:
-        """A call on the sandbox itself; its JSON answer.
+    async def rest(
+        self, method: str, suffix: str = "", json: Any = None, *, timeout: float = _REST_TIMEOUT
+    ) -> Any:
+        """A call on the sandbox itself; its JSON answer, within ``timeout`` seconds.
 
         Raises:
             SandboxNotFound, SandboxNotRunning, InvalidRequest, ServerUnreachable.
         """
         try:
             response = await self.http.request(
-                method, self.base + suffix, json=json, timeout=_REST_TIMEOUT
+                method, self.base + suffix, json=json, timeout=timeout
             )
         except httpx.HTTPError as exc:
             raise _base.translate(exc, self.settings.url) from exc

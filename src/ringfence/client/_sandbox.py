@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from ringfence.client import _base
+from ringfence.client._browser import AsyncBrowser
 from ringfence.client._code import (
     AsyncCode,
     Context,
@@ -104,8 +105,8 @@ def list_params(
 
 
 class AsyncSandbox:
-    """A live sandbox: ``commands``, ``files``, and its lifecycle. Make one with ``create``
-    or ``connect``; ``async with`` kills it on exit."""
+    """A live sandbox: ``commands``, ``files``, ``pty``, ``browser``, and its lifecycle.
+    Make one with ``create`` or ``connect``; ``async with`` kills it on exit."""
 
     def __init__(self, info: SandboxInfo, link: Link) -> None:
         self._link = link
@@ -114,6 +115,7 @@ class AsyncSandbox:
         self.files = AsyncFiles(link)
         self.project = AsyncProject(link)
         self.pty = AsyncPty(link)
+        self.browser = AsyncBrowser(link)
         self._code = AsyncCode(link)
 
     @property

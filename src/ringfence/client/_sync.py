@@ -8,14 +8,15 @@ blocking (the twin of
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ringfence.client import _base, _proposals
+from ringfence.client import _base, _browser, _proposals
+from ringfence.client._browser import ActionInput, CookieInput, FormatInput, RuleInput
 from ringfence.client._proposals import StateFilter
 from ringfence.errors import CheckpointNotFound, InvalidRequest, VolumeNotFound
 from ringfence.models import (
@@ -30,12 +31,14 @@ from ringfence.models import (
     VolumeSpec,
     problems,
 )
+from ringfence.models.browser import ScrapeResult
 
 if TYPE_CHECKING:
     from ringfence.client import Sandbox
 
 __all__ = [
     "Executions",
+    "OneShotBrowser",
     "Proposals",
     "Ringfence",
     "Sandboxes",
@@ -71,12 +74,14 @@ class Ringfence:
         self.proposals = Proposals(self)
         self.sandboxes = Sandboxes(self)
         self.volumes = Volumes(self)
+        self.browser = OneShotBrowser(self)
 
     def _send(self, call: _base.Call) -> httpx.Response:
         try:
             return self._http.request(
-                call.method, call.path, params=call.params, json=call.json, content=call.content
-            )
+                call.method, call.path, params=call.params, json=call.json,
+                content=call.content, timeout=_base.timeout_of(call),
+            )  # fmt: skip
         except httpx.HTTPError as exc:
             raise _base.translate(exc, self._settings.url) from exc
 
@@ -262,6 +267,50 @@ class Volumes:
         """Remove a file, symlink or directory (with what it holds). Raises ``NotFound``."""
         call = _base.volume_call("DELETE", volume, "files", path=path)
         _base.checked(self._client._send(call))
+
+
+class OneShotBrowser:
+    """One-shot scrapes: each renders a page in a browser sandbox of the server's
+    ``browser_template`` (from its warm pool when one is ready), killed afterwards. For a
+    browser that stays open across calls, use a sandbox's (``Sandbox.browser``)."""
+
+    def __init__(self, client: Ringfence) -> None:
+        self._client = client
+
+    def scrape(
+        self,
+        url: str,
+        *,
+        formats: Sequence[FormatInput] | None = None,
+        actions: Iterable[ActionInput] | None = None,
+        only_main_content: bool = True,
+        wait_for: int = 0,
+        timeout: int = 30_000,
+        headers: Mapping[str, str] | None = None,
+        cookies: Iterable[CookieInput] | None = None,
+        firewall: Iterable[RuleInput] | None = None,
+    ) -> ScrapeResult:
+        """Open ``url``, do ``actions``, capture the page in ``formats`` (default
+        ``["markdown"]``); the arguments are ``Browser.scrape``'s. The page reaches
+        only what the tenant's default egress policy allows.
+
+        Raises:
+            InvalidRequest: a bad argument (checked before sending), or an action the page
+                refused. TooManyRequests: no room for another sandbox now.
+            Unauthenticated, ServerUnreachable.
+            RingfenceError: the browser failed or the call timed out (the ``code`` says
+                which).
+        """
+        request = _browser.scrape_request(
+            url, formats=formats, actions=actions, only_main_content=only_main_content,
+            wait_for=wait_for, timeout=timeout, headers=headers, cookies=cookies,
+            firewall=firewall,
+        )  # fmt: skip
+        call = _base.Call(
+            "POST", "/v1/browser/scrape", json=request.model_dump(mode="json", exclude_none=True),
+            timeout=_browser.scrape_seconds(request),
+        )  # fmt: skip
+        return ScrapeResult.model_validate(_base.checked(self._client._send(call)))
 
 
 class Proposals:

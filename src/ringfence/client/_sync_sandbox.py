@@ -17,6 +17,14 @@ from types import TracebackType
 from typing import Any, Literal, overload
 
 from ringfence.client import _portal
+from ringfence.client._browser import (
+    ActionInput,
+    AsyncBrowser,
+    CdpEndpoint,
+    CookieInput,
+    FormatInput,
+    RuleInput,
+)
 from ringfence.client._code import Context, ErrorCallback, Execution, ResultCallback
 from ringfence.client._code import OutputCallback as CodeOutputCallback
 from ringfence.client._commands import AsyncCommandHandle, AsyncCommands, OutputCallback
@@ -44,8 +52,10 @@ from ringfence.models import (
     Snapshot,
     VolumeMount,
 )
+from ringfence.models.browser import BrowserStatus, ScrapeResult
 
 __all__ = [
+    "Browser",
     "CommandHandle",
     "Commands",
     "Files",
@@ -69,6 +79,7 @@ class Sandbox:
         self.files = Files(inner.files)
         self.project = Project(inner.project)
         self.pty = Pty(inner.pty)
+        self.browser = Browser(inner.browser)
 
     @property
     def id(self) -> str:
@@ -377,6 +388,43 @@ class Project:
         self, paths: Sequence[str] | None = None, *, include_sensitive: bool = False
     ) -> ProjectSyncReport:
         return run(self._inner.sync(paths, include_sensitive=include_sensitive))
+
+
+class Browser:
+    """See ``AsyncBrowser``."""
+
+    def __init__(self, inner: AsyncBrowser) -> None:
+        self._inner = inner
+
+    def scrape(
+        self,
+        url: str | None = None,
+        *,
+        formats: Sequence[FormatInput] | None = None,
+        actions: Iterable[ActionInput] | None = None,
+        only_main_content: bool = True,
+        wait_for: int = 0,
+        timeout: int = 30_000,
+        headers: Mapping[str, str] | None = None,
+        cookies: Iterable[CookieInput] | None = None,
+        firewall: Iterable[RuleInput] | None = None,
+    ) -> ScrapeResult:
+        return run(
+            self._inner.scrape(
+                url, formats=formats, actions=actions, only_main_content=only_main_content,
+                wait_for=wait_for, timeout=timeout, headers=headers, cookies=cookies,
+                firewall=firewall,
+            )
+        )  # fmt: skip
+
+    def status(self) -> BrowserStatus:
+        return run(self._inner.status())
+
+    def close(self) -> BrowserStatus:
+        return run(self._inner.close())
+
+    def cdp_url(self) -> CdpEndpoint:
+        return self._inner.cdp_url()
 
 
 class Pty:
