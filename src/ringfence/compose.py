@@ -28,6 +28,7 @@ from ringfence.audit.signing import SealKey
 from ringfence.backends import Executor, SandboxRuntime, create_executor, create_sandbox_runtime
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, RingfenceError
+from ringfence.policy.limits import template_limits
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog, AuditRecords
 from ringfence.service.budget import Budget
@@ -192,8 +193,11 @@ async def _build(
     pool = None
     if runtime is not None and any(config.pool_sizes.values()):
         pool = WarmPool(
-            runtime, config, config.pool_sizes, lambda name: template_image(name, config), budget
-        )
+            runtime, config, config.pool_sizes, lambda name: template_image(name, config), budget,
+            # A create with default limits claims the template's pooled sandbox: both take
+            # the template's own defaults (the browser's memory and pids).
+            limits_for=lambda name: template_limits(name, config),
+        )  # fmt: skip
     if executor.name == "job":  # its egress proxy, on the replica's Pod IP when given
         await start_job_egress(config, executor, runtime)
     if notifier is None and config.webhook_urls:

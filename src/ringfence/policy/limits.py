@@ -1,13 +1,30 @@
 """What any tenant may ask for, whatever the object: limits and timeouts within the
-operator's ceilings."""
+operator's ceilings; and the defaults a sandbox's template gives the limits it leaves out."""
 
 from __future__ import annotations
 
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest
-from ringfence.models import ResourceLimits
+from ringfence.models import ResourceLimits, SandboxLimits
 
-__all__ = ["check_limits", "check_timeout"]
+__all__ = ["check_limits", "check_timeout", "defaults_for", "template_limits"]
+
+
+def template_limits(template: str, config: Config) -> SandboxLimits | None:
+    """A template's own defaults, over the server's (None: it has none).
+
+    The browser template (``config.browser_template``) has ``browser_memory`` and
+    ``browser_pids``: under the general defaults (256 pids) Chromium cannot start its
+    processes and threads (docs/templates.md has the measurement)."""
+    if template == config.browser_template:
+        return SandboxLimits(memory=config.browser_memory, pids=config.browser_pids)
+    return None
+
+
+def defaults_for(template: str, config: Config) -> ResourceLimits:
+    """The limits a sandbox of ``template`` gets for every field its create leaves out."""
+    own = template_limits(template, config)
+    return config.default_limits if own is None else own.merged_over(config.default_limits)
 
 
 def check_limits(limits: ResourceLimits, config: Config) -> None:

@@ -1,8 +1,13 @@
 """The warm pool: per template, sandboxes started ahead of time, handed out in milliseconds.
 
-A pooled sandbox is started with the default limits, no environment of anyone's and a long
-idle deadline, and its daemon is checked healthy before it joins the pool. A create that
-asks for nothing the pool cannot give (default limits) claims one: it is then bound to its
+A pooled sandbox is started with its template's limits (``limits_for``: the defaults unless
+the template has its own, as the browser template does), no network, no environment of
+anyone's and a long idle deadline. Its daemon is checked healthy, then its template's
+``prepare`` (if any: the browser template's starts the browser agent and its Chromium) runs,
+bounded; only then does it join the pool, so a claim never sees a half-prepared sandbox. A
+start or a prepare that fails or overruns discards the sandbox, is logged and is retried
+after ``_RETRY_SECONDS``. A create that asks for nothing the pool cannot give (its
+template's limits, no network) claims one: it is then bound to its
 claimer (the environment and sandbox id through the daemon's ``/init``, the timeout moved
 to the claimer's) and never goes back; the pool refills in the background. No sandbox ever
 serves two claims, so nothing of one claim can be seen by the next. A pooled sandbox that
@@ -17,22 +22,26 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from ringfence.backends import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
-from ringfence.errors import RingfenceError
+from ringfence.errors import RingfenceError, SandboxError
+from ringfence.models import ResourceLimits, SandboxLimits
 from ringfence.sandboxd.methods import PROCESS
 from ringfence.service.budget import Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 
-__all__ = ["PoolStats", "Warm", "WarmPool"]
+__all__ = ["PoolStats", "Prepare", "Warm", "WarmPool"]
 
 log = logging.getLogger(__name__)
 
 _IDLE_SECONDS = 3600.0
 _HEALTH_SECONDS = 10.0
+# A template's prepare (the browser's: its agent and Chromium, 2-5 s here when idle) gets
+# this long; past it the sandbox is discarded like a failed start.
+_PREPARE_SECONDS = 60.0
 _RETRY_SECONDS = 5.0  # after a failed start, before the next attempt
 # A claim's refill waits this long while the pool still holds some: starting a sandbox
 # beside the claimer's first commands slowed them by half on a 2-core machine.
@@ -66,6 +75,9 @@ class _Template:
     wanted: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+Prepare = Callable[["Warm"], Awaitable[None]]
+
+
 class WarmPool:
     def __init__(
         self,
@@ -74,14 +86,23 @@ class WarmPool:
         sizes: Mapping[str, int],
         image_for: Callable[[str], str],
         budget: Budget | None = None,
+        *,
+        limits_for: Callable[[str], SandboxLimits | None] = lambda _: None,
+        prepare: Mapping[str, Prepare] | None = None,
     ) -> None:
         """``sizes``: template -> how many to keep ready (0 disables); ``image_for``: the
         root filesystem of a template; ``budget``: the server's, which every pooled sandbox
-        counts in (None: not counted)."""
+        counts in (None: not counted). ``limits_for``: a template's own limits, over the
+        server's defaults (None: the defaults); a create of that template claims only if
+        its limits resolve to the same. ``prepare``: template -> what runs in each of its
+        sandboxes once its daemon is healthy, before it joins the pool (bounded by
+        ``_PREPARE_SECONDS``; one that raises or overruns discards the sandbox)."""
         self._runtime = runtime
         self._config = config
         self._image_for = image_for
         self._budget = budget
+        self._limits_for = limits_for
+        self._prepare = dict(prepare or {})
         self._templates = {name: _Template(size) for name, size in sizes.items() if size > 0}
         self._fillers: list[asyncio.Task[None]] = []
         self._watchers: set[asyncio.Task[None]] = set()
@@ -92,6 +113,12 @@ class WarmPool:
                 asyncio.create_task(self._fill(name, template))
                 for name, template in self._templates.items()
             ]
+
+    def limits(self, template: str) -> ResourceLimits:
+        """The limits every pooled sandbox of ``template`` runs with."""
+        own = self._limits_for(template)
+        defaults = self._config.default_limits
+        return defaults if own is None else own.merged_over(defaults)
 
     def claim(self, template: str) -> Warm | None:
         """A ready sandbox of ``template``, now (counted as a hit), or None (a miss)."""
@@ -168,7 +195,7 @@ class WarmPool:
                 await pool.wanted.wait()
                 continue
             try:  # resolved at every start: a template built or rebuilt meanwhile is used
-                warm = await self._start(self._image_for(name))
+                warm = await self._start(name, self._image_for(name))
             except RingfenceError as exc:  # ServerAtCapacity, too: the pool waits its turn
                 log.warning("could not start a pooled %s sandbox: %s", name, exc.message)
                 await asyncio.sleep(_RETRY_SECONDS)
@@ -178,10 +205,12 @@ class WarmPool:
             self._watchers.add(watcher)
             watcher.add_done_callback(self._watchers.discard)
 
-    async def _start(self, image: str) -> Warm:
-        """Raises ``ServerAtCapacity`` (no room in the server's totals) or what the runtime's
-        start raises."""
-        limits = self._config.default_limits
+    async def _start(self, name: str, image: str) -> Warm:
+        """A healthy, prepared sandbox of template ``name``.
+
+        Raises ``ServerAtCapacity`` (no room in the server's totals), what the runtime's
+        start raises, or ``SandboxError`` (the template's prepare failed or overran)."""
+        limits = self.limits(name)
         reservation = None
         if self._budget is not None:
             reservation = self._budget.reserve(None, self._budget.amount(limits))
@@ -203,10 +232,33 @@ class WarmPool:
                 content=b"{}",
             )
             await listed.aread()
+            await self._prepared(name, warm)
         except BaseException:
             await self._discard(warm)
             raise
         return warm
+
+    async def _prepared(self, name: str, warm: Warm) -> None:
+        """Run template ``name``'s prepare in ``warm``, bounded.
+
+        Raises:
+            SandboxError: it raised (whatever it raised: a prepare is foreign code, and
+                the sandbox it leaves half-prepared is discarded either way) or overran.
+        """
+        prepare = self._prepare.get(name)
+        if prepare is None:
+            return
+        bound = asyncio.timeout(_PREPARE_SECONDS)
+        try:
+            async with bound:
+                await prepare(warm)
+        except Exception as exc:  # boundary: a prepare's failure discards its sandbox
+            if bound.expired():
+                raise SandboxError(
+                    f"its {name} prepare took longer than {_PREPARE_SECONDS:g} s"
+                ) from None
+            message = exc.message if isinstance(exc, RingfenceError) else repr(exc)
+            raise SandboxError(f"its {name} prepare failed: {message}") from exc
 
     async def _forget_when_ended(self, pool: _Template, warm: Warm) -> None:
         """An idle pooled sandbox that ends (its idle deadline) leaves the pool."""

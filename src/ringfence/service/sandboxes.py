@@ -41,13 +41,12 @@ from ringfence.models import (
     NetworkPolicy,
     ResourceLimits,
     Sandbox,
-    SandboxLimits,
     SandboxSpec,
     SandboxState,
     Status,
 )
 from ringfence.network.session import Asker, Requester, SessionLookup, requesting
-from ringfence.policy.limits import check_limits, check_timeout
+from ringfence.policy.limits import check_limits, check_timeout, defaults_for
 from ringfence.policy.network import check_tenant_policy, policy_for
 from ringfence.service.audit import AuditLog
 from ringfence.service.budget import Amount, Budget, Reservation
@@ -244,7 +243,8 @@ class SandboxService(Pausing):
         tenant's and host's shares, reserved already (a fork reserves all its children's
         before it starts any); taken over (released here if it does not start)."""
         if held is None:
-            amount = self._budget.amount(spec.limits.merged_over(self._config.default_limits))
+            defaults = defaults_for(spec.template, self._config)
+            amount = self._budget.amount(spec.limits.merged_over(defaults))
             # The tenant's share now; the host's once it is known whether the pool serves it
             # (a pooled sandbox holds its own). Handed to its live entry (emptied here) once
             # it runs, and given back by the watcher at its end.
@@ -299,7 +299,7 @@ class SandboxService(Pausing):
             template=spec.template,
             state=SandboxState.RUNNING,
             metadata=spec.metadata,
-            limits=spec.limits.merged_over(self._config.default_limits),
+            limits=spec.limits.merged_over(defaults_for(spec.template, self._config)),
             network=network.redacted(),  # header values (credentials) are never stored
             created_at=now,
             expires_at=now + timedelta(seconds=timeout),
@@ -348,10 +348,12 @@ class SandboxService(Pausing):
         runtime = self._runtime
         assert runtime is not None, "_create refuses a server without a runtime"
         restore, timeout = launch.restore, launch.timeout
-        # A warm sandbox has no mounts; it is started before anyone asks for them.
+        # A warm sandbox has no mounts; it is started before anyone asks for them. It runs
+        # with its template's limits and no network: a create of the same claims one.
         pooled = not launch.volumes and launch.project is None
         if self._pool is not None and restore is None and pooled:
-            if spec.limits == SandboxLimits() and network.mode is NetworkMode.NONE:
+            same_limits = sandbox.limits == self._pool.limits(spec.template)
+            if same_limits and network.mode is NetworkMode.NONE:
                 warm = self._pool.claim(spec.template)
                 if warm is not None:
                     if warm.reservation is not None:
