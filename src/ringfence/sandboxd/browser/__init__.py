@@ -9,7 +9,7 @@ call asks for Markdown: a template without it answers that call with an error na
 
 Starting it
     ``python3 -I -B -c "import sys; sys.path.insert(0, '/run/ringfence'); \\
-    import sandboxd.browser.__main__" [--port AGENT_PORT] [--chromium PATH]``
+    import sandboxd.browser.__main__" [--port AGENT_PORT] [--chromium PATH] [--cdp-port N]``
 
     (``-I`` without ``-S``: the template's site-packages hold the converter.) It listens on
     ``127.0.0.1:AGENT_PORT`` inside the sandbox, so the control plane reaches it through
@@ -20,7 +20,21 @@ Starting it
     layers, which are the boundary), ``--remote-debugging-pipe`` for itself and
     ``--remote-debugging-port=CDP_PORT`` on 127.0.0.1 for CDP clients relayed by the
     server, the sandbox's egress proxy (``$HTTPS_PROXY``) as ``--proxy-server``, a
-    profile under ``/tmp``, downloads into ``~/Downloads``.
+    profile under ``/tmp``, downloads into ``~/Downloads``. ``--chromium`` defaults to the
+    first ``chromium`` on ``$PATH``; ``--cdp-port 0`` lets Chromium pick a free port.
+
+    The benchmark's floor is this same agent on the host, outside any sandbox:
+    ``python -m ringfence.sandboxd.browser --port N --cdp-port 0 --chromium
+    /usr/bin/chromium`` (or the ``-c`` form above with the host's ``src/ringfence``), spoken
+    to over the same wire protocol.
+
+Inside
+    ``_cdp`` (the CDP client over the pipe), ``_chromium`` (flags and the process group),
+    ``_tab`` (one page target and what its main frame did), ``_scrape`` (the engine),
+    ``_session`` (one Chromium and one tab across calls, recovery), ``_request`` (the
+    body's checks, by hand: no pydantic here), ``_server`` (HTTP), ``_scripts`` (the page
+    scripts, run in an isolated world), ``_firewall`` and ``_markdown`` (docs/design.md
+    15.2). Every wait is bounded by the call's ``timeout``.
 
 Wire protocol (HTTP/1.1, JSON bodies, one call at a time: later ones wait their turn)
     ``GET /health``: 200 with ``ringfence.models.browser.BrowserStatus``'s JSON.

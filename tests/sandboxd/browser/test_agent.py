@@ -1,0 +1,357 @@
+"""The browser agent on the host, driving the real /usr/bin/chromium, against local pages."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import Agent, Site, decode_png, error_of, free_port, pixel_at
+
+
+def test_a_static_page_has_its_metadata_status_and_links(agent: Agent, site: Site) -> None:
+    result = agent.ok(url=f"{site.url}/static", formats=["links", "raw_html"])
+    metadata = result["metadata"]
+    assert metadata["status_code"] == 200
+    assert metadata["url"] == metadata["source_url"] == f"{site.url}/static"
+    assert metadata["title"] == "Static page"
+    assert metadata["description"] == "A page that never changes"
+    assert metadata["language"] == "fr"
+    assert metadata["error"] is None
+    assert result["untrusted"] is True
+    assert result["links"] == [
+        f"{site.url}/one",
+        f"{site.url}/two?x=1",
+        "https://example.invalid/away#top",
+    ]
+    assert result["raw_html"].startswith('<!DOCTYPE html><html lang="fr">')
+    assert "Plain content." in result["raw_html"]
+    assert result["markdown"] is None and result["screenshot"] is None
+    assert result["firewall"] == {
+        "rules": ["non_content", "hidden", "aria_hidden", "offscreen", "zero_size", "same_color"],
+        "removed": {},
+        "removed_chars": 0,
+    }
+
+
+def test_a_missing_page_is_its_status_not_an_error(agent: Agent, site: Site) -> None:
+    result = agent.ok(url=f"{site.url}/nowhere", formats=["raw_html"])
+    assert result["metadata"]["status_code"] == 404
+    assert result["metadata"]["title"] == "Not found"
+    assert result["metadata"]["error"] is None
+
+
+def test_a_page_that_cannot_load_says_why_in_its_metadata(agent: Agent) -> None:
+    port = _closed_port()
+    result = agent.ok(url=f"http://127.0.0.1:{port}/", formats=["links"])
+    assert result["metadata"]["error"] == "net::ERR_CONNECTION_REFUSED"
+    assert result["metadata"]["status_code"] is None
+    assert result["metadata"]["url"] == f"http://127.0.0.1:{port}/"
+
+
+def test_content_rendered_by_scripts_after_load_and_later(agent: Agent, site: Site) -> None:
+    result = agent.ok(url=f"{site.url}/js", formats=["raw_html"])
+    assert "Rendered by script" in result["raw_html"]
+    later = agent.ok(
+        url=f"{site.url}/js", formats=["raw_html"], actions=[{"type": "wait", "selector": "#late"}]
+    )
+    assert "Arrived later" in later["raw_html"]
+    timed = agent.ok(url=f"{site.url}/js", formats=["raw_html"], wait_for=1500)
+    assert "Arrived later" in timed["raw_html"]
+
+
+def test_a_login_form_filled_and_submitted(agent: Agent, site: Site) -> None:
+    result = agent.ok(
+        url=f"{site.url}/login",
+        formats=["raw_html"],
+        actions=[
+            {"type": "click", "selector": "#user"},
+            {"type": "write", "text": "alice"},
+            {"type": "press", "key": "Tab"},
+            {"type": "write", "text": "s3cret!"},
+            {"type": "click", "selector": "#submit"},
+            {"type": "scrape"},
+        ],
+    )
+    assert [a["type"] for a in result["actions"]] == [
+        "click", "write", "press", "write", "click", "scrape"
+    ]  # fmt: skip
+    posted = site.requests_to("/session")[-1]
+    assert posted["method"] == "POST"
+    assert posted["body"] == b"user=alice&password=s3cret%21"
+    assert "Welcome, alice" in result["actions"][-1]["raw_html"]
+    assert "Welcome, alice" in result["raw_html"]
+    assert result["metadata"]["url"] == f"{site.url}/session"
+    assert result["metadata"]["status_code"] == 200
+    assert result["metadata"]["title"] == "Home"
+
+
+def test_a_form_submitted_with_enter_is_waited_for(agent: Agent, site: Site) -> None:
+    result = agent.ok(
+        url=f"{site.url}/login",
+        formats=["raw_html"],
+        actions=[
+            {"type": "click", "selector": "#user"},
+            {"type": "write", "text": "alice"},
+            {"type": "click", "selector": "#password"},
+            {"type": "write", "text": "wrong"},
+            {"type": "press", "key": "Enter"},
+            {"type": "execute_javascript", "script": "document.title"},
+        ],
+    )
+    assert result["actions"][-1]["value"] == "Denied"
+    assert result["metadata"]["status_code"] == 403
+
+
+def test_cookies_and_headers_reach_the_server(agent: Agent, site: Site) -> None:
+    result = agent.ok(
+        url=f"{site.url}/echo",
+        formats=["raw_html"],
+        headers={"X-Test": "from-the-agent"},
+        cookies=[{"name": "token", "value": "abc123"}],
+        actions=[{"type": "execute_javascript",
+                  "script": "JSON.parse(document.getElementById('seen').textContent)"}],
+    )  # fmt: skip
+    assert result["actions"][0]["value"] == {"cookie": "token=abc123", "x-test": "from-the-agent"}
+    request = site.requests_to("/echo")[-1]
+    assert request["headers"]["X-Test"] == "from-the-agent"
+    # The next call's headers replace these: the page's later requests carry none.
+    again = agent.ok(url=f"{site.url}/echo", formats=["links"])
+    assert again["metadata"]["status_code"] == 200
+    assert "X-Test" not in site.requests_to("/echo")[-1]["headers"]
+
+
+def test_execute_javascript_returns_json_values(agent: Agent, site: Site) -> None:
+    scripts = {
+        "1 + 2": 3,
+        "({a: [1, 'two', null], b: true})": {"a": [1, "two", None], "b": True},
+        "new Promise(r => setTimeout(() => r('later'), 50))": "later",
+        "undefined": None,
+        "NaN": "NaN",
+        "document.querySelector('h1').textContent": "Bonjour",
+    }
+    result = agent.ok(
+        url=f"{site.url}/static",
+        formats=["links"],
+        actions=[{"type": "execute_javascript", "script": s} for s in scripts],
+    )
+    assert [a["value"] for a in result["actions"]] == list(scripts.values())
+
+
+def test_a_script_that_throws_or_answers_too_much_is_action_failed(
+    agent: Agent, site: Site
+) -> None:
+    thrown = agent.scrape(
+        url=f"{site.url}/static",
+        formats=["links"],
+        actions=[{"type": "execute_javascript", "script": "throw new Error('boom')"}],
+    )
+    status, code, message = error_of(thrown)
+    assert (status, code) == (422, "action_failed")
+    assert "actions[0]" in message and "boom" in message
+    huge = agent.scrape(
+        formats=["links"],
+        actions=[{"type": "execute_javascript", "script": "'x'.repeat(2 * 1024 * 1024)"}],
+    )
+    assert error_of(huge)[:2] == (422, "action_failed")
+
+
+def test_a_full_page_screenshot_is_a_png_of_the_whole_page(agent: Agent, site: Site) -> None:
+    result = agent.ok(
+        url=f"{site.url}/tall",
+        formats=["screenshot@full_page"],
+        actions=[{"type": "screenshot"}],
+    )
+    png = decode_png(base64.b64decode(result["screenshot"]))
+    width, height, _, _ = png
+    assert (width, height) == (1280, 3000)
+    assert pixel_at(png, 640, 500) == (255, 0, 0)
+    assert pixel_at(png, 640, 1500) == (255, 255, 255)
+    assert pixel_at(png, 640, 2500) == (0, 0, 255)
+    viewport = decode_png(base64.b64decode(result["actions"][0]["screenshot"]))
+    assert viewport[:2] == (1280, 800)
+
+
+def test_scrolling_moves_the_viewport(agent: Agent, site: Site) -> None:
+    result = agent.ok(
+        url=f"{site.url}/tall",
+        formats=["links"],
+        actions=[
+            {"type": "scroll", "direction": "down"},
+            {"type": "scroll", "direction": "down"},
+            {"type": "execute_javascript", "script": "window.scrollY"},
+            {"type": "scroll", "direction": "up"},
+            {"type": "execute_javascript", "script": "window.scrollY"},
+        ],
+    )
+    assert result["actions"][2]["value"] == 1600
+    assert result["actions"][4]["value"] == 800
+
+
+def test_a_session_keeps_its_page_across_calls(agent: Agent, site: Site) -> None:
+    agent.ok(
+        url=f"{site.url}/static",
+        formats=["links"],
+        actions=[{"type": "execute_javascript", "script": "window.mark = 'kept'; 1"}],
+    )
+    later = agent.ok(
+        formats=["links"], actions=[{"type": "execute_javascript", "script": "window.mark"}]
+    )
+    assert later["actions"][0]["value"] == "kept"
+    assert later["metadata"]["url"] == f"{site.url}/static"
+    assert later["metadata"]["source_url"] is None
+    assert later["metadata"]["status_code"] == 200
+    status = agent.client.get("/health").json()
+    assert status["running"] is True
+    assert status["url"] == f"{site.url}/static" and status["title"] == "Static page"
+
+
+def test_a_selector_that_never_appears_is_action_failed_in_time(agent: Agent, site: Site) -> None:
+    begun = time.monotonic()
+    answer = agent.scrape(
+        url=f"{site.url}/static",
+        formats=["links"],
+        timeout=4000,
+        actions=[{"type": "wait", "milliseconds": 10}, {"type": "wait", "selector": "#never"}],
+    )
+    status, code, message = error_of(answer)
+    assert (status, code) == (422, "action_failed")
+    assert "#never" in message and "actions[1]" in message
+    assert time.monotonic() - begun < 4.0
+    clicked = agent.scrape(formats=["links"], timeout=2000,
+                           actions=[{"type": "click", "selector": "#missing"}])  # fmt: skip
+    assert error_of(clicked)[1] == "action_failed" and "#missing" in error_of(clicked)[2]
+    invalid = agent.scrape(formats=["links"], actions=[{"type": "click", "selector": "a[["}])
+    assert error_of(invalid)[1] == "action_failed"
+
+
+def test_a_page_that_never_loads_times_out_and_the_next_call_works(
+    agent: Agent, site: Site
+) -> None:
+    begun = time.monotonic()
+    answer = agent.scrape(url=f"{site.url}/hang", formats=["links"], timeout=2000)
+    assert error_of(answer)[:2] == (504, "timeout")
+    assert time.monotonic() - begun < 10
+    result = agent.ok(url=f"{site.url}/static", formats=["links"])
+    assert result["metadata"]["title"] == "Static page"
+
+
+def test_a_page_stuck_in_a_loop_times_out_and_is_replaced(agent: Agent, site: Site) -> None:
+    agent.ok(url=f"{site.url}/static", formats=["links"])
+    answer = agent.scrape(
+        formats=["links"],
+        timeout=2000,
+        actions=[{"type": "execute_javascript", "script": "for (;;) {}"}],
+    )
+    assert error_of(answer)[:2] == (504, "timeout")
+    result = agent.ok(url=f"{site.url}/js", formats=["raw_html"])
+    assert "Rendered by script" in result["raw_html"]
+
+
+def test_chromium_killed_between_calls_is_started_again(agent: Agent, site: Site) -> None:
+    agent.ok(url=f"{site.url}/static", formats=["links"])
+    pid = agent.client.get("/health").json()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    result = agent.ok(url=f"{site.url}/static", formats=["links"])
+    assert result["metadata"]["title"] == "Static page"
+    assert agent.client.get("/health").json()["pid"] != pid
+
+
+def test_chromium_dying_during_a_call_is_browser_failed(agent: Agent, site: Site) -> None:
+    agent.ok(url=f"{site.url}/static", formats=["links"])
+    pid = agent.client.get("/health").json()["pid"]
+    answers: list[httpx.Response] = []
+    calling = threading.Thread(target=lambda: answers.append(agent.scrape(
+        formats=["links"],
+        timeout=60000,
+        actions=[{"type": "execute_javascript",
+                  "script": "fetch('/signal').then(() => new Promise(() => {}))"}],
+    )))  # fmt: skip
+    calling.start()
+    deadline = time.monotonic() + 30
+    while not site.requests_to("/signal"):
+        assert time.monotonic() < deadline, "the page never signalled"
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    calling.join(60)
+    assert error_of(answers[0])[:2] == (502, "browser_failed")
+    assert agent.ok(url=f"{site.url}/static", formats=["links"])["metadata"]["status_code"] == 200
+
+
+def test_start_cdp_and_close(agent: Agent) -> None:
+    started = agent.client.post("/start").json()
+    assert started["running"] is True
+    path = agent.client.get("/cdp").json()["path"]
+    assert path.startswith("/devtools/browser/")
+    closed = agent.client.post("/close").json()
+    assert closed == {"running": False, "url": None, "title": None, "pid": None}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"url": "file:///etc/passwd"}, "url"),
+        ({"url": 7}, "url"),
+        ({"formats": ["pdf"]}, "formats[0]"),
+        ({"formats": []}, "formats"),
+        ({"timeout": 10}, "timeout"),
+        ({"timeout": True}, "timeout"),
+        ({"wait_for": "1"}, "wait_for"),
+        ({"surprise": 1}, "surprise"),
+        ({"actions": [{"type": "dance"}]}, "actions[0].type"),
+        ({"actions": [{"type": "wait"}]}, "actions[0]"),
+        ({"actions": [{"type": "click"}]}, "actions[0].selector"),
+        ({"actions": [{"type": "click", "selector": "a", "x": 1}]}, "actions[0].x"),
+        ({"actions": [{"type": "scroll", "direction": "left"}]}, "actions[0].direction"),
+        ({"headers": {"X-A": "1\r\nX-B: 2"}}, "headers.X-A"),
+        ({"cookies": [{"name": "a"}]}, "cookies[0].value"),
+        ({"firewall": ["everything"]}, "firewall[0]"),
+        ({"only_main_content": "yes"}, "only_main_content"),
+    ],
+)
+def test_bad_requests_name_the_field(agent: Agent, body: dict[str, object], field: str) -> None:
+    status, code, message = error_of(agent.scrape(**body))
+    assert (status, code) == (400, "invalid_request")
+    assert message.startswith(f"{field}:"), message
+
+
+def test_bodies_that_are_not_json_or_too_big_are_refused(agent: Agent) -> None:
+    answer = agent.client.post("/scrape", content=b"{nope")
+    assert error_of(answer)[:2] == (400, "invalid_request")
+    answer = agent.client.post("/scrape", content=b"[]")
+    assert error_of(answer)[:2] == (400, "invalid_request")
+    with socket.create_connection(("127.0.0.1", agent.port), timeout=30) as raw:
+        raw.sendall(b"POST /scrape HTTP/1.1\r\nHost: agent\r\nContent-Length: %d\r\n\r\n{"
+                    % (64 * 1024 * 1024))  # fmt: skip
+        answer_bytes = b""
+        while b"\r\n\r\n" not in answer_bytes or not answer_bytes.endswith(b"}}"):
+            chunk = raw.recv(4096)
+            if not chunk:
+                break
+            answer_bytes += chunk
+    head, _, body = answer_bytes.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert json.loads(body)["error"]["code"] == "invalid_request"
+
+
+def test_without_chromium_a_call_is_unavailable(tmp_path: Path) -> None:
+    missing = Agent(tmp_path, chromium=str(tmp_path / "no-chromium"))
+    try:
+        status, code, message = error_of(missing.scrape(url="http://127.0.0.1:9/"))
+        assert (status, code) == (503, "unavailable")
+        assert "no-chromium" in message
+        assert missing.client.get("/health").json()["running"] is False
+    finally:
+        missing.stop()
+
+
+def _closed_port() -> int:
+    return free_port()
