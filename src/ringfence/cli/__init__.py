@@ -9,6 +9,7 @@ import click
 from ringfence import __version__
 from ringfence.cli._common import OneLineErrors
 from ringfence.cli.audit import audit
+from ringfence.cli.browse import browse
 from ringfence.cli.doctor import doctor
 from ringfence.cli.exec_cmd import exec_command
 from ringfence.cli.files import files
@@ -45,6 +46,7 @@ sandbox.add_command(shell)
 sandbox.add_command(top)
 main.add_command(sandbox)
 main.add_command(files)
+main.add_command(browse)
 main.add_command(volume)
 main.add_command(audit)
 main.add_command(template)
