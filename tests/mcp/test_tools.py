@@ -16,7 +16,7 @@ TOOLS = {
     "sandbox_create", "sandbox_list", "sandbox_get", "sandbox_set_timeout", "sandbox_kill",
     "run_command", "run_code", "code_context_create", "files_read", "files_write", "files_list",
     "remediation_propose", "remediation_status", "sandbox_checkpoint", "sandbox_rollback",
-    "sandbox_pause", "sandbox_resume", "sandbox_fork",
+    "sandbox_pause", "sandbox_resume", "sandbox_fork", "browse",
 }  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from ringfence import __version__
 from ringfence.mcp._bounds import clip
+from ringfence.mcp._browser_tools import BrowserTools
 from ringfence.mcp._connect import Connector, RemoteConnector, session
 from ringfence.mcp._file_tools import FileTools
 from ringfence.mcp._remediation_tools import RemediationTools
@@ -35,6 +36,7 @@ def build_server(connector: Connector) -> MCPServer:
     StateTools(connector).register(server)
     FileTools(connector).register(server)
     RemediationTools(connector).register(server)
+    BrowserTools(connector).register(server)
 
     @server.resource(
         "ringfence://sandboxes/{sandbox_id}/files",
