@@ -20,6 +20,7 @@ from ringfence.server.e2b.tokens import Grants
 from ringfence.server.errors import install_error_handlers
 from ringfence.server.limits import BodyBeforeRefusal, BodyLimit
 from ringfence.server.openapi import with_server_bounds
+from ringfence.server.port_relay import WebSocketSlots
 from ringfence.server.routes import audit as audit_routes
 from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import keys as key_routes
@@ -32,6 +33,7 @@ from ringfence.server.routes import sandbox_projects as project_routes
 from ringfence.server.routes import sandbox_state as state_routes
 from ringfence.server.routes import sandboxes as sandbox_routes
 from ringfence.server.routes import volumes as volume_routes
+from ringfence.server.routes.browser_cdp import CdpLayer
 
 if TYPE_CHECKING:
     from ringfence.compose import Services
@@ -98,13 +100,19 @@ def create_app(services: Services) -> FastAPI:
     )  # fmt: skip
     # Outside both: a refusal of either waits for the body the client is still sending.
     app.add_middleware(BodyBeforeRefusal, max_bytes=max_request_bytes)
+    config = services.config
+    websockets = WebSocketSlots(config.max_relayed_websockets, config.max_websocket_message_bytes)
+    # In front of the API, behind the preview routes: the sandbox browser's CDP WebSocket.
+    app.add_middleware(
+        CdpLayer, ports=sandboxes.ports, keys=keys, grants=grants, browser=None,
+        websockets=websockets, max_message=config.max_browser_result_bytes,
+    )  # fmt: skip
     # Outermost: a preview URL's request streams to its sandbox, unbounded by the API's
     # body limit, and nothing under the preview domain reaches the API (docs/ports.md).
     app.add_middleware(
         port_routes.PortLayer, ports=sandboxes.ports, keys=keys, grants=grants,
-        domain=services.config.ports_domain,
-        max_websocket_message=services.config.max_websocket_message_bytes,
-        max_websockets=services.config.max_relayed_websockets,
+        domain=config.ports_domain, max_websocket_message=config.max_websocket_message_bytes,
+        websockets=websockets,
     )  # fmt: skip
     app.include_router(meta.router)
     app.include_router(execution_routes.router)

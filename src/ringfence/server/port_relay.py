@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Iterator
 
 import h11
 from starlette.types import Receive, Scope, Send
 from wsproto import ConnectionType, WSConnection
 from wsproto import events as ws
 
+from ringfence.errors import TooManyRequests
 from ringfence.service.ports import Tunnel
 
-__all__ = ["HOP_BY_HOP", "Broken", "relay_http", "relay_websocket"]
+__all__ = ["HOP_BY_HOP", "Broken", "WebSocketSlots", "fetch", "relay_http", "relay_websocket"]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -44,6 +46,47 @@ _HEAD_SECONDS = 60.0  # from the request's end to its answer's head, as the daem
 
 class Broken(Exception):
     """The sandbox's server broke HTTP or closed before answering (nothing was sent yet)."""
+
+
+class WebSocketSlots:
+    """The WebSockets relayed at once across the server, bounded so that together they
+    hold at most about ``limit`` times twice ``message`` bytes (each reassembles one message
+    at a time: review 2a #2). A relay whose messages may be larger than ``message`` takes
+    as many slots as it weighs (``weight``), so the bound on memory holds whatever relays."""
+
+    def __init__(self, limit: int, message: int) -> None:
+        self.limit = limit
+        self.message = message
+        self._taken = 0
+
+    @property
+    def taken(self) -> int:
+        """Slots held now."""
+        return self._taken
+
+    def weight(self, max_message: int) -> int:
+        """The slots a relay of messages up to ``max_message`` bytes takes (at least 1, at
+        most all of them: one such relay is always served on an idle server)."""
+        return max(1, min(self.limit, math.ceil(max_message / self.message)))
+
+    @contextlib.contextmanager
+    def held(self, max_message: int) -> Iterator[None]:
+        """Hold the slots of one relay while the block runs.
+
+        Raises:
+            TooManyRequests: not enough of them are free.
+        """
+        weight = self.weight(max_message)
+        if self._taken + weight > self.limit:
+            raise TooManyRequests(
+                f"the server relays {self.limit} WebSockets' worth of messages at once "
+                f"(this one counts {weight}); retry later"
+            )
+        self._taken += weight
+        try:
+            yield
+        finally:
+            self._taken -= weight
 
 
 def _strip(headers: Iterable[tuple[bytes, bytes]]) -> Headers:
@@ -171,6 +214,40 @@ async def _pump_body(
         pass
     if not answered.is_set():
         tunnel.writer.close()
+
+
+async def fetch(
+    tunnel: Tunnel, *, target: bytes, headers: Headers, max_body: int
+) -> tuple[int, bytes]:
+    """``GET target`` on ``tunnel`` (``headers`` as they go), buffered: the answer's status
+    and body. For the server's own small questions to a sandbox's server, never a client's.
+
+    Raises:
+        Broken: nothing usable came back, or a body over ``max_body`` bytes.
+    """
+    sandbox = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+    sent = [(n, v) for n, v in _strip(headers) if n != b"content-length"]
+    try:
+        tunnel.writer.write(sandbox.send(h11.Request(method="GET", target=target, headers=sent)))
+        tunnel.writer.write(sandbox.send(h11.EndOfMessage()))
+        await tunnel.writer.drain()
+    except (OSError, h11.LocalProtocolError) as exc:
+        raise Broken(f"the request cannot be passed on: {exc}") from exc
+    response = await _head(sandbox, tunnel)
+    body = bytearray()
+    try:
+        while True:
+            event = await _next(sandbox, tunnel, _HEAD_SECONDS)
+            if isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > max_body:
+                    raise Broken(f"the sandbox's server answered more than {max_body} bytes")
+            elif isinstance(event, h11.EndOfMessage):
+                return response.status_code, bytes(body)
+            else:
+                raise Broken("the sandbox's server closed the connection mid-answer")
+    except (TimeoutError, OSError, h11.RemoteProtocolError) as exc:
+        raise Broken(f"the sandbox's server broke HTTP: {exc}") from exc
 
 
 async def _head(sandbox: h11.Connection, tunnel: Tunnel) -> h11.Response:

@@ -34,6 +34,7 @@ from ringfence.errors import (
 )
 from ringfence.models import Sandbox
 from ringfence.network.gateway import DNS_PORT, PROXY_PORT
+from ringfence.sandboxd.browser import AGENT_PORT, CDP_PORT
 from ringfence.sandboxd.methods import GROUP_PORT
 from ringfence.service.daemon_client import DaemonClient
 from ringfence.service.port_tunnel import Pipe, open_tunnel
@@ -41,8 +42,10 @@ from ringfence.service.port_tunnel import Pipe, open_tunnel
 __all__ = ["RESERVED_PORTS", "Admitted", "PortCaller", "Ports", "Tunnel"]
 
 # Ports Ringfence listens on inside a sandbox: with a network, its egress proxy and
-# resolver (network/gateway.py); in a group, the group relay (service/groups.py).
-RESERVED_PORTS = frozenset({PROXY_PORT, DNS_PORT, GROUP_PORT})
+# resolver (network/gateway.py); in a group, the group relay (service/groups.py); with a
+# browser, its agent and Chromium's DevTools (sandboxd/browser: reached only through the
+# browser routes, whose callers are never anonymous).
+RESERVED_PORTS = frozenset({PROXY_PORT, DNS_PORT, GROUP_PORT, AGENT_PORT, CDP_PORT})
 _KEPT = 4096  # sandboxes whose facts and counts are kept before ended ones are forgotten
 _COUNTED = 65_536  # (sandbox, port, actor) routes counted for the audit record at most
 
@@ -195,13 +198,44 @@ class Ports:
         if port in RESERVED_PORTS:
             raise Forbidden(
                 f"port {port} is Ringfence's own inside the sandbox (its egress proxy, "
-                f"resolver and group relay listen on {sorted(RESERVED_PORTS)}): it is never "
-                "reached from outside"
+                f"resolver, group relay and browser listen on {sorted(RESERVED_PORTS)}): it "
+                "is never reached from outside (the browser: through its own routes)"
             )
         facts = await self._facts_for(caller, sandbox_id)
         daemon = await self._sandboxes.daemon(facts.tenant, sandbox_id)
         self._audit(facts.tenant, caller, sandbox_id, port, via)
         return Admitted(facts.tenant, sandbox_id, port, daemon, anonymous=caller.tenant is None)
+
+    async def admit_browser(
+        self, caller: PortCaller, sandbox_id: str, *, action: str | None
+    ) -> Admitted:
+        """Admit ``caller`` to the sandbox's Chromium DevTools port (``CDP_PORT``), which
+        ``admit`` refuses: only a key of the sandbox's tenant or its traffic token, never
+        an anonymous caller (not even of a ``public_traffic`` sandbox) nor a peer of its
+        group. A CDP client owns the browser (its cookies, every page): it is as powerful
+        as code in the sandbox. Recorded as ``action`` when one is given (each time: CDP
+        connections are few).
+
+        Raises:
+            Unauthenticated: an anonymous caller, whether or not the sandbox exists.
+            SandboxNotFound: no such sandbox in the caller's tenant (or a group peer).
+            SandboxNotRunning: it has ended (or is paused with auto_resume off).
+        """
+        if caller.tenant is None:
+            raise Unauthenticated(
+                f"the browser of sandbox {sandbox_id} is reached with an API key of its "
+                "tenant or its traffic access token (E2B-Traffic-Access-Token), never "
+                "anonymously, public_traffic or not"
+            )
+        if caller.access not in ("key", "token"):
+            raise SandboxNotFound(f"no sandbox {sandbox_id}")
+        facts = await self._facts_for(caller, sandbox_id)
+        daemon = await self._sandboxes.daemon(facts.tenant, sandbox_id)
+        if action is not None:
+            self._sandboxes.record(
+                facts.tenant, caller.actor, action, sandbox_id, details={"access": caller.access}
+            )
+        return Admitted(facts.tenant, sandbox_id, CDP_PORT, daemon)
 
     async def connect(self, admitted: Admitted) -> Tunnel:
         """A new tunnel for an admitted caller.

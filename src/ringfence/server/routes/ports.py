@@ -34,7 +34,6 @@ from ringfence.errors import (
     HTTP_STATUS,
     InvalidRequest,
     RingfenceError,
-    TooManyRequests,
     Unauthenticated,
 )
 from ringfence.server.connections import authenticated
@@ -42,11 +41,14 @@ from ringfence.server.console.sessions import COOKIE, LOGIN_COOKIE
 from ringfence.server.e2b.tokens import Grants, Purpose
 from ringfence.server.e2b.traffic import CODE_PORT, ENVD_PORT
 from ringfence.server.port_pool import IdleTunnels
-from ringfence.server.port_relay import Broken, Headers, relay_http, relay_websocket
+from ringfence.server.port_relay import Broken, Headers, WebSocketSlots, relay_http, relay_websocket
 from ringfence.service.keys import Keys
 from ringfence.service.ports import Admitted, PortCaller, Ports
 
-__all__ = ["PATH_PREFIX", "TOKEN_HEADER", "PortLayer", "documented", "path_of", "preview_host"]
+__all__ = [
+    "PATH_PREFIX", "TOKEN_HEADER", "PortLayer", "caller_of", "documented", "host_of", "path_of",
+    "preview_host", "refuse",
+]  # fmt: skip
 
 TOKEN_HEADER = "e2b-traffic-access-token"
 PATH_PREFIX = "/v1/sandboxes/{sandbox_id}/ports/{port}/"
@@ -125,14 +127,15 @@ class PortLayer:
     def __init__(
         self, app: ASGIApp, *, ports: Ports, keys: Keys, grants: Grants, domain: str | None,
         max_websocket_message: int = 1024 * 1024, max_websockets: int = 256,
+        websockets: WebSocketSlots | None = None,
     ) -> None:  # fmt: skip
         """``max_websockets`` WebSockets are relayed at once, server-wide, each message
         (either way) at most ``max_websocket_message`` bytes: together they bound the
-        memory relayed WebSockets hold (review 2a #2)."""
+        memory relayed WebSockets hold (review 2a #2). ``websockets``: the server's slots,
+        when other layers relay WebSockets too (the CDP route: ``routes.browser_cdp``)."""
         self.app = app
         self._max_message = max_websocket_message
-        self._max_websockets = max_websockets
-        self._websockets = 0  # relayed now (their tunnels count in their sandbox's bound)
+        self._slots = websockets or WebSocketSlots(max_websockets, max_websocket_message)
         self._ports = ports
         self._keys = keys
         self._grants = grants
@@ -146,7 +149,7 @@ class PortLayer:
         try:
             target = self._target(scope)
         except RingfenceError as error:
-            await _refuse(scope, send, error)
+            await refuse(scope, send, error)
             return
         if target is None:
             await self.app(scope, receive, send)
@@ -164,35 +167,28 @@ class PortLayer:
             else:
                 await self._http(scope, receive, send, target, admitted, caller.actor)
         except RingfenceError as error:
-            await _refuse(scope, send, error)
+            await refuse(scope, send, error)
 
     async def _websocket(
         self, scope: Scope, receive: Receive, send: Send, target: _Target, admitted: Admitted
     ) -> None:
-        if self._websockets >= self._max_websockets:
-            raise TooManyRequests(
-                f"the server relays {self._max_websockets} WebSockets at once; retry later"
-            )
-        self._websockets += 1
-        try:
+        with self._slots.held(self._max_message):
             tunnel = await self._ports.connect(admitted)
             try:
                 await relay_websocket(
-                    scope, receive, send, tunnel, host=_host(scope) or "sandbox",
+                    scope, receive, send, tunnel, host=host_of(scope) or "sandbox",
                     target=target.path.decode("latin-1"), headers=_passed_on(scope, target),
                     max_message=self._max_message,
                 )  # fmt: skip
             except Broken as broken:
-                await _refuse(scope, send, _bad_gateway(target, str(broken)))
+                await refuse(scope, send, _bad_gateway(target, str(broken)))
             finally:
                 await tunnel.aclose()
-        finally:
-            self._websockets -= 1
 
     @property
     def websockets(self) -> int:
-        """WebSockets relayed now, server-wide."""
-        return self._websockets
+        """WebSocket slots held now, server-wide (a relay of larger messages holds more)."""
+        return self._slots.taken
 
     async def _http(
         self, scope: Scope, receive: Receive, send: Send, target: _Target, admitted: Admitted,
@@ -229,7 +225,7 @@ class PortLayer:
                 if idle is not None and bodiless:
                     idle = None
                     continue
-                await _refuse(scope, send, _bad_gateway(target, str(broken)))
+                await refuse(scope, send, _bad_gateway(target, str(broken)))
                 return
             except BaseException:
                 tunnel.discard()
@@ -249,7 +245,7 @@ class PortLayer:
         """
         query: bytes = scope.get("query_string", b"")
         raw: bytes = scope.get("raw_path") or quote(scope["path"]).encode()
-        host = _host(scope)
+        host = host_of(scope)
         if self._domain is not None and host is not None:
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
             name = name.lower().rstrip(".")
@@ -276,27 +272,32 @@ class PortLayer:
         return _Target(sandbox_id, port, rest + (b"?" + query if query else b""), "path", prefix)
 
     async def _caller(self, scope: Scope, sandbox_id: str) -> PortCaller:
-        """Who calls, by the credential presented (none: anonymous).
+        return await caller_of(scope, sandbox_id, self._keys, self._grants)
 
-        Raises:
-            Unauthenticated: a token or key that is not valid (never taken for none).
-        """
-        token = _header(scope, TOKEN_HEADER.encode())
-        if token is not None:
-            grant = self._grants.check(token, sandbox_id, Purpose.TRAFFIC)
-            if grant is None or not await self._keys.in_force(grant.key_id, grant.generation):
-                raise Unauthenticated(
-                    f"the traffic access token is not valid for sandbox {sandbox_id} (or its "
-                    "key was revoked or rotated since)"
-                )
-            authenticated()
-            return PortCaller(grant.tenant, grant.key_id, "token")
-        key = _ringfence_key(scope)
-        if key is not None:
-            principal = await self._keys.authenticate(key)
-            authenticated()
-            return PortCaller(principal.tenant, principal.key_id, "key")
-        return PortCaller.anonymous()
+
+async def caller_of(scope: Scope, sandbox_id: str, keys: Keys, grants: Grants) -> PortCaller:
+    """Who calls, by the credential presented (none: anonymous): the sandbox's traffic
+    access token, or a Ringfence key (``X-API-Key``, a Bearer ``rf_...``).
+
+    Raises:
+        Unauthenticated: a token or key that is not valid (never taken for none).
+    """
+    token = _header(scope, TOKEN_HEADER.encode())
+    if token is not None:
+        grant = grants.check(token, sandbox_id, Purpose.TRAFFIC)
+        if grant is None or not await keys.in_force(grant.key_id, grant.generation):
+            raise Unauthenticated(
+                f"the traffic access token is not valid for sandbox {sandbox_id} (or its "
+                "key was revoked or rotated since)"
+            )
+        authenticated()
+        return PortCaller(grant.tenant, grant.key_id, "token")
+    key = _ringfence_key(scope)
+    if key is not None:
+        principal = await keys.authenticate(key)
+        authenticated()
+        return PortCaller(principal.tenant, principal.key_id, "key")
+    return PortCaller.anonymous()
 
 
 def _to_e2b_door(scope: Scope, target: _Target) -> Scope:
@@ -325,7 +326,8 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _host(scope: Scope) -> str | None:
+def host_of(scope: Scope) -> str | None:
+    """The request's Host header, as sent."""
     return _header(scope, b"host")
 
 
@@ -368,7 +370,7 @@ def _passed_on(scope: Scope, target: _Target) -> Headers:
     kept.append(
         (b"x-forwarded-proto", b"https" if scope.get("scheme") in ("https", "wss") else b"http")
     )
-    host = _host(scope)
+    host = host_of(scope)
     if host:
         kept.append((b"x-forwarded-host", host.encode("latin-1")))
     if target.prefix:
@@ -390,7 +392,7 @@ def _bad_gateway(target: _Target, why: str) -> RingfenceError:
     return error
 
 
-async def _refuse(scope: Scope, send: Send, error: RingfenceError) -> None:
+async def refuse(scope: Scope, send: Send, error: RingfenceError) -> None:
     status = HTTP_STATUS.get(error.code, 502 if error.code == "bad_gateway" else 500)
     body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
