@@ -36,6 +36,7 @@ class Agent:
 
     def __init__(self, home: Path, chromium: str = CHROMIUM) -> None:
         self.port = free_port()
+        self.home = home
         code = (
             f"import sys; sys.path.insert(0, {str(PACKAGE.parent)!r}); "
             "import sandboxd.browser.__main__"
@@ -236,6 +237,25 @@ body { margin: 0; background: #ffffff; }
 </style></head><body><div class="band red"></div><div class="band"></div>
 <div class="band blue"></div></body></html>""",
 )
+
+
+html_page(
+    "/dialogs",
+    """<!doctype html><title>Dialogs</title><script>
+alert("hello"); window.answer = confirm("Delete everything?");
+</script><p>After the dialogs</p>""",
+)
+html_page("/download", '<!doctype html><title>Files</title><a id="get" href="/file">report</a>')
+
+
+@page("/file")
+def _file(site: Site, request: BaseHTTPRequestHandler, body: bytes) -> None:
+    request.send_response(200)
+    request.send_header("Content-Type", "text/plain")
+    request.send_header("Content-Disposition", 'attachment; filename="report.txt"')
+    request.send_header("Content-Length", "9")
+    request.end_headers()
+    request.wfile.write(b"the facts")
 
 
 @pytest.fixture(scope="module")

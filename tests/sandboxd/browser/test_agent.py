@@ -295,6 +295,30 @@ def test_start_cdp_and_close(agent: Agent) -> None:
     assert closed == {"running": False, "url": None, "title": None, "pid": None}
 
 
+def test_dialogs_are_answered_and_do_not_block_the_page(agent: Agent, site: Site) -> None:
+    result = agent.ok(
+        url=f"{site.url}/dialogs",
+        formats=["raw_html"],
+        timeout=15000,
+        actions=[{"type": "execute_javascript", "script": "window.answer"}],
+    )
+    assert result["actions"][0]["value"] is False
+    assert "After the dialogs" in result["raw_html"]
+
+
+def test_downloads_land_in_the_home_downloads_folder(agent: Agent, site: Site) -> None:
+    agent.ok(
+        url=f"{site.url}/download",
+        formats=["links"],
+        actions=[{"type": "click", "selector": "#get"}],
+    )
+    target = agent.home / "Downloads" / "report.txt"
+    deadline = time.monotonic() + 30
+    while not (target.exists() and target.read_bytes() == b"the facts"):
+        assert time.monotonic() < deadline, f"{target} never arrived"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

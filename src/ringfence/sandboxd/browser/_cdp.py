@@ -129,6 +129,20 @@ class Connection:
             raise ProtocolError(method, slot.error)
         return slot.result
 
+    def send(self, method: str, params: dict[str, Any], *, session: str | None = None) -> None:
+        """Send ``method`` without waiting for its answer (listeners may: they run on the
+        reader thread, which a waiting ``call`` would deadlock). Errors are dropped."""
+        with self._lock:
+            if self._gone is not None:
+                return
+            self._next_id += 1
+            ident = self._next_id
+        message: dict[str, Any] = {"id": ident, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        with contextlib.suppress(Gone):
+            self._write(json.dumps(message).encode() + b"\0")
+
     def close(self, why: str = "closed") -> None:
         """End the connection (Chromium sees EOF on its fd 3) and fail every waiting call."""
         self._end(why)

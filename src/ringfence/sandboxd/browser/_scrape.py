@@ -38,7 +38,10 @@ def scrape(tab: Tab, request: ScrapeRequest, deadline: Deadline) -> dict[str, An
     """
     begun = time.monotonic()
     run = _Run(tab, request, deadline)
-    tab.call("Network.setExtraHTTPHeaders", {"headers": request.headers}, deadline=deadline)
+    try:
+        tab.call("Network.setExtraHTTPHeaders", {"headers": request.headers}, deadline=deadline)
+    except ProtocolError as error:
+        raise AgentError("invalid_request", f"headers: {error.text}") from error
     if request.cookies:
         run.set_cookies()
     error = run.navigate(request.url) if request.url is not None else None
@@ -183,7 +186,8 @@ class _Run:
         the new document's load event."""
         tab = self.tab
         with tab._changed:
-            requested, started, loader = tab.requested, tab.started, tab.loader_id
+            requested, started, stopped = tab.requested, tab.started, tab.stopped
+            loader = tab.loader_id
         try:
             do()
         except ProtocolError as error:
@@ -195,7 +199,12 @@ class _Run:
         if tab.requested > requested and tab.started == started:
             tab.wait(lambda: tab.started > started, bound.sooner(2.0))
         if tab.started > started:
-            tab.wait(lambda: tab.loader_id != loader and tab.loaded(None), bound)
+            # Done when the frame stopped loading and, if a new document came (not a
+            # download, not a 204), that document fired its load event.
+            tab.wait(
+                lambda: tab.stopped > stopped and (tab.loader_id == loader or tab.loaded(None)),
+                bound,
+            )
 
     def sleep(self, milliseconds: int) -> None:
         seconds = milliseconds / 1000

@@ -149,6 +149,15 @@ class Tab:
                 self.started += 1
             elif method == "Page.frameStoppedLoading" and main:
                 self.stopped += 1
+            elif method == "Page.javascriptDialogOpening":
+                # A dialog would block the page's scripts (and so every call) until
+                # answered: alerts and "leave this page?" are accepted, confirms and prompts
+                # dismissed, as by a person who clicks through and agrees to nothing.
+                accept = params.get("type") in ("alert", "beforeunload")
+                self.connection.send(
+                    "Page.handleJavaScriptDialog", {"accept": accept}, session=self.session_id
+                )
+                return
             elif method == "Inspector.targetCrashed":
                 # A renderer killed (the sandbox's memory limit, most often): the agent
                 # starts over with a fresh Chromium rather than nurse a half-dead one.
