@@ -40,21 +40,21 @@ def scrape(tab: Tab, request: ScrapeRequest, deadline: Deadline) -> dict[str, An
     run = _Run(tab, request, deadline)
     try:
         tab.call("Network.setExtraHTTPHeaders", {"headers": request.headers}, deadline=deadline)
-    except ProtocolError as error:
-        raise AgentError("invalid_request", f"headers: {error.text}") from error
+    except ProtocolError as refused:
+        raise AgentError("invalid_request", f"headers: {refused.text}") from refused
     if request.cookies:
         run.set_cookies()
-    error = run.navigate(request.url) if request.url is not None else None
+    failed = run.navigate(request.url) if request.url is not None else None
     if request.wait_for:
         run.sleep(request.wait_for)
     results: list[dict[str, Any]] = []
-    if error is None:
+    if failed is None:
         for index, action in enumerate(request.actions):
             results.append(run.act(index, action))
     capture, report = run.capture(request.formats)
     metadata = run.metadata()
-    if error is not None:  # what the page shows is Chromium's error page, not the site's
-        metadata.update(error=error, url=request.url, title=None, description=None,
+    if failed is not None:  # what the page shows is Chromium's error page, not the site's
+        metadata.update(error=failed, url=request.url, title=None, description=None,
                         language=None)  # fmt: skip
     result: dict[str, Any] = {
         "untrusted": True,
