@@ -309,7 +309,9 @@ class Config(BaseSettings):
         ge=1 << 20,
         le=1 << 30,
         description="Largest answer of a sandbox's browser agent (a scrape's JSON, its "
-        "screenshots in base64 included): past it the call fails with a 502 naming it.",
+        "screenshots in base64 included): past it the call fails with a 502 naming it. Also "
+        "the largest message from its Chromium through the CDP WebSocket (past it: closed "
+        "with 1009).",
     )
     webhook_urls: list[str] = Field(
         default_factory=list,
@@ -375,7 +377,8 @@ class Config(BaseSettings):
         ge=1,
         description="WebSockets relayed through preview URLs at once, across the whole "
         "server (past it: 429 too_many_requests); with max_websocket_message_bytes it bounds "
-        "the memory they hold.",
+        "the memory they hold. A browser's CDP WebSocket counts as max_browser_result_bytes / "
+        "max_websocket_message_bytes of them (64 by default).",
     )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
