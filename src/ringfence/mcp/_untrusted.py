@@ -25,6 +25,13 @@ __all__ = ["TAG", "defuse", "wrap"]
 
 TAG = "untrusted-web-content"
 _BRACKETS = "<\uff1c\ufe64"  # '<', FULLWIDTH LESS-THAN SIGN, SMALL LESS-THAN SIGN
+# Letters of other scripts that look like the tag's (Unicode's confusables for them, Cyrillic,
+# Greek and Armenian): NFKC leaves them as they are, a reader takes them for the Latin ones.
+_LOOKALIKES = str.maketrans(
+    "\u0435\u043e\u0441\u0455\u0501\u0440\u0442\u0475\u051d\u0432"
+    "\u03bf\u03c5\u03c4\u03b5\u03bd\u0575\u0578\u057d",
+    "eocsdptvwboutevjnu",
+)
 # How far past a bracket a tag's name is looked for: invisible characters between its letters
 # are skipped, up to this many characters in all (a page padding one past it only gets its
 # text shown with the padding, which no reader takes for a tag).
@@ -40,7 +47,7 @@ def _visible(char: str) -> str:
         if folded.isspace() or category in ("Cf", "Cc", "Mn", "Me"):
             continue
         kept.append("-" if category == "Pd" else folded)
-    return "".join(kept).casefold()
+    return "".join(kept).casefold().translate(_LOOKALIKES)
 
 
 def _opens_tag(text: str, at: int) -> bool:
