@@ -245,6 +245,11 @@ html_page(
 alert("hello"); window.answer = confirm("Delete everything?");
 </script><p>After the dialogs</p>""",
 )
+html_page(
+    "/keys",
+    """<!doctype html><title>Keys</title><input id="field"><textarea id="area"></textarea>
+<script>window.downs = 0; document.addEventListener("keydown", () => window.downs++);</script>""",
+)
 html_page("/download", '<!doctype html><title>Files</title><a id="get" href="/file">report</a>')
 
 

@@ -111,6 +111,25 @@ def test_a_form_submitted_with_enter_is_waited_for(agent: Agent, site: Site) -> 
     assert result["metadata"]["status_code"] == 403
 
 
+def test_write_types_key_by_key_and_long_texts_at_once(agent: Agent, site: Site) -> None:
+    long_text = "lorem ipsum " * 30
+    result = agent.ok(
+        url=f"{site.url}/keys",
+        formats=["links"],
+        actions=[
+            {"type": "click", "selector": "#field"},
+            {"type": "write", "text": "héllo, World 42!"},
+            {"type": "execute_javascript", "script": "[field.value, window.downs]"},
+            {"type": "click", "selector": "#area"},
+            {"type": "write", "text": long_text},
+            {"type": "press", "key": "Backspace"},
+            {"type": "execute_javascript", "script": "area.value"},
+        ],
+    )
+    assert result["actions"][2]["value"] == ["héllo, World 42!", 16]
+    assert result["actions"][6]["value"] == long_text[:-1]
+
+
 def test_cookies_and_headers_reach_the_server(agent: Agent, site: Site) -> None:
     result = agent.ok(
         url=f"{site.url}/echo",

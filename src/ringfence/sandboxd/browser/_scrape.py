@@ -25,6 +25,7 @@ from ._request import Action, ScrapeRequest
 from ._tab import PageGone, ScriptError, Tab, encoded_size, navigated
 
 MAX_SCRIPT_VALUE = 1024 * 1024
+KEY_BY_KEY = 256  # longer texts are inserted at once (two round trips a key add up)
 _FIREWALLED = ("markdown", "html")
 
 
@@ -138,8 +139,7 @@ class _Run:
             elif kind == "click":
                 self.navigating_after(lambda: self.click(action["selector"], where))
             elif kind == "write":
-                self.tab.call("Input.insertText", {"text": action["text"]},
-                              deadline=self.deadline)  # fmt: skip
+                self.write(action["text"])
             elif kind == "press":
                 self.navigating_after(lambda: self.press(action["key"], where))
             elif kind == "scroll":
@@ -162,10 +162,25 @@ class _Run:
         point = self.find(selector, where, scroll=True)
         self.tab.click_at(float(point["x"]), float(point["y"]), self.deadline)
 
+    def write(self, text: str) -> None:
+        """Type ``text`` into the focused element key by key (keydown, keypress, input,
+        keyup for each, as a person's typing makes), or insert it at once past
+        ``KEY_BY_KEY`` characters or for characters no key makes."""
+        events = [_scripts.key_event("Enter" if c == "\n" else c) for c in text]
+        if len(text) > KEY_BY_KEY or any(e is None for e in events):
+            self.tab.call("Input.insertText", {"text": text}, deadline=self.deadline)
+            return
+        for event in events:
+            assert event is not None
+            self.key(event)
+
     def press(self, key: str, where: str) -> None:
         event = _scripts.key_event(key)
         if event is None:
             raise AgentError("action_failed", f"{where}: {key!r} is not a key the agent knows")
+        self.key(event)
+
+    def key(self, event: dict[str, object]) -> None:
         down = "keyDown" if "text" in event else "rawKeyDown"
         self.tab.call("Input.dispatchKeyEvent", {"type": down, **event}, deadline=self.deadline)
         up = {k: v for k, v in event.items() if k not in ("text", "unmodifiedText")}
