@@ -127,15 +127,15 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-@pytest.fixture
-async def served(local_host: object) -> AsyncIterator[Served]:
+@contextlib.asynccontextmanager
+async def _serving(local_host: object, **settings: object) -> AsyncIterator[Served]:
     from ringfence.backends.local.probe import Host
 
     assert isinstance(local_host, Host)
     data_dir = Path(tempfile.mkdtemp(prefix="rf-cdp-"))
     # Chromium needs pids >= 512 and memory >= 1 GiB (issue 19's measurements).
     limits = ResourceLimits(memory=1536 << 20, pids=1024, cpus=1.0, disk=256 << 20)
-    config = Config(pool_sizes={}, data_dir=data_dir, default_limits=limits)
+    config = Config(pool_sizes={}, data_dir=data_dir, default_limits=limits, **settings)  # type: ignore[arg-type]
     store = MemoryStore()
     services = await build_services(
         config, store=store, executor=LocalExecutor(config, host=local_host),
@@ -153,6 +153,12 @@ async def served(local_host: object) -> AsyncIterator[Served]:
         url = await stack.enter_async_context(_uvicorn(app))
         client = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=60))
         yield Served(url, client, *keys)
+
+
+@pytest.fixture
+async def served(local_host: object) -> AsyncIterator[Served]:
+    async with _serving(local_host) as serving:
+        yield serving
 
 
 async def test_playwright_drives_the_sandboxed_browser(served: Served) -> None:
@@ -281,6 +287,92 @@ async def test_a_plain_get_of_the_websocket_and_other_methods_are_refused(served
     assert got.status_code == 400 and got.json()["error"]["code"] == "invalid_request"
     posted = await served.client.post(served.version_path(sandbox_id), headers=served.auth())
     assert posted.status_code == 400 and posted.json()["error"]["code"] == "invalid_request"
+
+
+async def test_a_message_past_the_browsers_bound_closes_the_websocket(
+    local_host: object,
+) -> None:
+    """A screenshot past ``max_browser_result_bytes`` is never passed on whole: the
+    WebSocket closes with 1009 (message too big), and the next connection is served."""
+    async with _serving(local_host, max_browser_result_bytes=1 << 20) as served:
+        sandbox_id, _ = await served.browser_sandbox()
+
+        def screenshot() -> tuple[int | None, int]:
+            ws = websocket.create_connection(
+                served.ws_url(sandbox_id), timeout=60, header=served.auth()
+            )
+            try:
+                session = _attached(ws, f"http://127.0.0.1:{PAGE_PORT}/noise.html")
+                ws.send(json.dumps({"id": 9, "sessionId": session,
+                                    "method": "Page.captureScreenshot"}))  # fmt: skip
+                largest = 0
+                while True:
+                    opcode, data = ws.recv_data()
+                    if opcode == websocket.ABNF.OPCODE_CLOSE:
+                        return int.from_bytes(data[:2], "big"), largest
+                    largest = max(largest, len(data))
+            finally:
+                ws.close()
+
+        code, largest = await asyncio.to_thread(screenshot)
+        assert code == 1009 and largest < 1 << 20, (code, largest)
+        assert (await served.wait_for_browser(sandbox_id))["webSocketDebuggerUrl"]
+
+
+async def test_the_browser_reaches_the_sandboxs_loopback_not_the_hosts(served: Served) -> None:
+    """What a CDP client drives is the sandbox's browser: a server on the host's own
+    127.0.0.1 is out of its reach, as it is of any code in the sandbox."""
+    host_server = await asyncio.create_subprocess_exec(
+        "python3", "-m", "http.server", "0", "--bind", "127.0.0.1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        assert host_server.stdout is not None
+        line = (await asyncio.wait_for(host_server.stdout.readline(), 30)).decode()
+        host_port = int(line.split(" port ")[1].split()[0])
+        assert httpx.get(f"http://127.0.0.1:{host_port}/").status_code == 200  # it serves
+        sandbox_id, _ = await served.browser_sandbox()
+
+        def load(url: str) -> dict[str, object]:
+            ws = websocket.create_connection(
+                served.ws_url(sandbox_id), timeout=60, header=served.auth()
+            )
+            try:
+                session = _attached(ws, "about:blank")
+                ws.send(json.dumps({"id": 7, "sessionId": session, "method": "Page.navigate",
+                                    "params": {"url": url}}))  # fmt: skip
+                while True:
+                    answer: dict[str, object] = json.loads(ws.recv())
+                    if answer.get("id") == 7:
+                        return answer
+            finally:
+                ws.close()
+
+        outside = await asyncio.to_thread(load, f"http://127.0.0.1:{host_port}/")
+        assert "errorText" in outside["result"], outside  # type: ignore[operator]
+        inside = await asyncio.to_thread(load, f"http://127.0.0.1:{PAGE_PORT}/index.html")
+        assert "errorText" not in inside["result"], inside  # type: ignore[operator]
+    finally:
+        host_server.kill()
+        await host_server.wait()
+
+
+def _attached(ws: websocket.WebSocket, url: str) -> str:
+    """A new page target at ``url``, attached (flat): its CDP session id."""
+    ws.send(json.dumps({"id": 1, "method": "Target.createTarget", "params": {"url": url}}))
+    target = _answer(ws, 1)["targetId"]
+    ws.send(json.dumps({"id": 2, "method": "Target.attachToTarget",
+                        "params": {"targetId": target, "flatten": True}}))  # fmt: skip
+    return str(_answer(ws, 2)["sessionId"])
+
+
+def _answer(ws: websocket.WebSocket, call: int) -> dict[str, object]:
+    while True:
+        message = json.loads(ws.recv())
+        if message.get("id") == call:
+            assert "result" in message, message
+            result: dict[str, object] = message["result"]
+            return result
 
 
 def test_a_relay_of_larger_messages_takes_its_weight_in_websocket_slots() -> None:
