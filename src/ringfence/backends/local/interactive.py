@@ -169,26 +169,31 @@ def prepare_daemon(runtime_dir: Path) -> Path:
         OSError: the runtime directory cannot be written.
     """
     package = Path(ringfence.sandboxd.__file__).parent
-    sources = sorted(
-        [*package.glob("*.py"), *package.glob("*.js"), *package.glob("*.conf"), package / "sudo"]
-    )
+    # The daemon and the browser agent (sandboxd/browser: started through the daemon).
+    sources = sorted([
+        *package.glob("*.py"), *package.glob("*.js"), *package.glob("*.conf"), package / "sudo",
+        *(package / "browser").glob("*.py"),
+    ])  # fmt: skip
     digest = hashlib.sha256()
     for source in sources:
-        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+        name = source.relative_to(package).as_posix()
+        digest.update(name.encode() + b"\0" + source.read_bytes() + b"\0")
 
     def build(directory: Path) -> None:
         target = directory / "sandboxd"
         target.mkdir()
+        (target / "browser").mkdir()
         for source in sources:
-            shutil.copy2(source, target / source.name)
-            (target / source.name).chmod(0o644)
+            copy = target / source.relative_to(package)
+            shutil.copy2(source, copy)
+            copy.chmod(0o644)
             if source.suffix != ".py":
                 continue
             # Bytecode for the host's python3 (the "base" template's): the sandbox reads it
             # but cannot write it, and compiling at every start would cost milliseconds.
             # Unchecked: the copy never changes (its directory is named by its digest).
             py_compile.compile(
-                str(target / source.name),
+                str(copy),
                 doraise=True,
                 invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
             )
