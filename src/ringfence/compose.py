@@ -31,6 +31,8 @@ from ringfence.errors import InvalidRequest, RingfenceError
 from ringfence.policy.limits import template_limits
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog, AuditRecords
+from ringfence.service.browser import BrowserService
+from ringfence.service.browser_agent import BrowserAgent
 from ringfence.service.budget import Budget
 from ringfence.service.credentials import CredentialKey
 from ringfence.service.egress_asks import EgressAsks
@@ -82,6 +84,7 @@ class Services:
     executions: ExecutionService
     pool: WarmPool | None
     sandboxes: SandboxService
+    browser: BrowserService  # scrapes in sandboxes' browsers, one-shot scrapes
     volumes: VolumeService  # tenants' volumes (refusing every call where there are none)
     approvals: ApprovalService
     asks: EgressAsks  # "ask" egress rules wait for a human here
@@ -190,6 +193,7 @@ async def _build(
         # and replicas that share one share the other.
         export_key = credentials.derive(EXPORT_KEY_PURPOSE)
         runtime = create_sandbox_runtime(executor, config, export_key=export_key)
+    browser_agent = BrowserAgent(config.max_browser_result_bytes)
     pool = None
     if runtime is not None and any(config.pool_sizes.values()):
         pool = WarmPool(
@@ -218,10 +222,11 @@ async def _build(
         volumes=volumes,
     )  # fmt: skip
     approvals = ApprovalService(store, executions, audit, config, notifier, credentials=credentials)
+    browser = BrowserService(sandboxes, config, browser_agent)
     return Services(
         config=config, store=store, executor=executor, runtime=runtime, audit=audit,
-        keys=keys, budget=budget, executions=executions, pool=pool,
-        sandboxes=sandboxes, volumes=volumes, approvals=approvals, asks=asks, notifier=notifier,
+        keys=keys, budget=budget, executions=executions, pool=pool, sandboxes=sandboxes,
+        browser=browser, volumes=volumes, approvals=approvals, asks=asks, notifier=notifier,
         credentials=credentials, _owned=tuple(owned),
     )  # fmt: skip
 

@@ -24,6 +24,13 @@ apart without matching message text.
     ├── SandboxError            the sandbox could not be set up or run    (sandbox_error)
     ├── SandboxNotRunning       the sandbox has ended (killed, expired)   (sandbox_not_running)
     ├── PortNotListening        nothing listens on that port in the sandbox (port_not_listening)
+    ├── BrowserError            the sandbox's browser broke (Chromium died, its agent
+    │   │                       answered garbage or too much)            (browser_failed)
+    │   ├── BrowserActionFailed an action could not be done (no such element)
+    │   │                                                          (browser_action_failed)
+    │   ├── BrowserTimeout      the scrape's timeout passed               (browser_timeout)
+    │   └── BrowserUnavailable  the template lacks Chromium or the Markdown converter
+    │                                                              (browser_unavailable)
     ├── TooManyRequests         a limit on concurrent requests was hit    (too_many_requests)
     │   ├── SandboxUidsExhausted every host uid for sandboxes is in use   (sandbox_uids_exhausted)
     │   └── ServerAtCapacity    the server's totals have no room now      (server_at_capacity)
@@ -44,6 +51,10 @@ from __future__ import annotations
 __all__ = [
     "HTTP_STATUS",
     "BackendUnavailable",
+    "BrowserActionFailed",
+    "BrowserError",
+    "BrowserTimeout",
+    "BrowserUnavailable",
     "CheckpointNotFound",
     "Conflict",
     "DuplicateExecution",
@@ -201,6 +212,35 @@ class PortNotListening(RingfenceError):
     code = "port_not_listening"
 
 
+class BrowserError(RingfenceError):
+    """A sandbox's browser failed: Chromium died or broke its protocol, or the browser
+    agent inside the sandbox answered what is not its protocol (not HTTP, not JSON, past
+    ``max_browser_result_bytes``). The sandbox is the upstream that failed: a 502."""
+
+    code = "browser_failed"
+
+
+class BrowserActionFailed(BrowserError):
+    """An action of a scrape could not be done (no element matches its selector, a script
+    threw); the message names the action's index and type. A 400: the caller's to fix."""
+
+    code = "browser_action_failed"
+
+
+class BrowserTimeout(BrowserError):
+    """The scrape's ``timeout`` passed before it was done (or its agent did not answer in
+    time)."""
+
+    code = "browser_timeout"
+
+
+class BrowserUnavailable(BrowserError):
+    """The sandbox's template has no Chromium, or no Markdown converter for a call that
+    asks for Markdown: use the browser template (docs/browser.md)."""
+
+    code = "browser_unavailable"
+
+
 class SandboxElsewhere(RingfenceError):
     """The sandbox runs, but on another server replica: only that one can reach it."""
 
@@ -279,6 +319,12 @@ HTTP_STATUS: dict[str, int] = {
     SandboxNotRunning.code: 409,
     PortNotListening.code: 502,  # Bad Gateway: the sandbox is the upstream that is not there
     SandboxElsewhere.code: 421,  # Misdirected Request: a router sent it to the wrong replica
+    BrowserError.code: 502,  # Bad Gateway: the sandbox's browser is the upstream that failed
+    # The caller's to fix (its selector, its script); not 422: the API keeps that status out
+    # of its document, which a validation error never answers (400s, with the field named).
+    BrowserActionFailed.code: 400,
+    BrowserTimeout.code: 504,
+    BrowserUnavailable.code: 503,
     TooManyRequests.code: 429,
     SandboxUidsExhausted.code: 503,  # the host's capacity, not the caller's rate
     ServerAtCapacity.code: 503,
@@ -293,5 +339,6 @@ _ALL: tuple[type[RingfenceError], ...] = (
     StoreError,
     Unauthenticated, Forbidden, ServerUnreachable, SandboxUidsExhausted, StateUnsupported,
     SnapshotBudgetExceeded, CheckpointNotFound, VolumeNotFound, VolumeExists, VolumeInUse,
-    VolumeFull, PortNotListening,
+    VolumeFull, PortNotListening, BrowserError, BrowserActionFailed, BrowserTimeout,
+    BrowserUnavailable,
 )  # fmt: skip

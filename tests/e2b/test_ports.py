@@ -14,6 +14,7 @@ import pytest
 import websocket
 
 from e2b import Sandbox
+from ringfence.sandboxd.browser import AGENT_PORT, CDP_PORT
 from tests.client.conftest import LiveServer, _serving
 from tests.server.test_serve_process import Server
 
@@ -108,5 +109,25 @@ def test_another_tenants_key_cannot_reach_a_port(previewing: LiveServer) -> None
         host = sbx.get_host(PORT)
         other = _get(previewing, host, "/echo", **{"X-API-Key": previewing.other_key})
         assert other.status_code == 404
+    finally:
+        sbx.kill()
+
+
+def test_the_browsers_ports_are_never_reached_by_get_host(previewing: LiveServer) -> None:
+    """Even a server listening there (the sandbox's own, on the browser agent's and
+    Chromium's DevTools ports) is refused: through them a caller would drive the sandbox's
+    browser as Ringfence does."""
+    sbx = Sandbox.create(network={"allow_public_traffic": True})
+    try:
+        for reserved in (AGENT_PORT, CDP_PORT):
+            sbx.commands.run(
+                f'python3 -c "$APP" {reserved} >/tmp/app.log 2>&1 &', envs={"APP": APP.read_text()}
+            )
+            host = sbx.get_host(reserved)
+            token = sbx.traffic_access_token or ""
+            for headers in ({}, {"E2B-Traffic-Access-Token": token}):
+                refused = _get(previewing, host, "/echo", **headers)
+                assert refused.status_code == 403, refused.text
+                assert refused.json()["error"]["code"] == "forbidden"
     finally:
         sbx.kill()

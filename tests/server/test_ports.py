@@ -28,6 +28,7 @@ from ringfence.audit.signing import SealKey
 from ringfence.compose import build_services
 from ringfence.config import Config
 from ringfence.models import Role
+from ringfence.sandboxd.browser import AGENT_PORT, CDP_PORT
 from ringfence.server import create_app
 from ringfence.service.credentials import CredentialKey
 from ringfence.service.keys import mint_key
@@ -300,6 +301,35 @@ async def test_ringfences_own_ports_in_the_sandbox_are_refused(served: Served) -
     for reserved in (3128, 53):
         response = await served.client.get(f"/v1/sandboxes/{sandbox_id}/ports/{reserved}/")
         assert _error(response) == (403, "forbidden")
+
+
+async def test_the_browsers_ports_in_the_sandbox_are_refused_by_path_and_host(
+    served: Served,
+) -> None:
+    """The browser agent and Chromium's DevTools port would let a caller drive the
+    sandbox's browser as the server does (its session's cookies, unaudited): refused to
+    every caller, the tenant's own key, E2B's traffic token and the public alike."""
+    created = await served.client.post(
+        "/sandboxes", json={"templateID": "base", "allow_internet_access": False},
+        headers={"X-API-KEY": served.acme},
+    )  # fmt: skip
+    assert created.status_code == 201, created.text
+    sandbox_id, token = created.json()["sandboxID"], created.json()["trafficAccessToken"]
+    public = await served.sandbox(public_traffic=True)
+    for reserved in (AGENT_PORT, CDP_PORT):
+        for target, credentials in (
+            (sandbox_id, served.auth()),
+            (sandbox_id, {"E2B-Traffic-Access-Token": token}),
+            (public, {}),
+        ):
+            by_path = await served.client.get(
+                f"/v1/sandboxes/{target}/ports/{reserved}/health", headers=credentials
+            )
+            assert _error(by_path) == (403, "forbidden"), (reserved, credentials)
+            by_host = await served.client.get(
+                "/json/version", headers={**credentials, "Host": f"{reserved}-{target}.{DOMAIN}"}
+            )
+            assert _error(by_host) == (403, "forbidden"), (reserved, credentials)
 
 
 async def test_request_smuggling_does_not_reach_the_sandbox_as_a_second_request(

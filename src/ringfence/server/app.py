@@ -22,6 +22,7 @@ from ringfence.server.limits import BodyBeforeRefusal, BodyLimit
 from ringfence.server.openapi import with_server_bounds
 from ringfence.server.port_relay import WebSocketSlots
 from ringfence.server.routes import audit as audit_routes
+from ringfence.server.routes import browser as browser_routes
 from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import keys as key_routes
 from ringfence.server.routes import meta
@@ -120,6 +121,8 @@ def create_app(services: Services) -> FastAPI:
     app.include_router(metrics_routes.router)
     app.include_router(state_routes.router)
     app.include_router(state_routes.snapshots)
+    app.include_router(browser_routes.router)
+    app.include_router(browser_routes.one_shot)
     app.include_router(volume_routes.router)
     app.include_router(project_routes.router)
     app.include_router(network_routes.router)

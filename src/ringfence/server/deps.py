@@ -15,6 +15,7 @@ from starlette.requests import Request
 from ringfence.config import Config
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog
+from ringfence.service.browser import BrowserService
 from ringfence.service.egress_asks import EgressAsks
 from ringfence.service.executions import ExecutionService
 from ringfence.service.keys import Keys
@@ -32,6 +33,7 @@ __all__ = [
     "attach",
     "attach_e2b",
     "audit",
+    "browser",
     "config",
     "console_sessions",
     "e2b",
@@ -73,6 +75,10 @@ def executions(request: Request) -> ExecutionService:
 
 def sandboxes(request: Request) -> SandboxService:
     return _services(request).sandboxes
+
+
+def browser(request: Request) -> BrowserService:
+    return _services(request).browser
 
 
 def volumes(request: Request) -> VolumeService:

@@ -1,0 +1,411 @@
+"""The control plane's side of a sandbox's browser agent (``sandboxd.browser``).
+
+The agent is a process inside the sandbox, started through the sandbox's daemon like any
+command (as the sandbox's user, under its limits) and left running: a process whose
+``Start`` stream its caller leaves is not killed (``sandboxd/_process_rpc.py``). It listens
+on ``AGENT_PORT`` of the sandbox's loopback, reached here through the daemon's port tunnel
+(``port_tunnel.open_tunnel``), one connection per call, HTTP/1.1 parsed by h11.
+
+It is started on a sandbox's first call that finds nothing listening there, once however
+many calls arrive together (they wait on one start, per daemon socket), and again should
+it have died (the sandbox's memory limit, a resume from disk, which starts processes
+afresh). A start is done when the agent answers ``/health``, bounded by
+``START_SECONDS``; an agent that exits first fails the start with what it printed.
+
+Everything the agent answers is the sandbox's, untrusted: the answer's head is bounded by
+h11, its body by ``max_browser_result_bytes``, the whole call by the request's own
+``timeout`` plus ``CALL_MARGIN_SECONDS``; the body must be JSON of the documented shape,
+else the call fails as ``BrowserError`` (502) naming what was wrong, never a 500. The
+agent's error codes map to these classes (its message, clipped, is passed on):
+
+    ==================  ======================  ======
+    agent's code        raised here             status
+    ==================  ======================  ======
+    invalid_request     InvalidRequest          400
+    action_failed       BrowserActionFailed     422
+    timeout             BrowserTimeout          504
+    unavailable         BrowserUnavailable      503
+    browser_failed      BrowserError            502
+    (anything else)     BrowserError            502
+    ==================  ======================  ======
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import re
+import weakref
+from collections.abc import Mapping
+from typing import TypeVar
+
+import h11
+from pydantic import BaseModel, ValidationError
+
+from ringfence.errors import (
+    BrowserActionFailed,
+    BrowserError,
+    BrowserTimeout,
+    BrowserUnavailable,
+    InvalidRequest,
+    PortNotListening,
+    RingfenceError,
+)
+from ringfence.models.browser import BrowserStatus, ScrapeRequest, ScrapeResult
+from ringfence.sandboxd.browser import AGENT_PORT
+from ringfence.sandboxd.methods import PROCESS, SANDBOX_USER
+from ringfence.service.daemon_client import DaemonClient, DaemonResponse
+from ringfence.service.port_tunnel import Pipe, open_tunnel
+
+__all__ = [
+    "AGENT_COMMAND",
+    "CALL_MARGIN_SECONDS",
+    "START_SECONDS",
+    "BrowserAgent",
+]
+
+# How the agent is started (its package docstring): the template's python3, isolated (-I)
+# but with its site-packages (no -S: the Markdown converter is there), no bytecode written.
+AGENT_COMMAND: tuple[str, ...] = (
+    "python3", "-I", "-B", "-c",
+    "import sys; sys.path.insert(0, '/run/ringfence'); import sandboxd.browser.__main__",
+    "--port", str(AGENT_PORT),
+)  # fmt: skip
+START_SECONDS = 30.0  # from the start to its first answer (a loaded 2-core host: ~1 s)
+CALL_MARGIN_SECONDS = 15.0  # past a scrape's own timeout: the agent's answer is that late
+_CONTROL_SECONDS = 60.0  # /start (Chromium's cold start), /close, /cdp, /health
+_POLL_SECONDS = (0.02, 0.05, 0.1, 0.2, 0.3)  # between probes while it starts, then the last
+_MAX_HEAD = 16 * 1024
+_MAX_ERROR = 64 * 1024  # an error answer's body
+_MAX_OUTPUT = 4096  # what a failed start keeps of the agent's output
+_CHUNK = 64 * 1024
+_CDP_PATH = re.compile(r"^/devtools/browser/[A-Za-z0-9._-]{1,128}$")
+
+_ERRORS: dict[str, type[RingfenceError]] = {
+    "invalid_request": InvalidRequest,
+    "action_failed": BrowserActionFailed,
+    "timeout": BrowserTimeout,
+    "unavailable": BrowserUnavailable,
+    "browser_failed": BrowserError,
+}
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+class BrowserAgent:
+    """Calls to the browser agents of sandboxes, each started on demand.
+
+    Every method takes the sandbox's ``DaemonClient`` (found, resumed and touched by the
+    caller) and may raise, besides what it documents, what reaching the daemon raises
+    (``SandboxNotRunning``, ``SandboxError``) and ``BrowserError`` for an agent that does
+    not speak its protocol."""
+
+    def __init__(self, max_result_bytes: int) -> None:
+        """``max_result_bytes``: the largest answer taken from an agent
+        (``Config.max_browser_result_bytes``)."""
+        self._max_result_bytes = max_result_bytes
+        # One start at a time per daemon (keyed by its socket: a pooled sandbox's daemon
+        # client is renamed at its claim, its socket is not).
+        self._starting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    async def scrape(self, daemon: DaemonClient, request: ScrapeRequest) -> ScrapeResult:
+        """The agent's ``POST /scrape`` (the agent started first if need be).
+
+        Raises:
+            BrowserActionFailed, BrowserTimeout, BrowserUnavailable, BrowserError,
+            InvalidRequest: as the agent answered (the module's table).
+        """
+        body = request.model_dump_json(exclude_unset=False).encode()
+        seconds = request.timeout / 1000 + CALL_MARGIN_SECONDS
+        answer = await self._started_call(daemon, "POST", "/scrape", body, seconds)
+        return _parsed(daemon, ScrapeResult, answer, "/scrape")
+
+    async def start(self, daemon: DaemonClient) -> BrowserStatus:
+        """Start the agent and its Chromium (``POST /start``): a warm sandbox's preparation.
+
+        Raises:
+            BrowserUnavailable: the template has no Chromium.
+        """
+        answer = await self._started_call(daemon, "POST", "/start", b"", _CONTROL_SECONDS)
+        return _parsed(daemon, BrowserStatus, answer, "/start")
+
+    async def status(self, daemon: DaemonClient) -> BrowserStatus:
+        """The agent's ``GET /health``; not running (and not started) when no agent
+        listens."""
+        try:
+            answer = await self._call(daemon, "GET", "/health", None, _CONTROL_SECONDS)
+        except PortNotListening:
+            return BrowserStatus(running=False)
+        return _parsed(daemon, BrowserStatus, answer, "/health")
+
+    async def close(self, daemon: DaemonClient) -> BrowserStatus:
+        """End the sandbox's Chromium (``POST /close``; the agent stays); nothing to do when
+        no agent listens."""
+        try:
+            answer = await self._call(daemon, "POST", "/close", b"", _CONTROL_SECONDS)
+        except PortNotListening:
+            return BrowserStatus(running=False)
+        return _parsed(daemon, BrowserStatus, answer, "/close")
+
+    async def cdp_path(self, daemon: DaemonClient) -> str:
+        """The WebSocket path of the browser target on ``CDP_PORT`` (``GET /cdp``: the
+        agent and Chromium started first if need be).
+
+        Raises:
+            BrowserUnavailable: the template has no Chromium.
+        """
+        answer = await self._started_call(daemon, "GET", "/cdp", None, _CONTROL_SECONDS)
+        path = _json(daemon, answer, "/cdp").get("path")
+        if not isinstance(path, str) or _CDP_PATH.match(path) is None:
+            raise _garbage(daemon, "/cdp", "no browser target path (/devtools/browser/<id>)")
+        return path
+
+    async def _started_call(
+        self, daemon: DaemonClient, method: str, path: str, body: bytes | None, seconds: float
+    ) -> _Answer:
+        """A call to the agent, started first if nothing listens on its port."""
+        try:
+            return await self._call(daemon, method, path, body, seconds)
+        except PortNotListening:
+            pass
+        await self._ensure_started(daemon)
+        try:
+            return await self._call(daemon, method, path, body, seconds)
+        except PortNotListening as exc:  # started, answered, and gone again at once
+            raise BrowserError(
+                f"sandbox {daemon.sandbox_id}: its browser agent stopped listening just "
+                "after it started"
+            ) from exc
+
+    async def _ensure_started(self, daemon: DaemonClient) -> None:
+        """Start the agent unless one listens (checked again under the start's lock, so
+        calls that found none together start one)."""
+        lock = self._starting.get(daemon.socket_path)
+        if lock is None:
+            lock = self._starting[daemon.socket_path] = asyncio.Lock()
+        async with lock:
+            if await self._listening(daemon):
+                return
+            await self._launch(daemon)
+
+    async def _listening(self, daemon: DaemonClient) -> bool:
+        try:
+            pipe = await open_tunnel(daemon.socket_path, daemon.sandbox_id, AGENT_PORT)
+        except PortNotListening:
+            return False
+        await pipe.aclose()
+        return True
+
+    async def _launch(self, daemon: DaemonClient) -> None:
+        """Start the agent through the daemon's process service, leave its stream (the
+        process stays), and wait until it answers ``/health``.
+
+        Raises:
+            BrowserError: it exited first, or did not answer within ``START_SECONDS``.
+        """
+        message = {
+            "process": {"cmd": AGENT_COMMAND[0], "args": list(AGENT_COMMAND[1:])},
+            "tag": "ringfence-browser-agent",
+        }
+        payload = json.dumps(message).encode()
+        # No deadline (no connect-timeout-ms, no timeoutMs): it lives as long as its sandbox.
+        stream = await daemon.send(
+            "POST",
+            f"/{PROCESS}/Start",
+            params={"username": SANDBOX_USER},
+            headers={"content-type": "application/connect+json"},
+            content=len(payload).to_bytes(5, "big") + payload,
+        )
+        if stream.status_code != 200:
+            refusal = (await stream.aread())[:_MAX_OUTPUT].decode("utf-8", "replace")
+            raise BrowserError(
+                f"sandbox {daemon.sandbox_id}: its daemon would not start the browser agent "
+                f"(HTTP {stream.status_code}: {_clip(refusal, 300)})"
+            )
+        ended = asyncio.create_task(_until_it_ends(stream))
+        try:
+            async with asyncio.timeout(START_SECONDS):
+                for attempt in itertools.count():
+                    try:
+                        answer = await self._call(daemon, "GET", "/health", None, START_SECONDS)
+                    except PortNotListening:
+                        pause = _POLL_SECONDS[min(attempt, len(_POLL_SECONDS) - 1)]
+                        done, _ = await asyncio.wait({ended}, timeout=pause)
+                        if done:
+                            raise BrowserError(
+                                f"sandbox {daemon.sandbox_id}: its browser agent exited as it "
+                                f"started: {ended.result()}"
+                            ) from None
+                        continue
+                    _parsed(daemon, BrowserStatus, answer, "/health")
+                    return
+        except TimeoutError:
+            raise BrowserError(
+                f"sandbox {daemon.sandbox_id}: its browser agent did not listen on port "
+                f"{AGENT_PORT} within {START_SECONDS:g} s of its start"
+            ) from None
+        finally:
+            ended.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ended
+            await stream.aclose()  # the process stays: leaving its stream does not end it
+
+    async def _call(
+        self, daemon: DaemonClient, method: str, path: str, body: bytes | None, seconds: float
+    ) -> _Answer:
+        """One HTTP/1.1 exchange with the agent over a tunnel of its own, bounded.
+
+        Raises:
+            PortNotListening: no agent listens.
+            BrowserTimeout: no whole answer within ``seconds``.
+            BrowserError: the answer is not HTTP, or is past the answer bound.
+        """
+        pipe = await open_tunnel(daemon.socket_path, daemon.sandbox_id, AGENT_PORT)
+        try:
+            async with asyncio.timeout(seconds):
+                return await self._exchange(daemon, pipe, method, path, body)
+        except TimeoutError:
+            raise BrowserTimeout(
+                f"sandbox {daemon.sandbox_id}: its browser agent did not answer {path} "
+                f"within {seconds:g} s"
+            ) from None
+        finally:
+            await pipe.aclose()
+
+    async def _exchange(
+        self, daemon: DaemonClient, pipe: Pipe, method: str, path: str, body: bytes | None
+    ) -> _Answer:
+        protocol = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+        headers = [("host", "127.0.0.1"), ("connection", "close")]
+        if body is not None:
+            headers += [("content-type", "application/json"), ("content-length", str(len(body)))]
+        data = protocol.send(h11.Request(method=method, target=path, headers=headers)) or b""
+        if body:
+            data += protocol.send(h11.Data(data=body)) or b""
+        data += protocol.send(h11.EndOfMessage()) or b""
+        try:
+            pipe.writer.write(data)
+            await pipe.writer.drain()
+            status, limit, received = 0, _MAX_ERROR, bytearray()
+            while True:
+                event = protocol.next_event()
+                if event is h11.NEED_DATA:
+                    protocol.receive_data(await pipe.reader.read(_CHUNK))
+                    continue
+                if isinstance(event, h11.InformationalResponse):
+                    continue
+                if isinstance(event, h11.Response):
+                    status = event.status_code
+                    limit = self._max_result_bytes if status == 200 else _MAX_ERROR
+                elif isinstance(event, h11.Data):
+                    received += event.data
+                    if len(received) > limit:
+                        raise _garbage(
+                            daemon, path, f"an answer past {limit} bytes (the server's bound, "
+                            "max_browser_result_bytes)" if status == 200 else
+                            f"an error past {limit} bytes"
+                        )  # fmt: skip
+                elif isinstance(event, h11.EndOfMessage):
+                    return _Answer(status, bytes(received))
+                else:  # ConnectionClosed before the answer's end
+                    raise _garbage(daemon, path, "it closed the connection mid-answer")
+        except h11.RemoteProtocolError as exc:
+            raise _garbage(daemon, path, f"not HTTP/1.1 ({exc})") from exc
+        except (OSError, EOFError) as exc:
+            raise _garbage(daemon, path, f"the connection broke ({exc})") from exc
+
+
+class _Answer:
+    __slots__ = ("body", "status")
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = body
+
+
+def _parsed(daemon: DaemonClient, model: type[_Model], answer: _Answer, path: str) -> _Model:
+    """The agent's 200 answer as ``model``, or its error raised as the table says."""
+    fields = _json(daemon, answer, path)
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        problem = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'body'}: {error['msg']}"
+            for error in exc.errors()[:3]
+        )
+        raise _garbage(daemon, path, f"JSON that is not a {model.__name__} ({problem})") from exc
+
+
+def _json(daemon: DaemonClient, answer: _Answer, path: str) -> dict[str, object]:
+    """The answer's JSON object if it is a 200; its error raised otherwise."""
+    try:
+        decoded = json.loads(answer.body)
+    except (ValueError, UnicodeDecodeError):
+        decoded = None
+    if answer.status != 200:
+        raise _refusal(daemon, path, answer.status, decoded)
+    if not isinstance(decoded, dict):
+        raise _garbage(daemon, path, "what is not a JSON object")
+    return decoded
+
+
+def _refusal(daemon: DaemonClient, path: str, status: int, decoded: object) -> RingfenceError:
+    error = decoded.get("error") if isinstance(decoded, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(code, str) or not isinstance(message, str):
+        return _garbage(daemon, path, f"HTTP {status} without its error body")
+    kind = _ERRORS.get(code, BrowserError)
+    text = _clip(message, 2000)
+    if kind is BrowserError and code != "browser_failed":
+        text = f"{text} (its code: {_clip(code, 64)!r}, HTTP {status})"
+    return kind(f"sandbox {daemon.sandbox_id}: the browser: {text}")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _garbage(daemon: DaemonClient, path: str, what: str) -> BrowserError:
+    return BrowserError(
+        f"sandbox {daemon.sandbox_id}: its browser agent answered {path} with {what}"
+    )
+
+
+async def _until_it_ends(stream: DaemonResponse) -> str:
+    """Read a ``Start`` stream to its end: how the process ended and the tail of what it
+    printed (bounded)."""
+    buffer, output, ended = b"", b"", "its output stream ended"
+    async for chunk in stream.aiter_raw():
+        buffer += chunk
+        while len(buffer) >= 5 and len(buffer) >= 5 + int.from_bytes(buffer[1:5], "big"):
+            size = int.from_bytes(buffer[1:5], "big")
+            frame, buffer = buffer[5 : 5 + size], buffer[5 + size :]
+            output, ended = _event(frame, output, ended)
+        if len(buffer) > 1 << 20:
+            break
+    text = output[-_MAX_OUTPUT:].decode("utf-8", "replace").strip()
+    return f"{ended}{': ' + text if text else ''}"
+
+
+def _event(frame: bytes, output: bytes, ended: str) -> tuple[bytes, str]:
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        message: Mapping[str, object] = json.loads(frame)
+        event = message.get("event")
+        if isinstance(event, dict) and isinstance(event.get("data"), dict):
+            for stream in ("stdout", "stderr"):
+                value = event["data"].get(stream)
+                if isinstance(value, str):
+                    output = (output + base64.b64decode(value))[-_MAX_OUTPUT:]
+        if isinstance(event, dict) and isinstance(event.get("end"), dict):
+            end = event["end"]
+            ended = f"it exited ({end.get('status') or end.get('exitCode')})"
+        error = message.get("error")
+        if isinstance(error, dict):
+            ended = f"its start failed ({error.get('message')})"
+    return output, ended
