@@ -201,6 +201,8 @@ async def _build(
             # A create with default limits claims the template's pooled sandbox: both take
             # the template's own defaults (the browser's memory and pids).
             limits_for=lambda name: template_limits(name, config),
+            # A pooled browser sandbox joins with its agent and Chromium running.
+            prepare={config.browser_template: browser_agent.prepare},
         )  # fmt: skip
     if executor.name == "job":  # its egress proxy, on the replica's Pod IP when given
         await start_job_egress(config, executor, runtime)

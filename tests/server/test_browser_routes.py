@@ -146,13 +146,13 @@ async def test_a_session_keeps_its_page_across_calls(browsing: Browsing) -> None
 
     first = await browsing.client.post(
         f"{base}/scrape", headers=browsing.acme,
-        json={"url": browsing.page, "formats": ["markdown", "screenshot", "links"],
+        json={"url": browsing.page, "formats": ["raw_html", "screenshot", "links"],
               "headers": {"X-Test": SECRET}, "cookies": [{"name": "session", "value": SECRET}]},
     )  # fmt: skip
     assert first.status_code == 200, first.text
     result = first.json()
     assert result["sandbox_id"] == sandbox_id and result["untrusted"] is True
-    assert "Hello from the page" in result["markdown"]
+    assert "Hello from the page" in result["raw_html"]
     assert result["metadata"]["status_code"] == 200
     assert result["metadata"]["title"] == "Ringfence test page"
     assert base64.b64decode(result["screenshot"]).startswith(b"\x89PNG\r\n\x1a\n")
@@ -160,13 +160,13 @@ async def test_a_session_keeps_its_page_across_calls(browsing: Browsing) -> None
     # No url: the open page, acted on. The form counts what was typed, never shows it.
     second = await browsing.client.post(
         f"{base}/scrape", headers=browsing.acme,
-        json={"formats": ["html"], "actions": [
+        json={"formats": ["raw_html"], "actions": [
             {"type": "click", "selector": "#name"}, {"type": "write", "text": TYPED},
             {"type": "click", "selector": "#go"}, {"type": "wait", "milliseconds": 200},
         ]},
     )  # fmt: skip
     assert second.status_code == 200, second.text
-    assert f"signed in as {len(TYPED)} chars" in second.json()["html"]
+    assert f"signed in as {len(TYPED)} chars" in second.json()["raw_html"]
 
     status = await browsing.client.get(base, headers=browsing.acme)
     assert status.json()["running"] is True and status.json()["url"] == browsing.page
@@ -175,7 +175,7 @@ async def test_a_session_keeps_its_page_across_calls(browsing: Browsing) -> None
 
     scrapes = await browsing.records("browser.scrape")
     assert [r.details["url"] for r in scrapes] == [browsing.page, None]
-    assert scrapes[0].details["formats"] == ["markdown", "screenshot", "links"]
+    assert scrapes[0].details["formats"] == ["raw_html", "screenshot", "links"]
     assert scrapes[0].details["headers"] == ["X-Test"]
     assert scrapes[0].details["cookies"] == ["session"]
     assert scrapes[1].details["actions"] == ["click", "write", "click", "wait"]
@@ -187,11 +187,12 @@ async def test_a_session_keeps_its_page_across_calls(browsing: Browsing) -> None
 
 async def test_a_one_shot_scrape_kills_its_sandbox(browsing: Browsing) -> None:
     response = await browsing.client.post(
-        "/v1/browser/scrape", headers=browsing.acme, json={"url": browsing.page}
-    )
+        "/v1/browser/scrape", headers=browsing.acme,
+        json={"url": browsing.page, "formats": ["raw_html"]},
+    )  # fmt: skip
     assert response.status_code == 200, response.text
     result = response.json()
-    assert "Hello from the page" in result["markdown"]
+    assert "Hello from the page" in result["raw_html"]
     sandbox_id = result["sandbox_id"]
     gone = await browsing.client.get(f"/v1/sandboxes/{sandbox_id}", headers=browsing.acme)
     assert gone.json()["state"] == "killed"
@@ -201,11 +202,16 @@ async def test_a_one_shot_scrape_kills_its_sandbox(browsing: Browsing) -> None:
 
 async def test_a_host_outside_the_policy_is_not_reached(browsing: Browsing) -> None:
     response = await browsing.client.post(
-        "/v1/browser/scrape", headers=browsing.acme, json={"url": "http://elsewhere.test/"}
-    )
+        "/v1/browser/scrape", headers=browsing.acme,
+        json={"url": "http://elsewhere.test/", "formats": ["raw_html"]},
+    )  # fmt: skip
     assert response.status_code == 200, response.text
-    metadata = response.json()["metadata"]
-    assert metadata["error"] and metadata["status_code"] in (None, 403)
+    result = response.json()
+    assert result["metadata"]["status_code"] == 403, result["metadata"]
+    assert "egress denied by Ringfence" in result["raw_html"]
+    denied = [r for r in await browsing.records("network.") if "elsewhere.test" in str(r.details)]
+    assert denied and all(r.outcome != "ok" for r in denied), denied
+    assert denied[0].target == f"sandbox:{result['sandbox_id']}"
 
 
 async def test_bad_input_is_a_400_naming_the_field(browsing: Browsing) -> None:

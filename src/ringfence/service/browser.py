@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from ringfence.audit.chain import SYSTEM
 from ringfence.config import Config
 from ringfence.errors import BrowserUnavailable, InvalidRequest, RingfenceError
-from ringfence.models import SandboxLimits, SandboxSpec
+from ringfence.models import SandboxSpec
 from ringfence.models.browser import BrowserStatus, ScrapeRequest, ScrapeResult
 from ringfence.service.browser_agent import CALL_MARGIN_SECONDS, START_SECONDS, BrowserAgent
 from ringfence.service.sandboxes import SandboxService
@@ -135,9 +135,8 @@ class BrowserService:
         deadline = (
             request.timeout / 1000 + CALL_MARGIN_SECONDS + START_SECONDS + _ONE_SHOT_SLACK_SECONDS
         )
-        spec = SandboxSpec(
+        spec = SandboxSpec(  # the template's own limits (browser_memory, browser_pids)
             template=config.browser_template,
-            limits=SandboxLimits(memory=config.browser_memory, pids=config.browser_pids),
             timeout=min(deadline, config.max_timeout),
             metadata={"ringfence": "one-shot browser scrape"},
         )

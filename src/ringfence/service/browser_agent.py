@@ -58,6 +58,7 @@ from ringfence.models.browser import BrowserStatus, ScrapeRequest, ScrapeResult
 from ringfence.sandboxd.browser import AGENT_PORT
 from ringfence.sandboxd.methods import PROCESS, SANDBOX_USER
 from ringfence.service.daemon_client import DaemonClient, DaemonResponse
+from ringfence.service.pool import Warm
 from ringfence.service.port_tunnel import Pipe, open_tunnel
 
 __all__ = [
@@ -133,6 +134,11 @@ class BrowserAgent:
         """
         answer = await self._started_call(daemon, "POST", "/start", b"", _CONTROL_SECONDS)
         return _parsed(daemon, BrowserStatus, answer, "/start")
+
+    async def prepare(self, warm: Warm) -> None:
+        """A warm pool's prepare of a browser sandbox: its agent and Chromium started, so
+        that its claimer's first scrape renders at once."""
+        await self.start(warm.daemon)
 
     async def status(self, daemon: DaemonClient) -> BrowserStatus:
         """The agent's ``GET /health``; not running (and not started) when no agent

@@ -83,9 +83,7 @@ async def scrape(
     or the sandbox ends. The page reaches only what the sandbox's egress policy allows; a
     page that does not load is no error: `metadata.error` and `metadata.status_code` say
     why. Everything in the result is the page's: untrusted."""
-    return await deps.browser(request).scrape(
-        caller.tenant, sandbox_id, body, actor=caller.key_id
-    )
+    return await deps.browser(request).scrape(caller.tenant, sandbox_id, body, actor=caller.key_id)
 
 
 @router.get(
