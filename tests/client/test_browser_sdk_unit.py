@@ -12,7 +12,15 @@ import pytest
 
 from ringfence.client import AsyncRingfence, AsyncSandbox, CdpEndpoint, SandboxInfo, decode_png
 from ringfence.client._browser import cdp_endpoint, scrape_request, scrape_seconds
-from ringfence.errors import InvalidRequest, SandboxError, error_for
+from ringfence.errors import (
+    BrowserActionFailed,
+    BrowserError,
+    BrowserTimeout,
+    BrowserUnavailable,
+    InvalidRequest,
+    SandboxError,
+    error_for,
+)
 from ringfence.models.browser import ClickAction, ScrapeResult
 from tests.client.conftest import mock_link
 
@@ -148,3 +156,25 @@ async def test_a_one_shot_scrape_posts_to_the_servers_pool_and_maps_its_errors()
         with pytest.raises(InvalidRequest):
             await rf.browser.scrape("javascript:alert(1)")
     assert len(seen) == 2, "the bad URL was never sent"
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "raised"),
+    [
+        (400, "browser_action_failed", BrowserActionFailed),
+        (504, "browser_timeout", BrowserTimeout),
+        (503, "browser_unavailable", BrowserUnavailable),
+        (502, "browser_failed", BrowserError),
+    ],
+)
+async def test_the_browsers_failures_come_back_as_their_own_exceptions(
+    status: int, code: str, raised: type[BrowserError]
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json={"error": {"code": code, "message": "action 0"}})
+
+    sbx = _sandbox(handler)
+    with pytest.raises(raised) as caught:
+        await sbx.browser.scrape("http://site.test/")
+    assert caught.value.code == code and isinstance(caught.value, BrowserError)
+    await sbx.aclose()

@@ -298,11 +298,10 @@ class AsyncOneShotBrowser:
         only what the tenant's default egress policy allows.
 
         Raises:
-            InvalidRequest: a bad argument (checked before sending), or an action the page
-                refused. TooManyRequests: no room for another sandbox now.
-            Unauthenticated, ServerUnreachable.
-            RingfenceError: the browser failed or the call timed out (the ``code`` says
-                which).
+            InvalidRequest: a bad argument (checked before sending).
+            TooManyRequests: no room for another sandbox now.
+            BrowserActionFailed, BrowserTimeout, BrowserUnavailable, BrowserError: as
+                ``AsyncBrowser.scrape``. Unauthenticated, ServerUnreachable.
         """
         request = _browser.scrape_request(
             url, formats=formats, actions=actions, only_main_content=only_main_content,

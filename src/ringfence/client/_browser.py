@@ -200,11 +200,14 @@ class AsyncBrowser:
         is no error: ``result.metadata.error`` says why.
 
         Raises:
-            InvalidRequest: a bad argument (checked before sending), or an action the page
-                refused (no element matches its selector).
+            InvalidRequest: a bad argument (checked before sending).
+            BrowserActionFailed: an action could not be done (no element matches its
+                selector, a script threw); the message names it.
+            BrowserTimeout: the call's ``timeout`` passed.
+            BrowserUnavailable: the sandbox's template has no Chromium (use ``browser``).
+            BrowserError: Chromium died (a page at the memory limit) or broke its protocol;
+                the next call starts a fresh one.
             SandboxNotFound, SandboxNotRunning, ServerUnreachable.
-            RingfenceError: the browser failed or the call timed out (the ``code`` says
-                which).
         """
         request = scrape_request(
             url, formats=formats, actions=actions, only_main_content=only_main_content,
