@@ -25,6 +25,7 @@ from ringfence.backends.local import LocalExecutor
 from ringfence.compose import Services, build_services
 from ringfence.config import Config
 from ringfence.models import AuditQuery, NetworkPolicy, Role
+from ringfence.models.browser import ScrapeRequest
 from ringfence.network import EgressGateway, Resolver
 from ringfence.network.gateway import LISTENING
 from ringfence.policy.egress import own_endpoints
@@ -49,7 +50,8 @@ class Browsing:
     services: Services
     acme: dict[str, str]
     globex: dict[str, str]
-    page: str  # the local page's URL, under PAGES
+    page: str  # the local page's URL, under PAGES (its /hang never answers)
+    hung: asyncio.Event  # set once a request for /hang arrived
 
     async def records(self, action: str | None = None) -> list[AuditRecord]:
         await self.services.audit.flush()
@@ -74,9 +76,15 @@ _PAGE = b"""<!doctype html><html lang="en"><head><title>Ringfence test page</tit
 </main></body></html>"""
 
 
-async def _serve_page(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _serve_page(
+    hung: asyncio.Event, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
     with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-        await reader.readuntil(b"\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"GET /hang"):
+            hung.set()
+            await reader.read()  # until the browser (or its sandbox) goes away
+            return
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n"
             b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(_PAGE) + _PAGE
@@ -95,7 +103,8 @@ async def browsing(local_host: object, browser_template: Built) -> AsyncIterator
     from ringfence.backends.local.probe import Host
 
     assert isinstance(local_host, Host)
-    server = await asyncio.start_server(_serve_page, "127.0.0.1", 0)
+    hung = asyncio.Event()
+    server = await asyncio.start_server(lambda r, w: _serve_page(hung, r, w), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     data_dir = Path(tempfile.mkdtemp(prefix="rf-data-"))
     policy = NetworkPolicy.model_validate(
@@ -128,7 +137,7 @@ async def browsing(local_host: object, browser_template: Built) -> AsyncIterator
         await stack.enter_async_context(client)
         yield Browsing(
             client, services, {"Authorization": f"Bearer {acme}"},
-            {"Authorization": f"Bearer {globex}"}, f"http://{PAGES}:{port}/",
+            {"Authorization": f"Bearer {globex}"}, f"http://{PAGES}:{port}/", hung,
         )  # fmt: skip
 
 
@@ -200,6 +209,46 @@ async def test_a_one_shot_scrape_kills_its_sandbox(browsing: Browsing) -> None:
     assert [r.target for r in records] == [f"sandbox:{sandbox_id}"]
 
 
+async def test_concurrent_first_scrapes_start_one_agent(browsing: Browsing) -> None:
+    sandbox_id = await browsing.sandbox()
+    scrapes = await asyncio.gather(
+        *(
+            browsing.client.post(
+                f"/v1/sandboxes/{sandbox_id}/browser/scrape",
+                headers=browsing.acme,
+                json={"url": browsing.page, "formats": ["links"]},
+            )
+            for _ in range(3)
+        )
+    )
+    assert [r.status_code for r in scrapes] == [200, 200, 200], [r.text for r in scrapes]
+    daemon = await browsing.services.sandboxes.daemon("acme", sandbox_id)
+    listed = await daemon.send(
+        "POST", "/process.Process/List", headers={"content-type": "application/json"},
+        content=b"{}",
+    )  # fmt: skip
+    processes = json.loads(await listed.aread())["processes"]
+    agents = [p for p in processes if p.get("tag") == "ringfence-browser-agent"]
+    assert len(agents) == 1, processes
+
+
+async def test_a_one_shot_sandbox_is_killed_when_its_caller_gives_up(browsing: Browsing) -> None:
+    request = ScrapeRequest(url=browsing.page + "hang", formats=["raw_html"], timeout=120_000)
+    scrape = asyncio.create_task(browsing.services.browser.one_shot("acme", request, actor="k"))
+    await asyncio.wait_for(browsing.hung.wait(), 60)  # the page is being loaded
+    (sandbox_id,) = [s for t, s, _ in browsing.services.sandboxes.running_sandboxes()]
+    scrape.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await scrape
+    deadline = asyncio.get_running_loop().time() + 30
+    while (await browsing.services.sandboxes.get("acme", sandbox_id)).state.value == "running":
+        assert asyncio.get_running_loop().time() < deadline, "the one-shot sandbox still runs"
+        await asyncio.sleep(0.05)
+    assert (await browsing.services.sandboxes.get("acme", sandbox_id)).state.value == "killed"
+    (record,) = await browsing.records("browser.scrape")
+    assert record.outcome == "failed" and record.target == f"sandbox:{sandbox_id}"
+
+
 async def test_a_host_outside_the_policy_is_not_reached(browsing: Browsing) -> None:
     response = await browsing.client.post(
         "/v1/browser/scrape", headers=browsing.acme,
@@ -259,6 +308,10 @@ answers = {
     "wrong_shape": b'HTTP/1.1 200 OK\\r\\nContent-Length: 11\\r\\n\\r\\n{"hello":1}',
     "untrusted_false": None,
     "action_failed": None,
+    "timeout": b'HTTP/1.1 504 X\\r\\nContent-Length: 60\\r\\n\\r\\n'
+               b'{"error": {"code": "timeout", "message": "30000 ms passed"}}',
+    "unavailable": b"HTTP/1.1 503 X\\r\\nContent-Length: 68\\r\\n\\r\\n"
+    b'{"error": {"code": "unavailable", "message": "no html_to_markdown"}}',
 }
 while True:
     c, _ = s.accept()
@@ -320,6 +373,8 @@ async def _start_fake_agent(browsing: Browsing, sandbox_id: str, mode: str) -> N
         ("untrusted_false", 502, "browser_failed", "untrusted"),
         ("too_much", 502, "browser_failed", "max_browser_result_bytes"),
         ("action_failed", 400, "browser_action_failed", "action 0 (click)"),
+        ("timeout", 504, "browser_timeout", "30000 ms passed"),
+        ("unavailable", 503, "browser_unavailable", "no html_to_markdown"),
     ],
 )
 async def test_an_agent_that_breaks_its_protocol_is_a_502_naming_it(
