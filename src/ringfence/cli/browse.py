@@ -291,7 +291,8 @@ def _print(result: ScrapeResult, output: _Output) -> None:
         text = getattr(result, _TEXT_FORMATS[output.text]) or ""
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
         sys.stdout.flush()
-    click.echo(f"ringfence: {firewall_line(result.firewall)}", err=True)
+    if result.markdown is not None or result.html is not None:  # what the firewall filters
+        click.echo(f"ringfence: {firewall_line(result.firewall)}", err=True)
     if result.metadata.error is not None:
         fail(f"the page did not load: {result.metadata.error}", 1)
     if output.screenshot is not None and result.screenshot is None:
