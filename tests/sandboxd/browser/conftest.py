@@ -250,6 +250,11 @@ html_page(
     """<!doctype html><title>Keys</title><input id="field"><textarea id="area"></textarea>
 <script>window.downs = 0; document.addEventListener("keydown", () => window.downs++);</script>""",
 )
+html_page(
+    "/popups",
+    """<!doctype html><title>Popups</title><a id="away" href="/static" target="_blank">new</a>
+<script>window.open("/static"); window.open("/js");</script>""",
+)
 html_page("/download", '<!doctype html><title>Files</title><a id="get" href="/file">report</a>')
 
 

@@ -325,6 +325,26 @@ def test_dialogs_are_answered_and_do_not_block_the_page(agent: Agent, site: Site
     assert "After the dialogs" in result["raw_html"]
 
 
+def test_pages_the_tab_opens_are_closed(agent: Agent, site: Site) -> None:
+    agent.ok(
+        url=f"{site.url}/popups",
+        formats=["links"],
+        actions=[{"type": "click", "selector": "#away"}],
+    )
+    path = agent.client.get("/cdp").json()["path"]
+    assert path.startswith("/devtools/browser/")
+    port = int((Path(_profile_of(agent)) / "DevToolsActivePort").read_text().split()[0])
+    deadline = time.monotonic() + 30
+    while True:
+        pages = [t for t in httpx.get(f"http://127.0.0.1:{port}/json/list").json()
+                 if t["type"] == "page"]  # fmt: skip
+        if len(pages) == 1:
+            break
+        assert time.monotonic() < deadline, pages
+        time.sleep(0.05)
+    assert pages[0]["url"] == f"{site.url}/popups"
+
+
 def test_downloads_land_in_the_home_downloads_folder(agent: Agent, site: Site) -> None:
     agent.ok(
         url=f"{site.url}/download",
@@ -398,3 +418,11 @@ def test_without_chromium_a_call_is_unavailable(tmp_path: Path) -> None:
 
 def _closed_port() -> int:
     return free_port()
+
+
+def _profile_of(agent: Agent) -> str:
+    """The profile directory of the agent's Chromium (its command line names it)."""
+    pid = agent.client.get("/health").json()["pid"]
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    flag = next(a for a in argv if a.startswith(b"--user-data-dir="))
+    return flag.split(b"=", 1)[1].decode()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._cdp import Deadline, Expired, Gone, ProtocolError
+from ._cdp import Connection, Deadline, Expired, Gone, ProtocolError
 from ._chromium import Chromium, launch
 from ._errors import AgentError
 from ._request import ScrapeRequest
@@ -155,6 +155,18 @@ class Session:
             {"behavior": "allow", "downloadPath": downloads},
             deadline=deadline,
         )
+        connection.listen("", lambda method, params: self._on_browser_event(connection, params)
+                          if method == "Target.targetCreated" else None)  # fmt: skip
+        connection.call("Target.setDiscoverTargets", {"discover": True}, deadline=deadline)
+
+    def _on_browser_event(self, connection: Connection, params: dict[str, Any]) -> None:
+        """Close a page the session's tab opened (``target=_blank``, ``window.open``): only
+        the tab is driven, and popups would pile up across calls. Pages a CDP client
+        opens, and their popups, are the client's."""
+        info = params.get("targetInfo") or {}
+        tab = self.tab
+        if info.get("type") == "page" and tab is not None and info.get("openerId") == tab.target_id:
+            connection.send("Target.closeTarget", {"targetId": info.get("targetId")})
 
     def _failed(self, error: Exception) -> AgentError:
         chromium = self.chromium
