@@ -14,8 +14,10 @@ def template_limits(template: str, config: Config) -> SandboxLimits | None:
     """A template's own defaults, over the server's (None: it has none).
 
     The browser template (``config.browser_template``) has ``browser_memory`` and
-    ``browser_pids``: under the general defaults (256 pids) Chromium cannot start its
-    processes and threads (docs/templates.md has the measurement)."""
+    ``browser_pids``: Chromium runs about 115 threads with one page and 11-30 more per
+    page, so the general defaults (256 pids, 512 MiB) hold a page or a few, and a heavy
+    or cross-site one (a renderer of its own) exhausts them; under 128 pids Chromium
+    hangs at start, under 64 it aborts (docs/templates.md has the measurements)."""
     if template == config.browser_template:
         return SandboxLimits(memory=config.browser_memory, pids=config.browser_pids)
     return None
