@@ -358,6 +358,46 @@ def test_downloads_land_in_the_home_downloads_folder(agent: Agent, site: Site) -
         time.sleep(0.05)
 
 
+def test_a_page_cannot_drive_the_agent(agent: Agent, site: Site) -> None:
+    """The page's own requests to the agent's loopback port (a form or fetch of any
+    origin) are refused: the session survives a page that asks it to close."""
+    agent.ok(url=f"{site.url}/static", formats=["links"])
+    pid = agent.client.get("/health").json()["pid"]
+    attack = f"""Promise.all([
+      fetch("http://127.0.0.1:{agent.port}/close", {{method: "POST", mode: "no-cors"}}),
+      fetch("http://127.0.0.1:{agent.port}/scrape", {{method: "POST", mode: "no-cors",
+            headers: {{"Content-Type": "text/plain"}}, body: '{{"url": "http://x.test/"}}'}}),
+      fetch("http://127.0.0.1:{agent.port}/health"),
+    ].map(p => p.then(r => r.status, e => "refused: " + e.message)))"""
+    result = agent.ok(formats=["links"], actions=[{"type": "execute_javascript", "script": attack}])
+    assert all(
+        isinstance(status, str) or status in (0, 400) for status in result["actions"][0]["value"]
+    )
+    after = agent.client.get("/health").json()
+    assert after["running"] is True and after["pid"] == pid
+    assert after["url"] == f"{site.url}/static"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "http://evil.test"},
+        {"Sec-Fetch-Site": "same-origin"},
+        {"Host": "evil.test:49990"},
+        {"Content-Type": "text/plain"},
+    ],
+)
+def test_requests_that_a_browser_made_are_refused(agent: Agent, headers: dict[str, str]) -> None:
+    answer = agent.client.post(
+        "/scrape", content=b'{"formats": ["links"]}',
+        headers={"Content-Type": "application/json", **headers},
+    )  # fmt: skip
+    assert error_of(answer)[:2] == (400, "invalid_request")
+    assert agent.client.get("/health", headers=headers).status_code == (
+        200 if list(headers) == ["Content-Type"] else 400
+    )
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

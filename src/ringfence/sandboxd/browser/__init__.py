@@ -44,6 +44,9 @@ Wire protocol (HTTP/1.1, JSON bodies, one call at a time: later ones wait their 
     ``POST /close``: ends Chromium (the agent stays); 200 with the status.
     ``GET /cdp``: 200 ``{"path": "/devtools/browser/<id>"}``, the browser target's
     WebSocket path on ``CDP_PORT`` (Chromium started first if needed).
+    A request a web page made (an ``Origin`` or ``Sec-Fetch-*`` header, a ``Host`` that is
+    not loopback, a body that is not ``application/json``) is refused: pages the browser
+    renders can reach this port too.
     An error is ``{"error": {"code": CODE, "message": TEXT}}`` with the status below; a
     message names what failed (the selector, the action's index and type, the URL):
 

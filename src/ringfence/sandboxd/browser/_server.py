@@ -39,6 +39,8 @@ class _Handler(BaseHTTPRequestHandler):
     server: AgentServer
 
     def do_GET(self) -> None:
+        if self._from_a_page():
+            return
         if self.path == "/health":
             self._call(lambda session, _: session.status(), body=False)
         elif self.path == "/cdp":
@@ -47,6 +49,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, {"error": {"code": "invalid_request", "message": "no such path"}})
 
     def do_POST(self) -> None:
+        if self._from_a_page():
+            return
         routes: dict[str, Callable[[Session, Any], dict[str, Any]]] = {
             "/scrape": lambda session, raw: session.scrape(parse(raw)),
             "/start": _start,
@@ -58,6 +62,33 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, {"error": {"code": "invalid_request", "message": "no such path"}})
             return
         self._call(route, body=True)
+
+    def _from_a_page(self) -> bool:
+        """Refuse (and answer) a request a web page made: any page Chromium renders can
+        send requests to the sandbox's loopback, this port included. Browsers mark theirs
+        (``Origin``, ``Sec-Fetch-*``), a rebound name shows in ``Host``, and a JSON body
+        cannot be sent across origins without a preflight this server never answers."""
+        headers = self.headers
+        why = None
+        if headers.get("Origin") is not None or any(
+            name.lower().startswith("sec-fetch-") for name in headers
+        ):
+            why = "requests made by a web page are refused"
+        elif _host_name(headers.get("Host", "")) not in _LOOPBACK_NAMES:
+            why = "the Host must be this sandbox's loopback"
+        elif (
+            self.command == "POST"
+            and headers.get("Content-Length", "0") != "0"
+            and (
+                headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json"
+            )
+        ):
+            why = "a body must be application/json"
+        if why is None:
+            return False
+        self.close_connection = True
+        self._answer(400, {"error": {"code": "invalid_request", "message": why}})
+        return True
 
     def _call(self, route: Callable[[Session, Any], dict[str, Any]], *, body: bool) -> None:
         try:
@@ -111,6 +142,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return
+
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "")
+
+
+def _host_name(host: str) -> str:
+    """``Host`` without its port: ``127.0.0.1:49990`` -> ``127.0.0.1``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host.split("]")[0] + "]"
+    return host.rsplit(":", 1)[0] if ":" in host else host
 
 
 def _start(session: Session, _: Any) -> dict[str, Any]:
