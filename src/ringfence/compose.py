@@ -28,6 +28,7 @@ from ringfence.audit.signing import SealKey
 from ringfence.backends import Executor, SandboxRuntime, create_executor, create_sandbox_runtime
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, RingfenceError
+from ringfence.network.gateway import EgressGateway
 from ringfence.policy.limits import template_limits
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog, AuditRecords
@@ -203,6 +204,12 @@ async def _build(
             limits_for=lambda name: template_limits(name, config),
             # A pooled browser sandbox joins with its agent and Chromium running.
             prepare={config.browser_template: browser_agent.prepare},
+            # Its pooled sandboxes start deny-all, so a one-shot scrape (the tenant's egress
+            # policy) can claim one: only where the egress gateway is this process's own.
+            networked=(
+                [config.browser_template]
+                if isinstance(getattr(executor, "egress", None), EgressGateway) else []
+            ),
         )  # fmt: skip
     if executor.name == "job":  # its egress proxy, on the replica's Pod IP when given
         await start_job_egress(config, executor, runtime)

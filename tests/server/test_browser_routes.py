@@ -99,7 +99,15 @@ def browser_template() -> Built:
 
 
 @pytest.fixture
-async def browsing(local_host: object, browser_template: Built) -> AsyncIterator[Browsing]:
+def pool_sizes() -> dict[str, int]:
+    """The server's warm pool (parametrize it to have one)."""
+    return {}
+
+
+@pytest.fixture
+async def browsing(
+    local_host: object, browser_template: Built, pool_sizes: dict[str, int]
+) -> AsyncIterator[Browsing]:
     from ringfence.backends.local.probe import Host
 
     assert isinstance(local_host, Host)
@@ -111,7 +119,8 @@ async def browsing(local_host: object, browser_template: Built) -> AsyncIterator
         {"rules": [{"domain": PAGES, "cidr": "127.0.0.1/32", "ports": [port]}]}
     )
     config = Config(
-        pool_sizes={}, data_dir=data_dir, templates_dir=browser_template.rootfs.parent.parent,
+        pool_sizes=pool_sizes, data_dir=data_dir,
+        templates_dir=browser_template.rootfs.parent.parent,
         network_defaults={"acme": policy}, network_internal_cidrs=["127.0.0.1/32"],
         max_browser_result_bytes=2 << 20,  # the fake agent's "too much" is 3 MiB
     )  # fmt: skip
@@ -207,6 +216,36 @@ async def test_a_one_shot_scrape_kills_its_sandbox(browsing: Browsing) -> None:
     assert gone.json()["state"] == "killed"
     records = await browsing.records("browser.scrape")
     assert [r.target for r in records] == [f"sandbox:{sandbox_id}"]
+
+
+@pytest.mark.parametrize("pool_sizes", [{"browser": 1}])
+async def test_a_one_shot_scrape_from_the_pool_reaches_its_page(browsing: Browsing) -> None:
+    """A pooled browser sandbox (deny-all, its agent and Chromium started) is claimed by a
+    one-shot scrape: its egress becomes the tenant's, by the tenant's policy."""
+    deadline = asyncio.get_running_loop().time() + 120
+    while browsing.services.sandboxes.pool_stats()["browser"].size < 1:
+        assert asyncio.get_running_loop().time() < deadline, "the pool never filled"
+        await asyncio.sleep(0.1)
+    started = asyncio.get_running_loop().time()
+    response = await browsing.client.post(
+        "/v1/browser/scrape", headers=browsing.acme,
+        json={"url": browsing.page, "formats": ["raw_html"]},
+    )  # fmt: skip
+    elapsed = asyncio.get_running_loop().time() - started
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert "Hello from the page" in result["raw_html"], result["metadata"]
+    assert browsing.services.sandboxes.pool_stats()["browser"].hits == 1
+    (created,) = [
+        r for r in await browsing.records("sandbox.create")
+        if r.target == f"sandbox:{result['sandbox_id']}"
+    ]  # fmt: skip
+    assert created.details.get("pooled") is True and created.tenant == "acme"
+    egress = [r for r in await browsing.records("network.") if "pages.test" in str(r.details)]
+    assert egress and {(r.tenant, r.target) for r in egress} == {
+        ("acme", f"sandbox:{result['sandbox_id']}")
+    }
+    print(f"one-shot from the pool: {elapsed * 1000:.0f} ms")
 
 
 async def test_concurrent_first_scrapes_start_one_agent(browsing: Browsing) -> None:

@@ -154,6 +154,18 @@ class EgressGateway:
         attachment = self._attached.get((tenant, subject))
         return attachment.session if attachment is not None else None
 
+    def rebind(self, tenant: str, subject: str, requester: Requester) -> EgressSession | None:
+        """Hand the session of (``tenant``, ``subject``) over to ``requester``: a pooled
+        sandbox's egress, now its claimer's (its records, asks and later policy changes
+        are the claimer's). None if there is no such session.
+        """
+        attachment = self._attached.pop((tenant, subject), None)
+        if attachment is None:
+            return None
+        attachment.session.requester = requester
+        self._attached[(requester.tenant, requester.subject)] = attachment
+        return attachment.session
+
     async def attach(self, pid: int, requester: Requester, policy: NetworkPolicy) -> Attachment:
         """Serve the proxy and the resolver inside the network namespace of ``pid``.
 

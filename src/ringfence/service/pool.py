@@ -1,19 +1,22 @@
 """The warm pool: per template, sandboxes started ahead of time, handed out in milliseconds.
 
 A pooled sandbox is started with its template's limits (``limits_for``: the defaults unless
-the template has its own, as the browser template does), no network, no environment of
-anyone's and a long idle deadline. Its daemon is checked healthy, then its template's
-``prepare`` (if any: the browser template's starts the browser agent and its Chromium) runs,
-bounded; only then does it join the pool, so a claim never sees a half-prepared sandbox. A
-start or a prepare that fails or overruns discards the sandbox, is logged and is retried
-after ``_RETRY_SECONDS``. A create that asks for nothing the pool cannot give (its
-template's limits, no network) claims one: it is then bound to its
-claimer (the environment and sandbox id through the daemon's ``/init``, the timeout moved
-to the claimer's) and never goes back; the pool refills in the background. No sandbox ever
-serves two claims, so nothing of one claim can be seen by the next. A pooled sandbox that
-idles past ``_IDLE_SECONDS`` expires and is replaced. When the server's totals have no
-room for a tenant's sandbox, idle pooled ones are evicted first (``evict``): a tenant's
-request comes before a sandbox nobody asked for yet.
+the template has its own, as the browser template does), no network (a ``networked``
+template's: an egress policy allowing nothing, its session keyed by a placeholder), no
+environment of anyone's and a long idle deadline. Its daemon is checked healthy, then its
+template's ``prepare`` (if any: the browser template's starts the browser agent and its
+Chromium) runs, bounded; only then does it join the pool, so a claim never sees a
+half-prepared sandbox. A start or a prepare that fails or overruns discards the sandbox, is
+logged and is retried after ``_RETRY_SECONDS``. A create that asks for nothing the pool
+cannot give (its template's limits; no network, or for a networked template a network
+policy) claims one: it is then bound to its claimer (the environment and sandbox id through
+the daemon's ``/init``, the timeout moved to the claimer's; a networked one's egress session
+handed over to the claimer, with its policy, before the claim returns) and never goes back;
+the pool refills in the background. No sandbox ever serves two claims, so nothing of one
+claim can be seen by the next. A pooled sandbox that idles past ``_IDLE_SECONDS`` expires
+and is replaced. When the server's totals have no room for a tenant's sandbox, idle pooled
+ones are evicted first (``evict``): a tenant's request comes before a sandbox nobody asked
+for yet.
 """
 
 from __future__ import annotations
@@ -22,22 +25,27 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import secrets
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from ringfence.backends import LaunchSpec, LiveSandbox, SandboxRuntime
 from ringfence.config import Config
 from ringfence.errors import RingfenceError, SandboxError
-from ringfence.models import ResourceLimits, SandboxLimits
+from ringfence.models import NetworkMode, NetworkPolicy, ResourceLimits, SandboxLimits
+from ringfence.network.session import Requester, requesting
 from ringfence.sandboxd.methods import PROCESS
 from ringfence.service.budget import Budget, Reservation
 from ringfence.service.daemon_client import DaemonClient
 
-__all__ = ["PoolStats", "Prepare", "Warm", "WarmPool"]
+__all__ = ["DENY_ALL", "PoolStats", "Prepare", "Warm", "WarmPool"]
 
 log = logging.getLogger(__name__)
 
 _IDLE_SECONDS = 3600.0
+# A networked template's pooled sandbox, until its claim: the proxy and resolver run, and
+# refuse everything (an empty rule list allows nothing).
+DENY_ALL = NetworkPolicy(mode=NetworkMode.RULES)
 _HEALTH_SECONDS = 10.0
 # A template's prepare (the browser's: its agent and Chromium, 2-5 s here when idle) gets
 # this long; past it the sandbox is discarded like a failed start.
@@ -57,6 +65,9 @@ class Warm:
     # Its share of the server's totals (no tenant's: the claimer adds its own), or None
     # without a budget. The claimer's live entry gives it back at its end.
     reservation: Reservation | None = None
+    # A networked template's (``networked``): the placeholder subject its egress session is
+    # keyed by until a claimer takes it over (tenant ""); None: it has no network.
+    egress_subject: str | None = None
 
 
 @dataclass
@@ -89,6 +100,7 @@ class WarmPool:
         *,
         limits_for: Callable[[str], SandboxLimits | None] = lambda _: None,
         prepare: Mapping[str, Prepare] | None = None,
+        networked: Collection[str] = (),
     ) -> None:
         """``sizes``: template -> how many to keep ready (0 disables); ``image_for``: the
         root filesystem of a template; ``budget``: the server's, which every pooled sandbox
@@ -96,13 +108,18 @@ class WarmPool:
         server's defaults (None: the defaults); a create of that template claims only if
         its limits resolve to the same. ``prepare``: template -> what runs in each of its
         sandboxes once its daemon is healthy, before it joins the pool (bounded by
-        ``_PREPARE_SECONDS``; one that raises or overruns discards the sandbox)."""
+        ``_PREPARE_SECONDS``; one that raises or overruns discards the sandbox).
+        ``networked``: templates whose pooled sandboxes start with an egress policy that
+        allows nothing (``DENY_ALL``), so that a create with a network policy can claim one
+        and hand its egress session over (a browser's one-shot scrape must reach its page);
+        a create without network then never claims one of them."""
         self._runtime = runtime
         self._config = config
         self._image_for = image_for
         self._budget = budget
         self._limits_for = limits_for
         self._prepare = dict(prepare or {})
+        self._networked = frozenset(networked)
         self._templates = {name: _Template(size) for name, size in sizes.items() if size > 0}
         self._fillers: list[asyncio.Task[None]] = []
         self._watchers: set[asyncio.Task[None]] = set()
@@ -119,6 +136,10 @@ class WarmPool:
         own = self._limits_for(template)
         defaults = self._config.default_limits
         return defaults if own is None else own.merged_over(defaults)
+
+    def networked(self, template: str) -> bool:
+        """Whether ``template``'s pooled sandboxes have a (deny-all) egress policy."""
+        return template in self._networked
 
     def claim(self, template: str) -> Warm | None:
         """A ready sandbox of ``template``, now (counted as a hit), or None (a miss)."""
@@ -214,13 +235,19 @@ class WarmPool:
         reservation = None
         if self._budget is not None:
             reservation = self._budget.reserve(None, self._budget.amount(limits))
-        spec = LaunchSpec(image=image, env={}, limits=limits, timeout=_IDLE_SECONDS)
+        network, subject = None, None
+        if name in self._networked:  # keyed apart until its claimer takes it over
+            network, subject = DENY_ALL, f"pooled:{secrets.token_hex(8)}"
+        spec = LaunchSpec(
+            image=image, env={}, limits=limits, timeout=_IDLE_SECONDS, network=network
+        )
         try:
-            live = await self._runtime.start(spec)
+            with requesting(Requester(subject=subject or "")):
+                live = await self._runtime.start(spec)
         except BaseException:
             self._give_back(reservation)
             raise
-        warm = Warm(live, DaemonClient("pooled", live.socket_path), reservation)
+        warm = Warm(live, DaemonClient("pooled", live.socket_path), reservation, subject)
         try:
             await warm.daemon.health(_HEALTH_SECONDS)
             # The daemon loads its process service on first use: load it now, while idle,

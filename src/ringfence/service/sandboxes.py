@@ -45,6 +45,7 @@ from ringfence.models import (
     SandboxState,
     Status,
 )
+from ringfence.network.gateway import EgressGateway
 from ringfence.network.session import Asker, Requester, SessionLookup, requesting
 from ringfence.policy.limits import check_limits, check_timeout, defaults_for
 from ringfence.policy.network import check_tenant_policy, policy_for
@@ -353,7 +354,13 @@ class SandboxService(Pausing):
         pooled = not launch.volumes and launch.project is None
         if self._pool is not None and restore is None and pooled:
             same_limits = sandbox.limits == self._pool.limits(spec.template)
-            if same_limits and network.mode is NetworkMode.NONE:
+            # A networked template's pooled sandboxes (deny-all until claimed) serve creates
+            # with a network policy, handed over at the claim; the others, creates without.
+            networked = network.mode is not NetworkMode.NONE
+            same_network = networked == self._pool.networked(spec.template) and (
+                not networked or self._egress_gateway is not None
+            )
+            if same_limits and same_network:
                 warm = self._pool.claim(spec.template)
                 if warm is not None:
                     if warm.reservation is not None:
@@ -520,6 +527,8 @@ class SandboxService(Pausing):
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
         try:
+            if warm.egress_subject is not None:
+                self._hand_egress_over(warm.egress_subject, tenant, sandbox.id, actor, launch)
             check_lifecycle(sandbox, warm.live)
             await warm.live.set_timeout(deadline_of(launch, sandbox).timeout)
         except BaseException as exc:
@@ -535,6 +544,26 @@ class SandboxService(Pausing):
         self.record(tenant, actor, "sandbox.create", sandbox.id, "ok", details)
         self._start_lifecycle(sandbox, entry)
         return sandbox
+
+    def _hand_egress_over(
+        self, subject: str, tenant: str, sandbox_id: str, actor: str, launch: LaunchSpec
+    ) -> None:
+        """Make a pooled sandbox's egress session (deny-all, keyed by its placeholder
+        ``subject``) the claimer's: its records, asks and policy.
+
+        Raises:
+            SandboxError: there is no such session (the claim then kills the sandbox).
+        """
+        requester = Requester(
+            tenant, f"sandbox:{sandbox_id}", actor, self._audit, self._egress_asker
+        )
+        gateway = self._egress_gateway  # only the local backend's pools networked templates
+        session = None
+        if isinstance(gateway, EgressGateway):
+            session = gateway.rebind("", subject, requester)
+        if session is None or launch.network is None:
+            raise SandboxError("its egress session could not be handed over")
+        session.set_policy(launch.network)
 
     def _kill_on_failure(self, entry: LiveEntry, step: asyncio.Task[None], *, what: str) -> None:
         """Kill a claimed sandbox whose ``what`` (a step finished after the claim) failed."""
