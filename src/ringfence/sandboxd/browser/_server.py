@@ -107,6 +107,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> Any:
         length = self.headers.get("Content-Length")
+        if length is None and self.headers.get("Transfer-Encoding") is None:
+            return {}  # no body: every field at its default
         if length is None or not length.isdigit():
             self.close_connection = True
             raise AgentError("invalid_request", "body: a Content-Length is required")
