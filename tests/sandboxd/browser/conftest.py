@@ -211,6 +211,14 @@ def _session(site: Site, request: BaseHTTPRequestHandler, body: bytes) -> None:
         site.send(request, 403, f"<!doctype html><title>Denied</title><p>{fields!r}</p>")
 
 
+@page("/redirect")
+def _redirect(site: Site, request: BaseHTTPRequestHandler, body: bytes) -> None:
+    request.send_response(302)
+    request.send_header("Location", "/static")
+    request.send_header("Content-Length", "0")
+    request.end_headers()
+
+
 @page("/echo")
 def _echo(site: Site, request: BaseHTTPRequestHandler, body: bytes) -> None:
     seen = {"cookie": request.headers.get("Cookie"), "x-test": request.headers.get("X-Test")}

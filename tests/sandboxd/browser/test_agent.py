@@ -49,6 +49,14 @@ def test_a_missing_page_is_its_status_not_an_error(agent: Agent, site: Site) -> 
     assert result["metadata"]["error"] is None
 
 
+def test_a_redirect_ends_at_its_final_url_and_status(agent: Agent, site: Site) -> None:
+    result = agent.ok(url=f"{site.url}/redirect", formats=["links"])
+    metadata = result["metadata"]
+    assert metadata["source_url"] == f"{site.url}/redirect"
+    assert metadata["url"] == f"{site.url}/static"
+    assert metadata["status_code"] == 200 and metadata["title"] == "Static page"
+
+
 def test_a_page_that_cannot_load_says_why_in_its_metadata(agent: Agent) -> None:
     port = _closed_port()
     result = agent.ok(url=f"http://127.0.0.1:{port}/", formats=["links"])

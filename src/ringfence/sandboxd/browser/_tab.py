@@ -20,6 +20,7 @@ from ._cdp import Connection, Deadline, Expired, Gone, ProtocolError
 from ._chromium import VIEWPORT
 
 MAX_SCREENSHOT_HEIGHT = 16384
+MAX_SCREENSHOT_WIDTH = 4096
 _WORLD = "ringfence"
 _KEEP_RESPONSES = 16
 
@@ -241,12 +242,12 @@ class Tab:
 
     def screenshot(self, full_page: bool, deadline: Deadline) -> str:
         """A base64 PNG of the viewport, or of the whole page (its first
-        ``MAX_SCREENSHOT_HEIGHT`` CSS pixels)."""
+        ``MAX_SCREENSHOT_HEIGHT`` CSS pixels down, ``MAX_SCREENSHOT_WIDTH`` across)."""
         params: dict[str, Any] = {"format": "png"}
         if full_page:
             metrics = self.call("Page.getLayoutMetrics", deadline=deadline)
             size = metrics.get("cssContentSize") or metrics.get("contentSize") or {}
-            width = max(1, int(size.get("width", VIEWPORT[0])))
+            width = max(1, min(int(size.get("width", VIEWPORT[0])), MAX_SCREENSHOT_WIDTH))
             height = max(1, min(int(size.get("height", VIEWPORT[1])), MAX_SCREENSHOT_HEIGHT))
             params["clip"] = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
             params["captureBeyondViewport"] = True
