@@ -212,6 +212,7 @@ async def test_a_one_shot_scrape_kills_its_sandbox(browsing: Browsing) -> None:
     result = response.json()
     assert "Hello from the page" in result["raw_html"]
     sandbox_id = result["sandbox_id"]
+    await asyncio.wait_for(browsing.services.browser.settled(), 60)  # its kill, under way
     gone = await browsing.client.get(f"/v1/sandboxes/{sandbox_id}", headers=browsing.acme)
     assert gone.json()["state"] == "killed"
     records = await browsing.records("browser.scrape")

@@ -76,6 +76,7 @@ def create_app(services: Services) -> FastAPI:
                 yield
         finally:
             await approvals.aclose()
+            await services.browser.settled()  # one-shot sandboxes' kills under way, first
             await sandboxes.aclose()
             # Here, not only in services.aclose: uvicorn re-raises SIGTERM once the app
             # has stopped, so 'ringfence serve' never gets that far on a signal.

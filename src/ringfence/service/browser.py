@@ -53,6 +53,7 @@ class BrowserService:
         self._sandboxes = sandboxes
         self._config = config
         self._agent = agent
+        self._killing: set[asyncio.Task[None]] = set()  # one-shot sandboxes being killed
 
     async def scrape(
         self, tenant: str, sandbox_id: str, request: ScrapeRequest, *, actor: str = SYSTEM
@@ -112,7 +113,9 @@ class BrowserService:
         self, tenant: str, request: ScrapeRequest, *, actor: str = SYSTEM
     ) -> ScrapeResult:
         """Scrape ``request.url`` in a new sandbox of the browser template (from the warm
-        pool when one is ready), killed afterwards whatever happens; the result names it.
+        pool when one is ready), killed afterwards whatever happens (the kill starts as the
+        scrape ends; the answer does not wait for it: ``settled`` does); the result names
+        it.
 
         Raises:
             InvalidRequest: no ``url``.
@@ -143,8 +146,16 @@ class BrowserService:
         sandbox = await self._sandboxes.create(tenant, spec, actor=actor)
         try:
             return await self.scrape(tenant, sandbox.id, request, actor=actor)
-        finally:  # shielded: a client that goes away cancels the scrape, never the kill
-            await asyncio.shield(self._kill(tenant, sandbox.id, actor))
+        finally:  # a task of its own: a client that goes away cancels the scrape, never the
+            # kill, and the answer does not wait for it (50-150 ms here)
+            killing = asyncio.create_task(self._kill(tenant, sandbox.id, actor))
+            self._killing.add(killing)
+            killing.add_done_callback(self._killing.discard)
+
+    async def settled(self) -> None:
+        """Wait until the one-shot sandboxes being killed are (tests, shutdown)."""
+        while self._killing:
+            await asyncio.gather(*self._killing, return_exceptions=True)
 
     async def _kill(self, tenant: str, sandbox_id: str, actor: str) -> None:
         try:
