@@ -89,6 +89,14 @@ print(forked)
 """
 
 
+# A connection to an address outside the sandbox (TEST-NET-1): ENETUNREACH (101) without a route.
+_CONNECT_OUT = (
+    'python3 -c \'import socket\ntry:\n socket.create_connection(("192.0.2.1", 80), 5)\n'
+    ' print("connected")\nexcept OSError as e:\n print("unreachable" if e.errno == 101'
+    " else repr(e))'"
+)
+
+
 async def _until(condition: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
     for _ in range(int(seconds / 0.05)):
         if condition():
@@ -149,9 +157,11 @@ async def test_prepare_runs_in_the_sandbox_before_a_claim_can_see_it(
 ) -> None:
     let_go = asyncio.Event()
     prepared: list[Warm] = []
+    reached: list[str] = []
 
     async def prepare(warm: Warm) -> None:
         await _run(warm.daemon, "echo prepared > /tmp/prepare-ran")
+        reached.append(await _run(warm.daemon, _CONNECT_OUT))
         prepared.append(warm)
         await let_go.wait()
 
@@ -166,6 +176,10 @@ async def test_prepare_runs_in_the_sandbox_before_a_claim_can_see_it(
         warm = pool.claim("base")
         assert warm is prepared[0]
         assert await _run(warm.daemon, "cat /tmp/prepare-ran") == "prepared\n"
+        # A pooled sandbox has no network: what its prepare starts reaches nothing, before
+        # the claim (no route out of its namespace, no proxy) or after it.
+        assert reached == ["unreachable\n"]
+        assert await _run(warm.daemon, _CONNECT_OUT) == "unreachable\n"
         await warm.live.kill()
         await warm.daemon.aclose()
     finally:
