@@ -313,6 +313,35 @@ def test_chromium_dying_during_a_call_is_browser_failed(agent: Agent, site: Site
     assert agent.ok(url=f"{site.url}/static", formats=["links"])["metadata"]["status_code"] == 200
 
 
+def test_a_renderer_killed_mid_call_is_browser_failed(agent: Agent, site: Site) -> None:
+    """What the sandbox's OOM killer does to a page at its memory limit: it kills the
+    biggest process, the page's renderer, and the call ends at once, not at its timeout."""
+    agent.ok(url=f"{site.url}/static", formats=["links"])
+    pid = agent.client.get("/health").json()["pid"]
+    answers: list[httpx.Response] = []
+    calling = threading.Thread(target=lambda: answers.append(agent.scrape(
+        formats=["links"],
+        timeout=60000,
+        actions=[{"type": "execute_javascript",
+                  "script": "fetch('/signal?renderer').then(() => new Promise(() => {}))"}],
+    )))  # fmt: skip
+    before = len(site.requests_to("/signal"))
+    begun = time.monotonic()
+    calling.start()
+    while len(site.requests_to("/signal")) == before:
+        assert time.monotonic() - begun < 30, "the page never signalled"
+        time.sleep(0.02)
+    renderers = [p for p in _group(pid) if b"--type=renderer" in _cmdline(p)]
+    assert renderers
+    for renderer in renderers:
+        os.kill(renderer, signal.SIGKILL)
+    calling.join(60)
+    status, code, message = error_of(answers[0])
+    assert (status, code) == (502, "browser_failed"), message
+    assert time.monotonic() - begun < 30
+    assert agent.ok(url=f"{site.url}/static", formats=["links"])["metadata"]["status_code"] == 200
+
+
 def test_start_cdp_and_close(agent: Agent) -> None:
     started = agent.client.post("/start").json()
     assert started["running"] is True
@@ -474,3 +503,22 @@ def _profile_of(agent: Agent) -> str:
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     flag = next(a for a in argv if a.startswith(b"--user-data-dir="))
     return flag.split(b"=", 1)[1].decode()
+
+
+def _group(leader: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == leader and int(entry) != leader:
+                    found.append(int(entry))
+            except ProcessLookupError:
+                pass
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
