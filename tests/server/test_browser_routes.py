@@ -249,6 +249,41 @@ async def test_a_one_shot_scrape_from_the_pool_reaches_its_page(browsing: Browsi
     print(f"one-shot from the pool: {elapsed * 1000:.0f} ms")
 
 
+async def test_a_paused_sandbox_is_resumed_by_a_scrape_with_its_page(browsing: Browsing) -> None:
+    """Paused keeping its memory, the session's browser and page are there after the resume
+    the scrape itself causes."""
+    sandbox_id = await browsing.sandbox()
+    base = f"/v1/sandboxes/{sandbox_id}"
+    first = await browsing.client.post(
+        f"{base}/browser/scrape", headers=browsing.acme,
+        json={"url": browsing.page, "formats": ["links"]},
+    )  # fmt: skip
+    assert first.status_code == 200, first.text
+    paused = await browsing.client.post(
+        f"{base}/pause", headers=browsing.acme, json={"memory": True}
+    )
+    assert paused.status_code == 200, paused.text
+    again = await browsing.client.post(
+        f"{base}/browser/scrape", headers=browsing.acme, json={"formats": ["raw_html"]}
+    )
+    assert again.status_code == 200, again.text
+    assert "Hello from the page" in again.json()["raw_html"]
+    state = await browsing.client.get(base, headers=browsing.acme)
+    assert state.json()["state"] == "running"
+
+
+async def test_a_scrape_longer_than_auto_pause_is_use_not_idleness(browsing: Browsing) -> None:
+    sandbox_id = await browsing.sandbox(auto_pause=1)
+    response = await browsing.client.post(
+        f"/v1/sandboxes/{sandbox_id}/browser/scrape", headers=browsing.acme,
+        json={"url": browsing.page, "formats": ["links"],
+              "actions": [{"type": "wait", "milliseconds": 3000}]},
+    )  # fmt: skip
+    assert response.status_code == 200, response.text
+    pauses = [r for r in await browsing.records("sandbox.pause") if r.target.endswith(sandbox_id)]
+    assert pauses == [], "paused while its browser was scraping"
+
+
 async def test_concurrent_first_scrapes_start_one_agent(browsing: Browsing) -> None:
     sandbox_id = await browsing.sandbox()
     scrapes = await asyncio.gather(

@@ -38,7 +38,10 @@ __all__ = ["BrowserService", "audited"]
 
 log = logging.getLogger(__name__)
 
-_TOUCH_SECONDS = 5.0  # a running scrape counts as use this often (auto_pause's idle clock)
+# A running scrape counts as use this often (auto_pause's idle clock): a quarter of the
+# shortest auto_pause there is (1 s), so none pauses a sandbox mid-scrape. A touch is a store
+# of the loop's time; four a second cost nothing.
+_TOUCH_SECONDS = 0.25
 # A one-shot sandbox's own deadline, past its scrape's: a safety net should its kill fail.
 _ONE_SHOT_SLACK_SECONDS = 60.0
 
@@ -62,7 +65,7 @@ class BrowserService:
         act on the page it has open when there is none.
 
         Raises:
-            BrowserActionFailed: an action could not be done (422).
+            BrowserActionFailed: an action could not be done (400).
             BrowserTimeout: the request's timeout passed (504).
             BrowserUnavailable: the sandbox's template has no Chromium, or no Markdown
                 converter for a call asking for Markdown (503).

@@ -321,6 +321,8 @@ class BrowserAgent:
                 else:  # ConnectionClosed before the answer's end
                     raise _garbage(daemon, path, "it closed the connection mid-answer")
         except h11.RemoteProtocolError as exc:
+            if pipe.reader.at_eof():  # the agent (or its sandbox) went away mid-call
+                raise _garbage(daemon, path, "nothing: it closed the connection") from exc
             raise _garbage(daemon, path, f"not HTTP/1.1 ({exc})") from exc
         except (OSError, EOFError) as exc:
             raise _garbage(daemon, path, f"the connection broke ({exc})") from exc
