@@ -338,6 +338,19 @@ async def test_a_host_outside_the_policy_is_not_reached(browsing: Browsing) -> N
     assert denied[0].target == f"sandbox:{result['sandbox_id']}"
 
 
+async def test_the_openapi_document_describes_the_browser_routes(browsing: Browsing) -> None:
+    paths = (await browsing.client.get("/openapi.json")).json()["paths"]
+    scrape = paths["/v1/sandboxes/{sandbox_id}/browser/scrape"]["post"]
+    assert scrape["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/ScrapeRequest"
+    )
+    assert {"200", "400", "404", "409", "502", "503", "504"} <= set(scrape["responses"])
+    assert {"get", "delete"} <= set(paths["/v1/sandboxes/{sandbox_id}/browser"])
+    once = paths["/v1/browser/scrape"]["post"]
+    assert {"200", "400", "429", "502", "503", "504"} <= set(once["responses"])
+    assert "404" not in once["responses"]
+
+
 async def test_bad_input_is_a_400_naming_the_field(browsing: Browsing) -> None:
     sandbox_id = await browsing.sandbox(template="base")
     cases = [
