@@ -162,7 +162,7 @@ class EgressGateway:
         attachment = self._attached.pop((tenant, subject), None)
         if attachment is None:
             return None
-        attachment.session.requester = requester
+        attachment.session.hand_over(requester)
         self._attached[(requester.tenant, requester.subject)] = attachment
         return attachment.session
 

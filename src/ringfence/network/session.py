@@ -100,6 +100,16 @@ class EgressSession:
     def policy(self) -> NetworkPolicy:
         return self._policy
 
+    def hand_over(self, requester: Requester) -> None:
+        """Make the session ``requester``'s (a pooled sandbox's, at its claim): what the
+        previous owner's sandbox asked is forgotten with the owner, so the new one's
+        record holds every question its sandbox asks from now on, also one the pool's
+        processes asked before (once per name, type and outcome: deduplicated per owner)."""
+        self.requester = requester
+        self._questions.clear()
+        self.unrecorded_questions = 0
+        self._asked.clear()  # a deny-all policy asks nobody; no answer is another's
+
     def set_policy(self, policy: NetworkPolicy) -> None:
         """Replace the policy: connections from now on are decided by it (open ones keep
         going; answers already given to ``ask`` are kept)."""
