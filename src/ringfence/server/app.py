@@ -106,7 +106,7 @@ def create_app(services: Services) -> FastAPI:
     websockets = WebSocketSlots(config.max_relayed_websockets, config.max_websocket_message_bytes)
     # In front of the API, behind the preview routes: the sandbox browser's CDP WebSocket.
     app.add_middleware(
-        CdpLayer, ports=sandboxes.ports, keys=keys, grants=grants, browser=None,
+        CdpLayer, ports=sandboxes.ports, keys=keys, grants=grants, browser=services.browser,
         websockets=websockets, max_message=config.max_browser_result_bytes,
     )  # fmt: skip
     # Outermost: a preview URL's request streams to its sandbox, unbounded by the API's

@@ -73,12 +73,11 @@ class CdpLayer:
 
     def __init__(
         self, app: ASGIApp, *, ports: Ports, keys: Keys, grants: Grants,
-        browser: CdpPaths | None, websockets: WebSocketSlots, max_message: int,
+        browser: CdpPaths, websockets: WebSocketSlots, max_message: int,
     ) -> None:  # fmt: skip
-        """``browser`` starts the sandbox's browser and names its target; None: the
-        Chromium is expected running already and asked itself (``/json/version``).
-        ``max_message``: the largest message from Chromium, in bytes (past it the
-        WebSocket closes with 1009)."""
+        """``browser`` starts the sandbox's browser and names its target; ``max_message``:
+        the largest message from Chromium, in bytes (past it the WebSocket closes with
+        1009)."""
         self.app = app
         self._ports = ports
         self._keys = keys
@@ -131,8 +130,7 @@ class CdpLayer:
                 await tunnel.aclose()
 
     async def _version(self, scope: Scope, send: Send, admitted: Admitted) -> None:
-        if self._browser is not None:
-            await self._browser.cdp_path(admitted.tenant, admitted.sandbox_id)
+        await self._browser.cdp_path(admitted.tenant, admitted.sandbox_id)  # started
         answer = await self._chromium_version(admitted)
         version = {k: answer[k] for k in _VERSION_KEYS if isinstance(answer.get(k), str)}
         version["webSocketDebuggerUrl"] = _endpoint(scope, admitted.sandbox_id)
@@ -148,13 +146,8 @@ class CdpLayer:
         await send({"type": "http.response.body", "body": b"" if head_only else body})
 
     async def _target(self, admitted: Admitted) -> str:
-        """The browser target's path: the browser service's, else Chromium's own."""
-        if self._browser is not None:
-            path = await self._browser.cdp_path(admitted.tenant, admitted.sandbox_id)
-        else:
-            url = (await self._chromium_version(admitted)).get("webSocketDebuggerUrl")
-            parts = url.split("/", 3) if isinstance(url, str) else []
-            path = "/" + parts[3] if len(parts) == 4 else ""
+        """The browser target's path (the browser started first if need be)."""
+        path = await self._browser.cdp_path(admitted.tenant, admitted.sandbox_id)
         if not _BROWSER_TARGET.fullmatch(path):  # the sandbox's word: checked, never trusted
             raise _bad_gateway(admitted, f"the browser named no browser target ({path[:80]!r})")
         return path
