@@ -73,11 +73,13 @@ class Chromium:
     """A running Chromium and the CDP connection to it (``connection``)."""
 
     def __init__(
-        self, process: subprocess.Popen[bytes], connection: Connection, profile: str
-    ) -> None:
+        self, process: subprocess.Popen[bytes], connection: Connection, profile: str,
+        cdp_port: int = 0,
+    ) -> None:  # fmt: skip
         self.process = process
         self.connection = connection
         self.profile = profile
+        self.cdp_port = cdp_port  # its --remote-debugging-port (0: none)
         self._tail: collections.deque[bytes] = collections.deque()
         self._tail_size = 0
         self._tail_lock = threading.Lock()
@@ -101,7 +103,8 @@ class Chromium:
 
     def devtools_path(self, deadline: Deadline) -> str | None:
         """The browser target's WebSocket path, from the profile's ``DevToolsActivePort``
-        (``None`` if Chromium has not written it before ``deadline``)."""
+        or, as Chromium writes none with ``--remote-debugging-pipe`` (Chromium 156), from
+        its port's ``/json/version`` (``None`` if neither says before ``deadline``)."""
         path = os.path.join(self.profile, "DevToolsActivePort")
         while True:
             try:
@@ -111,6 +114,9 @@ class Chromium:
                     return lines[1]
             except OSError:
                 pass
+            target = self._target_from_port(max(0.1, min(2.0, deadline.left())))
+            if target is not None:
+                return target
             if deadline.left() <= 0 or not self.alive():
                 return None
             threading.Event().wait(min(0.05, max(0.0, deadline.left())))
@@ -126,6 +132,29 @@ class Chromium:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(5)
         shutil.rmtree(self.profile, ignore_errors=True)
+
+    def _target_from_port(self, seconds: float) -> str | None:
+        """The browser target's path as ``/json/version`` on its CDP port names it (straight
+        to 127.0.0.1: never through ``$HTTP_PROXY``), or None."""
+        if not self.cdp_port:
+            return None
+        import http.client  # only when a CDP client asks: the agent's start stays light
+        import json
+
+        connection = http.client.HTTPConnection("127.0.0.1", self.cdp_port, timeout=seconds)
+        try:
+            host = {"Host": f"127.0.0.1:{self.cdp_port}"}
+            connection.request("GET", "/json/version", headers=host)
+            response = connection.getresponse()
+            body = response.read(65536) if response.status == 200 else b""
+            url = json.loads(body).get("webSocketDebuggerUrl") if body else None
+        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            return None
+        finally:
+            connection.close()
+        parts = url.split("/", 3) if isinstance(url, str) else []
+        path = "/" + parts[3] if len(parts) == 4 else ""
+        return path if path.startswith("/devtools/browser/") else None
 
     def _drain(self, stream: IO[bytes]) -> None:
         try:
@@ -184,4 +213,4 @@ def launch(chromium: str, cdp_port: int, env: Mapping[str, str]) -> Chromium:
     finally:
         os.close(child_in)
         os.close(child_out)
-    return Chromium(process, Connection(commands_write, replies_read), profile)
+    return Chromium(process, Connection(commands_write, replies_read), profile, cdp_port)
