@@ -1,5 +1,6 @@
 """A networked template's pooled sandbox (deny-all until claimed) on real sandboxes: what a
-process started in the pool tries before the claim is refused, the same process then goes
+process started in the pool tries before the claim (DNS, HTTP through the proxy, a direct
+connection) is refused, the same process then goes
 out under the claimer's policy, and the claimer's audit record holds everything its sandbox
 asked after the claim, also what was asked (and refused, unrecorded) before it."""
 
@@ -54,7 +55,7 @@ async def _run(daemon: DaemonClient, script: str) -> str:
 
 @pytest.fixture
 async def pooled(
-    local_host: object, gateway: EgressGateway, audit: AuditLog
+    local_host: object, gateway: EgressGateway, audit: AuditLog, http_origin: Origin
 ) -> AsyncIterator[tuple[SandboxService, list[str]]]:
     from ringfence.backends.local.probe import Host
 
@@ -67,6 +68,13 @@ async def pooled(
         # What a pooled process asks before anyone claims it: refused, recorded nowhere.
         before.append(await _run(warm.daemon, _RESOLVE.format(name="denied.test")))
         before.append(await _run(warm.daemon, _RESOLVE.format(name="allowed.test")))
+        # Through the proxy (its variables are set: Chromium's way out) and around it.
+        url = f"http://allowed.test:{http_origin.port}/"
+        before.append(
+            await _run(warm.daemon, f"curl -s -m 10 -o /dev/null -w %{{http_code}} {url}")
+        )
+        around = f"curl -s -m 10 --noproxy '*' http://127.0.0.1:{http_origin.port}/ || echo failed"
+        before.append(await _run(warm.daemon, around))
 
     pool = WarmPool(
         runtime, _CONFIG, {"base": 1}, lambda name: template_image(name, _CONFIG),
@@ -92,7 +100,8 @@ async def test_the_claimers_record_holds_what_its_sandbox_asked_also_before_the_
         if service.pool_stats()["base"].size == 1:
             break
         await asyncio.sleep(0.05)
-    assert before == ["refused\n", "refused\n"], "deny-all until the claim"
+    assert before == ["refused\n", "refused\n", "403", "failed\n"], "deny-all until the claim"
+    assert http_origin.connections == 0, "nothing of the pool reached the origin"
     assert await audited(audit) == [], "a pooled sandbox's egress is nobody's record"
     policy = NetworkPolicy.model_validate(
         {"rules": [{"domain": "allowed.test", "cidr": "127.0.0.1/32",
