@@ -1,7 +1,7 @@
 """A networked template's pooled sandbox (deny-all until claimed) on real sandboxes: what a
 process started in the pool tries before the claim (DNS, HTTP through the proxy, a direct
-connection) is refused, the same process then goes
-out under the claimer's policy, and the claimer's audit record holds everything its sandbox
+connection) is refused, a process started there then goes out under the claimer's
+policy, and the claimer's audit record holds everything its sandbox
 asked after the claim, also what was asked (and refused, unrecorded) before it."""
 
 from __future__ import annotations
@@ -75,6 +75,16 @@ async def pooled(
         )
         around = f"curl -s -m 10 --noproxy '*' http://127.0.0.1:{http_origin.port}/ || echo failed"
         before.append(await _run(warm.daemon, around))
+        # A process that outlives the claim, as the pool's Chromium does: its requests are
+        # the pool's (refused) before the claim and the claimer's after it.
+        loop = (
+            f"while :; do curl -s -m 5 -o /dev/null -w '%{{http_code}}\\n' {url}; sleep 0.2; done"
+        )
+        await _run(warm.daemon, f'setsid sh -c "{loop}" >> /tmp/loop.log 2>&1 < /dev/null &')
+        for _ in range(200):
+            if "403" in await _run(warm.daemon, "cat /tmp/loop.log"):
+                break
+            await asyncio.sleep(0.05)
 
     pool = WarmPool(
         runtime, _CONFIG, {"base": 1}, lambda name: template_image(name, _CONFIG),
@@ -114,6 +124,13 @@ async def test_the_claimers_record_holds_what_its_sandbox_asked_also_before_the_
     assert await _run(daemon, _RESOLVE.format(name="denied.test")) == "refused\n"
     fetched = await _run(daemon, f"curl -sS -m 20 http://allowed.test:{http_origin.port}/")
     assert "hello from origin" in fetched
+    for _ in range(400):  # the pool's process, started before the claim, goes out now
+        codes = (await _run(daemon, "cat /tmp/loop.log")).split()
+        if "200" in codes:
+            break
+        await asyncio.sleep(0.05)
+    assert codes[0] == "403" and "200" in codes, codes
+    assert set(codes) <= {"403", "200"}, codes
     records = await audited(audit, "network.")
     mine = [r for r in records if r.target == f"sandbox:{sandbox.id}"]
     assert mine and all(r.tenant == "acme" for r in records), records
