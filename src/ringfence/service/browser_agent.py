@@ -82,6 +82,7 @@ _POLL_SECONDS = (0.02, 0.05, 0.1, 0.2, 0.3)  # between probes while it starts, t
 _MAX_HEAD = 16 * 1024
 _MAX_ERROR = 64 * 1024  # an error answer's body
 _MAX_OUTPUT = 4096  # what a failed start keeps of the agent's output
+_MAX_DEPTH = 128  # containers in an answer's JSON (a script's value included)
 _CHUNK = 64 * 1024
 _CDP_PATH = re.compile(r"^/devtools/browser/[A-Za-z0-9._-]{1,128}$")
 
@@ -351,15 +352,40 @@ def _parsed(daemon: DaemonClient, model: type[_Model], answer: _Answer, path: st
 
 def _json(daemon: DaemonClient, answer: _Answer, path: str) -> dict[str, object]:
     """The answer's JSON object if it is a 200; its error raised otherwise."""
-    try:
-        decoded = json.loads(answer.body)
+    try:  # NaN and Infinity are no JSON: the server could not send them on
+        decoded = json.loads(answer.body, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError):
         decoded = None
+    except RecursionError:  # nesting past the parser's stack: never a 500
+        raise _garbage(daemon, path, "JSON nested too deep") from None
     if answer.status != 200:
         raise _refusal(daemon, path, answer.status, decoded)
     if not isinstance(decoded, dict):
         raise _garbage(daemon, path, "what is not a JSON object")
+    if _deeper_than(decoded, _MAX_DEPTH):  # what passes the parser may not be re-encoded
+        raise _garbage(daemon, path, f"JSON nested deeper than {_MAX_DEPTH} levels")
     return decoded
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) nests containers more than ``limit`` deep (walked
+    without recursion)."""
+    pending: list[tuple[object, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        )
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _refusal(daemon: DaemonClient, path: str, status: int, decoded: object) -> RingfenceError:
