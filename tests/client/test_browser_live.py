@@ -218,6 +218,22 @@ def test_the_cli_prints_markdown_saves_a_screenshot_and_reports_the_firewall(
     assert f"{base}/one".encode() in links.stdout.splitlines()
     whole = _cli(browser_live, "browse", f"{base}/static", "--json", "--html", "--timeout", "120")
     assert json.loads(whole.stdout)["html"] and json.loads(whole.stdout)["untrusted"] is True
+    steps = tmp_path / "login.json"
+    steps.write_text(json.dumps([
+        {"type": "click", "selector": "#password"}, {"type": "write", "text": "s3cret!"},
+        {"type": "click", "selector": "#submit"}, {"type": "wait", "selector": "#hello"},
+    ]))  # fmt: skip
+    login = _cli(
+        browser_live, "browse", f"{base}/login", "--sandbox", session.id, "--timeout", "120",
+        "--action", '{"type": "click", "selector": "#user"}',
+        "--action", '{"type": "write", "text": "alice"}', "--actions", str(steps),
+    )  # fmt: skip
+    assert login.returncode == 0 and b"Welcome, alice" in login.stdout, login.stderr
+    missing = _cli(
+        browser_live, "browse", f"{base}/static", "--sandbox", session.id,
+        "--action", '{"type": "click", "selector": "#no-such-thing"}', "--timeout", "20",
+    )  # fmt: skip
+    assert missing.returncode == 1 and b"#no-such-thing" in missing.stderr, missing.stderr
     gone = _cli(browser_live, "browse", f"{base}/static", "--sandbox", "sb-nope")
     assert gone.returncode == 1 and b"Traceback" not in gone.stderr
     assert len(gone.stderr.splitlines()) == 1
