@@ -169,10 +169,11 @@ def prepare_daemon(runtime_dir: Path) -> Path:
         OSError: the runtime directory cannot be written.
     """
     package = Path(ringfence.sandboxd.__file__).parent
-    # The daemon and the browser agent (sandboxd/browser: started through the daemon).
+    # The daemon and the browser agent (sandboxd/browser: started through the daemon; its
+    # page scripts may be files of their own, .js).
     sources = sorted([
         *package.glob("*.py"), *package.glob("*.js"), *package.glob("*.conf"), package / "sudo",
-        *(package / "browser").glob("*.py"),
+        *(package / "browser").glob("*.py"), *(package / "browser").glob("*.js"),
     ])  # fmt: skip
     digest = hashlib.sha256()
     for source in sources:
