@@ -1,0 +1,717 @@
+// The semantic firewall (sandboxd/browser/_firewall.py, docs/browser.md "The semantic firewall").
+//
+// One function expression, called by _firewall.py's script() with (rules, onlyMainContent,
+// limits). The agent evaluates it in an ISOLATED WORLD of the page (CDP
+// Page.createIsolatedWorld + Runtime.evaluate with its contextId, returnByValue): the
+// page's own JavaScript (its patched prototypes, JSON, getComputedStyle, setters on
+// Object.prototype) lives in another world and is never called from here. It reads the live
+// DOM (computed styles, boxes) and NEVER changes it: it serializes the flattened tree
+// while skipping what a rule removes, in one synchronous pass, so no page script runs
+// between the check and the copy (the capture is a consistent snapshot).
+//
+// Value: {html, removed: {rule: count}, removed_chars}. A count is one element (or
+// comment) per removed subtree, under the first rule that removed it, in this order:
+// non_content, hidden, aria_hidden, offscreen, zero_size, same_color. Text hidden on its own
+// (an inherited visibility, font size or colour) counts once per element where the hiding
+// starts. removed_chars: characters of text (and comments) left out, scripts' and styles'
+// source excepted. Work is bounded (limits.nodes, limits.ms, limits.chars): what is left
+// when a bound is hit is left out and counted under "limit" (fail closed).
+(function (rules, onlyMainContent, limits) {
+  "use strict";
+  var on = {};
+  for (var i = 0; i < rules.length; i++) on[rules[i]] = true;
+  var judging = rules.length > 0; // with no rules, nothing is measured: a plain copy
+  var removed = {};
+  var removedChars = 0;
+  var out = [];
+  var outChars = 0;
+  var visited = 0;
+  var started = performance.now();
+  var stopped = false;
+
+  var HTML_NS = "http://www.w3.org/1999/xhtml";
+  var NON_CONTENT = set("script style noscript template iframe frame frameset object embed " +
+    "applet portal fencedframe head link meta base");
+  var VOID = set("area base br col embed hr img input link meta source track wbr param keygen");
+  var CODE_SOURCE = set("script style");
+  var URL_ATTRS = set("href src action formaction poster cite background longdesc");
+  var SAFE_NAME = /^[A-Za-z][A-Za-z0-9_.:-]*$/;
+  var SAFE_TAG = /^[A-Za-z][A-Za-z0-9-]*$/;
+  var BAD_SCHEME = /^(javascript|vbscript):/i;
+  var MAX_DEPTH = limits.depth;
+  var MIN_FONT_PX = 2;
+  var MIN_OPACITY = 0.05;
+  var SAME_COLOR_DELTA_E = 10;
+
+  function set(words) {
+    var s = Object.create(null);
+    words.split(" ").forEach(function (w) { s[w] = true; });
+    return s;
+  }
+
+  function count(rule) {
+    removed[rule] = (removed[rule] || 0) + 1;
+  }
+
+  function visibleText(s) {
+    return /\S/.test(s);
+  }
+
+  // -- the page's geometry ---------------------------------------------------------------
+
+  var root = document.documentElement;
+  var vw = root.clientWidth || window.innerWidth;
+  var vh = root.clientHeight || window.innerHeight;
+  var sx = window.scrollX;
+  var sy = window.scrollY;
+  var VIEWPORT = {left: 0, top: 0, right: vw, bottom: vh};
+  var INFINITE = {left: -Infinity, top: -Infinity, right: Infinity, bottom: Infinity};
+
+  // The area a person can reach by scrolling, in viewport coordinates: the scroll area,
+  // except along an axis the root does not scroll (overflow hidden or clip), where it is
+  // the viewport.
+  function documentArea() {
+    var body = document.body;
+    var rs = getComputedStyle(root);
+    var bs = body ? getComputedStyle(body) : null;
+    function clipsAxis(prop) {
+      var v = rs[prop];
+      if (v === "visible" && bs) v = bs[prop]; // the body's overflow propagates to the viewport
+      return v === "hidden" || v === "clip";
+    }
+    var width = Math.max(root.scrollWidth, body ? body.scrollWidth : 0, vw);
+    var height = Math.max(root.scrollHeight, body ? body.scrollHeight : 0, vh);
+    var area = {left: -sx, top: -sy, right: width - sx, bottom: height - sy};
+    if (clipsAxis("overflowX")) { area.left = 0; area.right = vw; }
+    if (clipsAxis("overflowY")) { area.top = 0; area.bottom = vh; }
+    return area;
+  }
+  var DOC_AREA = documentArea();
+  // In-flow content's right edge: an absolutely positioned box wholly beyond it (and the
+  // viewport) is reachable only by scrolling sideways to it, which no reader does.
+  var FLOW_RIGHT_DOC = Math.max(vw, root.getBoundingClientRect().right + sx);
+
+  function intersect(a, b) {
+    return {
+      left: Math.max(a.left, b.left), top: Math.max(a.top, b.top),
+      right: Math.min(a.right, b.right), bottom: Math.min(a.bottom, b.bottom)
+    };
+  }
+
+  function outside(r, clip) {
+    if (clip.right <= clip.left || clip.bottom <= clip.top) return true;
+    return r.right <= clip.left || r.left >= clip.right || r.bottom <= clip.top ||
+      r.top >= clip.bottom;
+  }
+
+  function clipsOverflow(v) {
+    return v === "hidden" || v === "clip";
+  }
+
+  // -- colours -----------------------------------------------------------------------------
+
+  var colorCache = Object.create(null);
+  var canvasContext = null;
+
+  // [r, g, b, a] in sRGB 0-255 and alpha 0-1, or null when the value is not a colour.
+  function parseColor(value) {
+    if (value in colorCache) return colorCache[value];
+    var c = null;
+    var m = /^rgba?\(\s*([\d.]+)[,\s]+([\d.]+)[,\s]+([\d.]+)(?:\s*[,/]\s*([\d.]+)(%?))?\s*\)$/
+      .exec(value);
+    if (m) {
+      var a = m[4] === undefined ? 1 : parseFloat(m[4]) / (m[5] ? 100 : 1);
+      c = [parseFloat(m[1]), parseFloat(m[2]), parseFloat(m[3]), a];
+    } else if (value === "transparent") {
+      c = [0, 0, 0, 0];
+    } else {
+      c = paintColor(value);
+    }
+    colorCache[value] = c;
+    return c;
+  }
+
+  // Modern colour syntaxes (oklch(), color(), lab()) as painted: one pixel on a canvas
+  // that is never attached to the page.
+  function paintColor(value) {
+    try {
+      if (!canvasContext) {
+        var canvas = document.createElement("canvas");
+        canvas.width = 1;
+        canvas.height = 1;
+        canvasContext = canvas.getContext("2d", {willReadFrequently: true});
+      }
+      var cx = canvasContext;
+      cx.clearRect(0, 0, 1, 1);
+      cx.fillStyle = "rgba(0, 0, 0, 0)";
+      cx.fillStyle = value;
+      cx.fillRect(0, 0, 1, 1);
+      var d = cx.getImageData(0, 0, 1, 1).data;
+      return [d[0], d[1], d[2], d[3] / 255];
+    } catch (e) {
+      return null;
+    }
+  }
+
+  function over(top, bottom) { // top composited over an opaque bottom
+    var a = top[3];
+    return [top[0] * a + bottom[0] * (1 - a), top[1] * a + bottom[1] * (1 - a),
+      top[2] * a + bottom[2] * (1 - a), 1];
+  }
+
+  function lab(c) {
+    function lin(v) { v /= 255; return v <= 0.04045 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); }
+    var r = lin(c[0]), g = lin(c[1]), b = lin(c[2]);
+    var x = (r * 0.4124 + g * 0.3576 + b * 0.1805) / 0.95047;
+    var y = r * 0.2126 + g * 0.7152 + b * 0.0722;
+    var z = (r * 0.0193 + g * 0.1192 + b * 0.9505) / 1.08883;
+    function f(t) { return t > 0.008856 ? Math.cbrt(t) : 7.787 * t + 16 / 116; }
+    var fx = f(x), fy = f(y), fz = f(z);
+    return [116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)];
+  }
+
+  function deltaE(a, b) {
+    var p = lab(a), q = lab(b);
+    return Math.sqrt((p[0] - q[0]) * (p[0] - q[0]) + (p[1] - q[1]) * (p[1] - q[1]) +
+      (p[2] - q[2]) * (p[2] - q[2]));
+  }
+
+  // An element's background as an opaque colour over its parent's, or null when an image
+  // we cannot read lies under its text (then same_color cannot judge it and keeps it).
+  function backgroundOf(cs, parentBg) {
+    var image = cs.backgroundImage;
+    var color = parseColor(cs.backgroundColor) || [0, 0, 0, 0];
+    var base = parentBg;
+    if (image && image !== "none") {
+      var solid = solidGradient(image);
+      if (!solid) return color[3] >= 0.99 ? null : null;
+      base = base ? over(solid, base) : null;
+    }
+    if (color[3] >= 0.99) return [color[0], color[1], color[2], 1];
+    if (!base) return null;
+    return color[3] > 0 ? over(color, base) : base;
+  }
+
+  // A gradient whose stops are all (nearly) one colour paints that colour.
+  function solidGradient(image) {
+    if (image.indexOf("url(") !== -1 || !/gradient\(/.test(image)) return null;
+    var stops = image.match(/rgba?\([^)]*\)/g);
+    if (!stops) return null;
+    var first = parseColor(stops[0]);
+    if (!first) return null;
+    for (var i = 1; i < stops.length; i++) {
+      var c = parseColor(stops[i]);
+      if (!c || Math.abs(c[3] - first[3]) > 0.05 || deltaE(c, first) > 2) return null;
+    }
+    return first;
+  }
+
+  // -- the rules, element by element ---------------------------------------------------------
+
+  function px(v) {
+    var n = parseFloat(v);
+    return isNaN(n) ? 0 : n;
+  }
+
+  function filterOpacity(filter) {
+    if (!filter || filter === "none") return 1;
+    var o = 1;
+    var re = /opacity\(\s*([\d.]+)(%?)\s*\)/g, m;
+    while ((m = re.exec(filter))) o *= parseFloat(m[1]) / (m[2] ? 100 : 1);
+    return o;
+  }
+
+  // A transform that flattens the box (scale(0), an edge-on rotation) shows nothing.
+  function flattened(transform) {
+    if (!transform || transform === "none") return false;
+    var m = /^matrix(3d)?\(([^)]*)\)$/.exec(transform);
+    if (!m) return false;
+    var v = m[2].split(",").map(parseFloat);
+    var det = m[1] ? v[0] * v[5] - v[1] * v[4] : v[0] * v[3] - v[1] * v[2];
+    return Math.abs(det) < 1e-6;
+  }
+
+  // clip (absolutely positioned boxes) or clip-path that leaves nothing visible. A
+  // clip-path this cannot measure (url(), path(), shape()) counts as hiding (fail closed).
+  function clippedAway(cs, r) {
+    var pos = cs.position;
+    if ((pos === "absolute" || pos === "fixed") && cs.clip && cs.clip !== "auto") {
+      var m = /rect\(([^)]*)\)/.exec(cs.clip);
+      if (m) {
+        var p = m[1].split(/[,\s]+/).filter(Boolean);
+        if (p.length === 4) {
+          var top = p[0] === "auto" ? 0 : px(p[0]);
+          var right = p[1] === "auto" ? r.width : px(p[1]);
+          var bottom = p[2] === "auto" ? r.height : px(p[2]);
+          var left = p[3] === "auto" ? 0 : px(p[3]);
+          if (right - left <= 1 || bottom - top <= 1) return true;
+        }
+      }
+    }
+    var cp = cs.clipPath;
+    if (!cp || cp === "none") return false;
+    return clipPathEmpty(cp, r.width, r.height);
+  }
+
+  function length(v, ref) {
+    v = v.trim();
+    if (/%$/.test(v)) return parseFloat(v) / 100 * ref;
+    return px(v);
+  }
+
+  function clipPathEmpty(cp, w, h) {
+    var m = /^(inset|circle|ellipse|polygon|rect|xywh)\((.*)\)(\s+[a-z-]+)?$/.exec(cp.trim());
+    if (!m) return !/^[a-z-]+-box$/.test(cp.trim()); // a bare reference box clips nothing
+    var args = m[2];
+    var parts, i;
+    switch (m[1]) {
+      case "inset": {
+        parts = args.split(/\s+round\s+/)[0].trim().split(/\s+/);
+        var t = parts[0], rgt = parts[1] || t, b = parts[2] || t, l = parts[3] || rgt;
+        return length(t, h) + length(b, h) >= h - 0.5 || length(l, w) + length(rgt, w) >= w - 0.5;
+      }
+      case "circle": {
+        var radius = args.split(/\s+at\s+/)[0].trim();
+        if (!radius || /closest|farthest/.test(radius)) return false;
+        return length(radius, Math.sqrt((w * w + h * h) / 2)) < 0.5;
+      }
+      case "ellipse": {
+        var radii = args.split(/\s+at\s+/)[0].trim().split(/\s+/);
+        if (!radii[0] || /closest|farthest/.test(radii.join(" "))) return false;
+        return length(radii[0], w) < 0.5 || length(radii[1] || radii[0], h) < 0.5;
+      }
+      case "polygon": {
+        var pts = args.replace(/^\s*(nonzero|evenodd)\s*,/, "").split(",").map(function (p) {
+          var xy = p.trim().split(/\s+/);
+          return [length(xy[0] || "0", w), length(xy[1] || "0", h)];
+        });
+        var area = 0;
+        for (i = 0; i < pts.length; i++) {
+          var a = pts[i], b2 = pts[(i + 1) % pts.length];
+          area += a[0] * b2[1] - b2[0] * a[1];
+        }
+        return Math.abs(area) / 2 < 1;
+      }
+      case "rect": {
+        parts = args.split(/\s+round\s+/)[0].trim().split(/\s+/);
+        if (parts.length < 4) return false;
+        var rt = parts[0] === "auto" ? 0 : length(parts[0], h);
+        var rr = parts[1] === "auto" ? w : length(parts[1], w);
+        var rb = parts[2] === "auto" ? h : length(parts[2], h);
+        var rl = parts[3] === "auto" ? 0 : length(parts[3], w);
+        return rr - rl < 1 || rb - rt < 1;
+      }
+      case "xywh": {
+        parts = args.split(/\s+round\s+/)[0].trim().split(/\s+/);
+        if (parts.length < 4) return false;
+        return length(parts[2], w) < 1 || length(parts[3], h) < 1;
+      }
+    }
+    return true;
+  }
+
+  function carriesText(el) {
+    if (el.shadowRoot || visibleText(el.textContent || "")) return true;
+    if (el.hasAttribute("alt") || el.hasAttribute("value") || el.hasAttribute("placeholder")) {
+      return true;
+    }
+    return !!el.querySelector("[alt],[value],[placeholder]");
+  }
+
+  // The context an element's children inherit.
+  function Ctx(parent) {
+    this.opacity = parent ? parent.opacity : 1;
+    this.bg = parent ? parent.bg : [255, 255, 255, 1]; // the canvas: white
+    this.clip = parent ? parent.clip : DOC_AREA;
+    this.absClip = parent ? parent.absClip : DOC_AREA;
+    this.containsFixed = parent ? parent.containsFixed : false;
+    this.depth = parent ? parent.depth : 0;
+    this.textRule = null; // the rule that hides this element's own text
+    this.textOrigin = null; // {rule, counted}: where that hiding started
+  }
+
+  function ariaHidden(el) {
+    return /^\s*true\s*$/i.test(el.getAttribute("aria-hidden") || "");
+  }
+
+  // What happens to an element: [verdict, rule, ctx], verdict "remove" (its subtree, counted
+  // under rule) or "keep" (ctx is what its children inherit; ctx.textRule, set later, may
+  // still hide its own text).
+  function judge(el, parent) {
+    var ctx = new Ctx(parent);
+    if (on.non_content && NON_CONTENT[el.localName]) return ["remove", "non_content", ctx];
+    var cs = getComputedStyle(el);
+    var display = cs.display;
+    var box = display !== "contents" && display !== "none";
+    if (box) ctx.opacity *= px(cs.opacity) * filterOpacity(cs.filter);
+    var r = box ? el.getBoundingClientRect() : null;
+    if (on.hidden && (el.hasAttribute("hidden") || display === "none" ||
+        cs.contentVisibility === "hidden" || (box && ctx.opacity < MIN_OPACITY) ||
+        (box && clippedAway(cs, r)))) {
+      return ["remove", "hidden", ctx];
+    }
+    if (on.aria_hidden && ariaHidden(el)) return ["remove", "aria_hidden", ctx];
+    var pos = cs.position;
+    // The root and the body: their overflow is the viewport's (DOC_AREA has it).
+    var canvas = el === root || el === document.body;
+    var clip = parent ? parent.clip : DOC_AREA;
+    if (pos === "fixed") clip = parent && parent.containsFixed ? parent.absClip : VIEWPORT;
+    else if (pos === "absolute") clip = parent ? parent.absClip : DOC_AREA;
+    if (box && !canvas && (on.offscreen || on.zero_size)) {
+      var rule = geometryRule(el, cs, r, clip, pos);
+      if (rule && carriesText(el)) return ["remove", rule, ctx];
+    }
+    var childClip = clip;
+    if (box && !canvas) {
+      var ox = clipsOverflow(cs.overflowX), oy = clipsOverflow(cs.overflowY);
+      if (ox || oy) {
+        childClip = intersect(clip, {
+          left: ox ? r.left : -Infinity, right: ox ? r.right : Infinity,
+          top: oy ? r.top : -Infinity, bottom: oy ? r.bottom : Infinity
+        });
+      }
+    }
+    ctx.clip = childClip;
+    var transformed = (cs.transform && cs.transform !== "none") ||
+      (cs.filter && cs.filter !== "none");
+    if (pos !== "static" || transformed) ctx.absClip = childClip;
+    else ctx.absClip = parent ? parent.absClip : DOC_AREA;
+    if (transformed) ctx.containsFixed = true;
+    if (box) ctx.bg = backgroundOf(cs, parent ? parent.bg : [255, 255, 255, 1]);
+    ctx.cs = cs;
+    ctx.rect = r;
+    return ["keep", null, ctx];
+  }
+
+  // offscreen or zero_size for a box (a box with no text is never removed for it: see
+  // carriesText), or null.
+  function geometryRule(el, cs, r, clip, pos) {
+    if (on.offscreen) {
+      if (outside(r, clip)) return "offscreen";
+      if (pos === "absolute" && r.left + sx >= FLOW_RIGHT_DOC) return "offscreen";
+    }
+    if (on.zero_size) {
+      if (flattened(cs.transform)) return "zero_size";
+      if (r.width * r.height === 0) {
+        if (isVoid(el) || el.getClientRects().length === 0) return "zero_size";
+        if ((r.width === 0 && clipsOverflow(cs.overflowX)) ||
+            (r.height === 0 && clipsOverflow(cs.overflowY))) {
+          return "zero_size";
+        }
+      }
+      if (cs.lineHeight !== "normal" && px(cs.lineHeight) === 0 &&
+          clipsOverflow(cs.overflowY) && r.height < px(cs.fontSize)) {
+        return "zero_size";
+      }
+    }
+    return null;
+  }
+
+  function isVoid(el) {
+    return el.namespaceURI === HTML_NS && VOID[el.localName] === true;
+  }
+
+  // Why an element's own text nodes are hidden (inherited properties a child may undo).
+  function ownTextRule(el, ctx, parent) {
+    var cs = ctx.cs;
+    if (!cs) return null;
+    if (on.hidden && (cs.visibility === "hidden" || cs.visibility === "collapse")) return "hidden";
+    if (on.zero_size) {
+      var size = px(cs.fontSize);
+      var r = ctx.rect;
+      if (r && el.offsetWidth > 0 && r.width > 0) size *= Math.min(1, r.width / el.offsetWidth);
+      if (r && el.offsetHeight > 0 && r.height > 0) size *= Math.min(1, r.height / el.offsetHeight);
+      if (size < MIN_FONT_PX) return "zero_size";
+    }
+    if (on.same_color) {
+      var bg = ctx.bg;
+      var fill = parseColor(cs.webkitTextFillColor || cs.color) || parseColor(cs.color);
+      if (bg && fill) {
+        var textClip = cs.webkitBackgroundClip === "text" || cs.backgroundClip === "text";
+        var painted = textClip && cs.backgroundImage && cs.backgroundImage !== "none";
+        if (!painted) {
+          var seen = over([fill[0], fill[1], fill[2], fill[3] * ctx.opacity], bg);
+          if (deltaE(seen, bg) < SAME_COLOR_DELTA_E) return "same_color";
+        }
+      }
+    }
+    return null;
+  }
+
+  // -- text geometry (text-indent, overflow clipping of bare text) ------------------------
+
+  var range = document.createRange();
+
+  function textGeometryRule(node, ctx) {
+    if (!(on.offscreen || on.zero_size)) return null;
+    range.selectNodeContents(node);
+    var rects = range.getClientRects();
+    var anyArea = false;
+    for (var i = 0; i < rects.length; i++) {
+      var q = rects[i];
+      if (q.width * q.height <= 0) continue;
+      anyArea = true;
+      if (!outside(q, ctx.clip)) return null;
+    }
+    if (!anyArea) return on.zero_size ? "zero_size" : null;
+    return on.offscreen ? "offscreen" : null;
+  }
+
+  // -- serialization -----------------------------------------------------------------------
+
+  function escapeText(s) {
+    return s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+      .replace(/\u00a0/g, "&nbsp;");
+  }
+
+  function escapeAttr(s) {
+    return s.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;")
+      .replace(/>/g, "&gt;");
+  }
+
+  function absolute(url) {
+    try {
+      var u = new URL(url.trim(), document.baseURI).href;
+      if (BAD_SCHEME.test(u)) return null;
+      return u.replace(/\(/g, "%28").replace(/\)/g, "%29");
+    } catch (e) {
+      return null;
+    }
+  }
+
+  // A srcset's candidates ("url descriptors, ..."), each URL made absolute; a URL is a run
+  // of non-spaces (a data: URL may hold commas).
+  function srcset(value) {
+    var parts = [];
+    var i = 0, n = value.length;
+    while (i < n) {
+      while (i < n && /[\s,]/.test(value[i])) i++;
+      var start = i;
+      while (i < n && !/\s/.test(value[i])) i++;
+      var url = value.slice(start, i);
+      var descriptor = "";
+      if (/,$/.test(url)) {
+        url = url.replace(/,+$/, "");
+      } else {
+        var d = i, depth = 0;
+        while (i < n && (value[i] !== "," || depth > 0)) {
+          if (value[i] === "(") depth++;
+          if (value[i] === ")") depth--;
+          i++;
+        }
+        descriptor = value.slice(d, i).trim();
+      }
+      if (!url) continue;
+      var abs = absolute(url);
+      if (abs !== null) parts.push(descriptor ? abs + " " + descriptor : abs);
+    }
+    return parts.join(", ");
+  }
+
+  function emit(s) {
+    out.push(s);
+    outChars += s.length;
+    if (outChars > limits.chars) stopped = true;
+  }
+
+  function openTag(el) {
+    var s = "<" + el.localName;
+    var attrs = el.attributes;
+    for (var i = 0; i < attrs.length; i++) {
+      var a = attrs[i];
+      var an = a.name.toLowerCase();
+      if (!SAFE_NAME.test(a.name) || an.slice(0, 2) === "on" || an === "style") continue;
+      if (an === "title" && on.hidden) continue; // a tooltip: unseen until hovered
+      var v = a.value;
+      if (URL_ATTRS[an] || an === "xlink:href") {
+        v = absolute(v);
+        if (v === null) continue;
+      } else if (an === "srcset" || an === "imagesrcset") {
+        v = srcset(v);
+      } else if (BAD_SCHEME.test(v.replace(/[\s\u0000-\u001f]+/g, ""))) {
+        continue;
+      }
+      s += " " + a.name + '="' + escapeAttr(v) + '"';
+    }
+    return s + ">";
+  }
+
+  function emitComment(node) {
+    var d = node.data.replace(/--/g, "- -").replace(/-$/, "- ");
+    if (/^-?>/.test(d)) d = " " + d;
+    emit("<!--" + d + "-->");
+  }
+
+  // A node's children in the flattened tree: an open shadow root's (a closed one is out of
+  // reach: its content is left out, the host's light children are judged as if unslotted),
+  // a slot's assigned nodes (or its fallback content), a template's content.
+  function childrenOf(node) {
+    if (node.shadowRoot) return node.shadowRoot.childNodes;
+    if (node.localName === "slot" && typeof node.assignedNodes === "function") {
+      var assigned = node.assignedNodes();
+      if (assigned.length) return assigned;
+    }
+    if (node.localName === "template" && node.content) return node.content.childNodes;
+    return node.childNodes;
+  }
+
+  // Text a removed subtree held: scripts' and styles' source is code, not text.
+  function subtreeChars(el) {
+    if (CODE_SOURCE[el.localName]) return 0;
+    var holder = el.localName === "template" && el.content ? el.content : el;
+    var n = (holder.textContent || "").length;
+    var code = holder.querySelectorAll("script, style");
+    for (var i = 0; i < code.length; i++) n -= (code[i].textContent || "").length;
+    if (el.shadowRoot) n += (el.shadowRoot.textContent || "").length;
+    n += (el.getAttribute("alt") || "").length; // an image's words are its alt text
+    var pictures = holder.querySelectorAll("[alt]");
+    for (i = 0; i < pictures.length; i++) n += (pictures[i].getAttribute("alt") || "").length;
+    return Math.max(0, n);
+  }
+
+  // A shadow host's light children that no slot shows are not rendered: hidden.
+  function countUnslotted(host) {
+    if (!on.hidden) return;
+    var kids = host.childNodes;
+    for (var i = 0; i < kids.length; i++) {
+      var k = kids[i];
+      if (k.assignedSlot || (k.nodeType !== 1 && k.nodeType !== 3)) continue;
+      var t = k.textContent || "";
+      if (k.nodeType === 1 || visibleText(t)) {
+        count("hidden");
+        removedChars += k.nodeType === 1 ? subtreeChars(k) : t.length;
+      }
+    }
+  }
+
+  function overBudget() {
+    return visited > limits.nodes || performance.now() - started > limits.ms;
+  }
+
+  // The walk: iterative (a 10,000-deep tree cannot overflow the stack). A frame is a
+  // closing tag to emit, or [node, parent's ctx, inScope]; out of scope (main-content mode)
+  // only the main content's ancestors are visited, to judge them, and nothing is emitted.
+  function walk(start, path, main, prune) {
+    var stack = [[start, null, !path]];
+    while (stack.length) {
+      var frame = stack.pop();
+      if (typeof frame === "string") { emit(frame); continue; }
+      if (stopped || ((++visited & 255) === 0 && overBudget())) {
+        stopped = true;
+        count("limit");
+        continue;
+      }
+      var node = frame[0], parent = frame[1], inScope = frame[2];
+      var type = node.nodeType;
+      if (!inScope && !(type === 1 && path.has(node))) continue;
+      if (type === 3) { text(node, parent); continue; }
+      if (type === 8) { comment(node); continue; }
+      if (type !== 1) continue;
+      if (prune && prune(node)) continue;
+      var verdict = judging ? judge(node, parent) : ["keep", null, new Ctx(parent)];
+      var ctx = verdict[2];
+      if (verdict[0] === "remove") {
+        count(verdict[1]);
+        removedChars += subtreeChars(node);
+        continue;
+      }
+      ctx.depth = parent ? parent.depth + 1 : 1;
+      ctx.textRule = judging ? ownTextRule(node, ctx) : null;
+      if (ctx.textRule) {
+        ctx.textOrigin = parent && parent.textRule === ctx.textRule && parent.textOrigin
+          ? parent.textOrigin : {rule: ctx.textRule, counted: false};
+      }
+      if (node.shadowRoot) countUnslotted(node);
+      var childScope = inScope || node === main;
+      if (childScope && ctx.depth <= MAX_DEPTH && SAFE_TAG.test(node.localName) &&
+          node.localName !== "slot") {
+        emit(openTag(node));
+        if (isVoid(node)) continue;
+        stack.push("</" + node.localName + ">");
+      }
+      var kids = childrenOf(node);
+      for (var i = kids.length - 1; i >= 0; i--) stack.push([kids[i], ctx, childScope]);
+      if (stack.length > limits.nodes) stopped = true;
+    }
+  }
+
+  function comment(node) {
+    if (on.non_content) {
+      count("non_content");
+      removedChars += node.data.length;
+    } else {
+      emitComment(node);
+    }
+  }
+
+  function text(node, ctx) {
+    var data = node.data;
+    if (!visibleText(data)) { emit(escapeText(data)); return; }
+    var rule = ctx ? ctx.textRule : null;
+    var origin = ctx ? ctx.textOrigin : null;
+    if (!rule && ctx && ctx.cs) {
+      rule = textGeometryRule(node, ctx);
+      if (rule) {
+        if (!ctx.geometryOrigin) ctx.geometryOrigin = {rule: rule, counted: false};
+        origin = ctx.geometryOrigin;
+      }
+    }
+    if (rule) {
+      if (!origin.counted) { count(origin.rule); origin.counted = true; }
+      removedChars += data.length;
+      return;
+    }
+    emit(escapeText(data));
+  }
+
+  // -- main content ------------------------------------------------------------------------
+
+  var BOILERPLATE = "head, nav, aside, dialog, [role=navigation], [role=banner], " +
+    "[role=contentinfo], [role=complementary], [role=search], [role=dialog], " +
+    "[role=alertdialog], [aria-modal=true]";
+  var COOKIE = /(^|[^a-z])(cookies?|consent|gdpr|cmp|onetrust|cookiebot)([^a-z]|$)/i;
+  var SECTIONING = "article, aside, main, nav, section";
+
+  // What main-content mode leaves out of a page that has no main or article element.
+  function boilerplate(el) {
+    if (el.matches(BOILERPLATE)) return true;
+    var name = el.localName;
+    if ((name === "header" || name === "footer") &&
+        !(el.parentElement && el.parentElement.closest(SECTIONING))) {
+      return true;
+    }
+    var label = (el.id || "") + " " + (el.getAttribute("class") || "");
+    if (COOKIE.test(label)) {
+      var p = getComputedStyle(el).position;
+      if (p === "fixed" || p === "sticky" || (el.textContent || "").length < 3000) return true;
+    }
+    return false;
+  }
+
+  // The main content: the largest rendered main (or [role=main]), else the largest article.
+  function mainContent() {
+    var found = document.querySelectorAll("main, [role=main]");
+    if (!found.length) found = document.querySelectorAll("article");
+    var best = null, bestSize = -1;
+    for (var i = 0; i < found.length; i++) {
+      var r = found[i].getBoundingClientRect();
+      var size = (r.width * r.height > 0 ? 1e15 : 0) + (found[i].textContent || "").length;
+      if (size > bestSize) { best = found[i]; bestSize = size; }
+    }
+    return best;
+  }
+
+  // -- the capture --------------------------------------------------------------------------
+
+  var main = onlyMainContent ? mainContent() : null;
+  if (main) {
+    var path = new Set();
+    for (var n = main; n; n = n.parentNode || n.host) path.add(n);
+    emit("<html><body>");
+    walk(root, path, main, null);
+    emit("</body></html>");
+  } else {
+    walk(root, null, null, onlyMainContent ? boilerplate : null);
+  }
+  return {html: out.join(""), removed: removed, removed_chars: removedChars};
+})
