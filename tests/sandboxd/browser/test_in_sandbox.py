@@ -47,7 +47,8 @@ agent = subprocess.Popen([sys.executable, "-I", "-B", "-c",
 direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def call(path, body=None):
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request("http://127.0.0.1:49990" + path, data=data)
+    request = urllib.request.Request("http://127.0.0.1:49990" + path, data=data,
+                                     headers={"Content-Type": "application/json"})
     try:
         with direct.open(request, timeout=120) as answer:
             return answer.status, json.loads(answer.read())
