@@ -34,7 +34,7 @@ def free_port() -> int:
 class Agent:
     """``python3 -I -B -c 'import sandboxd.browser.__main__' --port N`` and a client."""
 
-    def __init__(self, home: Path, chromium: str = CHROMIUM) -> None:
+    def __init__(self, home: Path, chromium: str = CHROMIUM, proxy: str | None = None) -> None:
         self.port = free_port()
         self.home = home
         code = (
@@ -42,6 +42,8 @@ class Agent:
             "import sandboxd.browser.__main__"
         )
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+        if proxy:
+            env["HTTPS_PROXY"] = proxy
         self.proc = subprocess.Popen(
             [PYTHON, "-I", "-B", "-c", code, "--port", str(self.port), "--cdp-port", "0",
              "--chromium", chromium],

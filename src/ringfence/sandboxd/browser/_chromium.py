@@ -25,6 +25,15 @@ from typing import IO
 
 from ._cdp import Connection, Deadline
 
+_QUIET_FEATURES = (
+    "NetworkTimeServiceQuerying",
+    "OptimizationHints",
+    "OptimizationGuideModelDownloading",
+    "Translate",
+    "MediaRouter",
+    "AutofillServerCommunication",
+    "CertificateTransparencyComponentUpdater",
+)
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -37,6 +46,22 @@ FLAGS = (
     "--disable-default-apps",
     "--mute-audio",
     "--hide-scrollbars",
+    # Chromium's calls home, which the flags above leave (measured against a logging proxy):
+    # the network time service, the updater, sign-in, optimization hints.
+    "--disable-extensions",
+    "--disable-component-extensions-with-background-pages",
+    "--disable-client-side-phishing-detection",
+    "--disable-domain-reliability",
+    "--disable-breakpad",
+    "--metrics-recording-only",
+    "--password-store=basic",
+    "--no-pings",
+    "--disable-features=" + ",".join(_QUIET_FEATURES),
+    # What has no switch is sent to a closed port of the sandbox's own loopback (direct,
+    # never through the proxy): sign-in's accounts service and the updater.
+    "--gaia-url=http://127.0.0.1:9",
+    "--lso-url=http://127.0.0.1:9",
+    "--component-updater=url-source=http://127.0.0.1:9",
     "--remote-debugging-pipe",
     "--remote-debugging-address=127.0.0.1",
 )
