@@ -271,12 +271,14 @@ class _Run:
 
     def firewall(self) -> tuple[str, dict[str, Any]]:
         try:
-            from ._firewall import script  # type: ignore[import-not-found, unused-ignore]
+            from ._firewall import script
         except ImportError as error:
             raise AgentError("unavailable", "this agent has no semantic firewall") from error
-        value = self.evaluate(
-            script(list(self.request.firewall), self.request.only_main_content), "firewall"
-        )
+        try:
+            expression = script(list(self.request.firewall), self.request.only_main_content)
+        except OSError as error:
+            raise AgentError("unavailable", f"the semantic firewall is missing: {error}") from error
+        value = self.evaluate(expression, "firewall")
         if not isinstance(value, dict) or not isinstance(value.get("html"), str):
             raise AgentError("browser_failed", "the semantic firewall returned no HTML")
         removed = value.get("removed")
@@ -308,10 +310,7 @@ class _Run:
 
 def _markdown(html: str) -> str:
     try:
-        from ._markdown import (  # type: ignore[import-not-found, unused-ignore]
-            ConverterMissing,
-            to_markdown,
-        )
+        from ._markdown import ConverterMissing, to_markdown
     except ImportError as error:
         raise AgentError("unavailable", "this agent has no Markdown converter") from error
     try:
