@@ -23,9 +23,9 @@ from ringfence.server.openapi import with_server_bounds
 from ringfence.server.port_relay import WebSocketSlots
 from ringfence.server.routes import audit as audit_routes
 from ringfence.server.routes import browser as browser_routes
+from ringfence.server.routes import browser_cdp, meta
 from ringfence.server.routes import executions as execution_routes
 from ringfence.server.routes import keys as key_routes
-from ringfence.server.routes import meta
 from ringfence.server.routes import network as network_routes
 from ringfence.server.routes import ports as port_routes
 from ringfence.server.routes import proposals as proposal_routes
@@ -34,7 +34,6 @@ from ringfence.server.routes import sandbox_projects as project_routes
 from ringfence.server.routes import sandbox_state as state_routes
 from ringfence.server.routes import sandboxes as sandbox_routes
 from ringfence.server.routes import volumes as volume_routes
-from ringfence.server.routes.browser_cdp import CdpLayer
 
 if TYPE_CHECKING:
     from ringfence.compose import Services
@@ -106,8 +105,9 @@ def create_app(services: Services) -> FastAPI:
     websockets = WebSocketSlots(config.max_relayed_websockets, config.max_websocket_message_bytes)
     # In front of the API, behind the preview routes: the sandbox browser's CDP WebSocket.
     app.add_middleware(
-        CdpLayer, ports=sandboxes.ports, keys=keys, grants=grants, browser=services.browser,
-        websockets=websockets, max_message=config.max_browser_result_bytes,
+        browser_cdp.CdpLayer, ports=sandboxes.ports, keys=keys, grants=grants,
+        browser=services.browser, websockets=websockets,
+        max_message=config.max_browser_result_bytes,
     )  # fmt: skip
     # Outermost: a preview URL's request streams to its sandbox, unbounded by the API's
     # body limit, and nothing under the preview domain reaches the API (docs/ports.md).
@@ -142,7 +142,8 @@ def _state_bounds(app: FastAPI, config: Config) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = with_server_bounds(port_routes.documented(build()), config)
+            document = browser_cdp.documented(port_routes.documented(build()))
+            app.openapi_schema = with_server_bounds(document, config)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

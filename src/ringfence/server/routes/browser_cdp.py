@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,7 +41,7 @@ from ringfence.server.routes.ports import caller_of, host_of, refuse
 from ringfence.service.keys import Keys
 from ringfence.service.ports import Admitted, Ports
 
-__all__ = ["CDP_PATH", "CdpLayer", "CdpPaths"]
+__all__ = ["CDP_PATH", "CdpLayer", "CdpPaths", "documented"]
 
 CDP_PATH = "/v1/sandboxes/{sandbox_id}/browser/cdp"
 _PATH = re.compile(rb"^/v1/sandboxes/([A-Za-z0-9]{1,64})/browser/cdp(/json/version/?)?$")
@@ -190,3 +190,83 @@ def _bad_gateway(admitted: Admitted, why: str) -> RingfenceError:
     error = RingfenceError(f"the browser of sandbox {admitted.sandbox_id}: {why}")
     error.code = "bad_gateway"
     return error
+
+
+def documented(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` (the app's OpenAPI dict) with the CDP routes added, in place: a layer
+    in front of the app serves them, so FastAPI does not see them."""
+    error = {
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    }
+
+    def failing(description: str) -> dict[str, Any]:
+        return {"description": description, **error}
+
+    parameters = [
+        {"name": "sandbox_id", "in": "path", "required": True, "description": "The sandbox's id.",
+         "schema": {"type": "string", "pattern": "^[A-Za-z0-9]{1,64}$"}},
+    ]  # fmt: skip
+    refusals = {
+        "400": failing("Not a WebSocket upgrade, or a method other than GET (invalid_request)"),
+        "401": failing(
+            "No valid credential: a key of the sandbox's tenant or its traffic access token "
+            "(E2B-Traffic-Access-Token); never anonymous, public_traffic or not (unauthenticated)"
+        ),
+        "404": failing("No such sandbox in your tenant (not_found)"),
+        "409": failing("The sandbox has ended, or is paused with auto_resume off"),
+        "429": failing("The server relays its most WebSockets, or the sandbox has its most "
+                       "connections to its ports open (too_many_requests)"),
+        "500": failing("An unexpected error, logged by the server (internal)"),
+        "502": failing("The sandbox's browser failed, or broke the protocol (browser_failed, "
+                       "bad_gateway, sandbox_error)"),
+        "503": failing("The sandbox's template has no Chromium (browser_unavailable), or the "
+                       "store is unavailable (store_error)"),
+        "504": failing("The browser did not start in time (browser_timeout)"),
+    }  # fmt: skip
+    security: list[dict[str, list[str]]] = [{"HTTPBearer": []}, {"APIKeyHeader": []}]
+    version_schema = {
+        "type": "object",
+        "properties": {key: {"type": "string"} for key in (*_VERSION_KEYS, "webSocketDebuggerUrl")},
+        "required": ["webSocketDebuggerUrl"],
+    }
+    paths = document.setdefault("paths", {})
+    paths[CDP_PATH] = {
+        "get": {
+            "tags": ["browser"],
+            "summary": "The Chrome DevTools Protocol of the sandbox's browser (a WebSocket)",
+            "description": (
+                "Open it as a WebSocket (Playwright's connect_over_cdp, Puppeteer's connect "
+                "with browserWSEndpoint): relayed to the browser target of the sandbox's "
+                "Chromium, started if it is not running. Nothing of the handshake's headers "
+                "reaches Chromium. Each message from it is at most max_browser_result_bytes "
+                "(past it: closed with 1009). Audited as browser.cdp_open (docs/browser.md)."
+            ),
+            "operationId": "browser_cdp",
+            "parameters": parameters,
+            "responses": {"101": {"description": "The CDP WebSocket"}, **refusals},
+            "security": security,
+        }
+    }
+    paths[CDP_PATH + "/json/version"] = {
+        "get": {
+            "tags": ["browser"],
+            "summary": "Chromium's version, naming this server's CDP WebSocket",
+            "description": (
+                "What Playwright's connect_over_cdp asks of an http:// endpoint (with or "
+                "without a trailing slash): Chromium's /json/version answer, its "
+                "webSocketDebuggerUrl this server's ws(s):// URL of the CDP WebSocket. "
+                "Starts the sandbox's browser if it is not running."
+            ),
+            "operationId": "browser_cdp_version",
+            "parameters": parameters,
+            "responses": {
+                "200": {
+                    "description": "Chromium's version",
+                    "content": {"application/json": {"schema": version_schema}},
+                },
+                **refusals,
+            },
+            "security": security,
+        }
+    }
+    return document
