@@ -233,8 +233,7 @@
 
   // clip (absolutely positioned boxes) or clip-path that leaves nothing visible. A
   // clip-path this cannot measure (url(), path(), shape()) counts as hiding (fail closed).
-  function clippedAway(cs, r) {
-    var pos = cs.position;
+  function clippedAway(cs, r, pos) {
     if ((pos === "absolute" || pos === "fixed") && cs.clip && cs.clip !== "auto") {
       var m = /rect\(([^)]*)\)/.exec(cs.clip);
       if (m) {
@@ -326,7 +325,7 @@
     this.absClip = parent ? parent.absClip : DOC_AREA;
     this.containsFixed = parent ? parent.containsFixed : false;
     this.depth = parent ? parent.depth : 0;
-    this.textRule = null; // the rule that hides this element's own text
+    this.textRule = undefined; // the rule that hides this element's own text (null: none)
     this.textOrigin = null; // {rule, counted}: where that hiding started
   }
 
@@ -340,44 +339,48 @@
   function judge(el, parent) {
     var ctx = new Ctx(parent);
     if (on.non_content && NON_CONTENT[el.localName]) return ["remove", "non_content", ctx];
+    // Each computed property read costs: each is read once, and only where a rule needs it.
     var cs = getComputedStyle(el);
     var display = cs.display;
     var box = display !== "contents" && display !== "none";
-    if (box) ctx.opacity *= px(cs.opacity) * filterOpacity(cs.filter);
+    var filter = box ? cs.filter : "none";
+    if (box) ctx.opacity *= px(cs.opacity) * filterOpacity(filter);
     var r = box ? el.getBoundingClientRect() : null;
+    var pos = cs.position;
     if (on.hidden && (el.hasAttribute("hidden") || display === "none" ||
         cs.contentVisibility === "hidden" || (box && ctx.opacity < MIN_OPACITY) ||
-        (box && clippedAway(cs, r)))) {
+        (box && clippedAway(cs, r, pos)))) {
       return ["remove", "hidden", ctx];
     }
     if (on.aria_hidden && ariaHidden(el)) return ["remove", "aria_hidden", ctx];
-    var pos = cs.position;
+    var transform = box ? cs.transform : "none";
+    var ox = false, oy = false;
     // The root and the body: their overflow is the viewport's (DOC_AREA has it).
     var canvas = el === root || el === document.body;
+    if (box && !canvas) {
+      ox = clipsOverflow(cs.overflowX);
+      oy = clipsOverflow(cs.overflowY);
+    }
     var clip = parent ? parent.clip : DOC_AREA;
     if (pos === "fixed") clip = parent && parent.containsFixed ? parent.absClip : VIEWPORT;
     else if (pos === "absolute") clip = parent ? parent.absClip : DOC_AREA;
     if (box && !canvas && (on.offscreen || on.zero_size)) {
-      var rule = geometryRule(el, cs, r, clip, pos);
+      var rule = geometryRule(el, cs, r, clip, pos, transform, ox, oy);
       if (rule && carriesText(el)) return ["remove", rule, ctx];
     }
     var childClip = clip;
-    if (box && !canvas) {
-      var ox = clipsOverflow(cs.overflowX), oy = clipsOverflow(cs.overflowY);
-      if (ox || oy) {
-        childClip = intersect(clip, {
-          left: ox ? r.left : -Infinity, right: ox ? r.right : Infinity,
-          top: oy ? r.top : -Infinity, bottom: oy ? r.bottom : Infinity
-        });
-      }
+    if (ox || oy) {
+      childClip = intersect(clip, {
+        left: ox ? r.left : -Infinity, right: ox ? r.right : Infinity,
+        top: oy ? r.top : -Infinity, bottom: oy ? r.bottom : Infinity
+      });
     }
     ctx.clip = childClip;
-    var transformed = (cs.transform && cs.transform !== "none") ||
-      (cs.filter && cs.filter !== "none");
+    var transformed = transform !== "none" || filter !== "none";
     if (pos !== "static" || transformed) ctx.absClip = childClip;
     else ctx.absClip = parent ? parent.absClip : DOC_AREA;
     if (transformed) ctx.containsFixed = true;
-    if (box) ctx.bg = backgroundOf(cs, parent ? parent.bg : [255, 255, 255, 1]);
+    if (box && on.same_color) ctx.bg = backgroundOf(cs, parent ? parent.bg : [255, 255, 255, 1]);
     ctx.cs = cs;
     ctx.rect = r;
     return ["keep", null, ctx];
@@ -385,23 +388,22 @@
 
   // offscreen or zero_size for a box (a box with no text is never removed for it: see
   // carriesText), or null.
-  function geometryRule(el, cs, r, clip, pos) {
+  function geometryRule(el, cs, r, clip, pos, transform, ox, oy) {
     if (on.offscreen) {
       if (outside(r, clip)) return "offscreen";
       if (pos === "absolute" && r.left + sx >= FLOW_RIGHT_DOC) return "offscreen";
     }
     if (on.zero_size) {
-      if (flattened(cs.transform)) return "zero_size";
+      if (flattened(transform)) return "zero_size";
       if (r.width * r.height === 0) {
         if (isVoid(el) || el.getClientRects().length === 0) return "zero_size";
-        if ((r.width === 0 && clipsOverflow(cs.overflowX)) ||
-            (r.height === 0 && clipsOverflow(cs.overflowY))) {
+        if ((r.width === 0 && ox) || (r.height === 0 && oy)) return "zero_size";
+      }
+      if (oy) {
+        var lineHeight = cs.lineHeight;
+        if (lineHeight !== "normal" && px(lineHeight) === 0 && r.height < px(cs.fontSize)) {
           return "zero_size";
         }
-      }
-      if (cs.lineHeight !== "normal" && px(cs.lineHeight) === 0 &&
-          clipsOverflow(cs.overflowY) && r.height < px(cs.fontSize)) {
-        return "zero_size";
       }
     }
     return null;
@@ -412,7 +414,7 @@
   }
 
   // Why an element's own text nodes are hidden (inherited properties a child may undo).
-  function ownTextRule(el, ctx, parent) {
+  function ownTextRule(el, ctx) {
     var cs = ctx.cs;
     if (!cs) return null;
     if (on.hidden && (cs.visibility === "hidden" || cs.visibility === "collapse")) return "hidden";
@@ -441,6 +443,23 @@
   // -- text geometry (text-indent, overflow clipping of bare text) ------------------------
 
   var range = document.createRange();
+
+  // Whether an element's own text surely lies inside its box and its box inside what is
+  // visible, so its text needs no measuring (most text; measuring every node is slow). An
+  // inline box wraps its text; a block's text may overflow it (scroll size) or be indented
+  // away (text-indent).
+  function textInside(ctx) {
+    if (ctx.inside !== undefined) return ctx.inside;
+    var r = ctx.rect, c = ctx.clip, cs = ctx.cs, el = ctx.el;
+    var inside = !!r && r.width * r.height > 0 && r.left >= c.left && r.right <= c.right &&
+      r.top >= c.top && r.bottom <= c.bottom;
+    if (inside && cs.display !== "inline") {
+      inside = px(cs.textIndent) >= 0 && el.scrollWidth <= el.clientWidth + 1 &&
+        el.scrollHeight <= el.clientHeight + 1;
+    }
+    ctx.inside = inside;
+    return inside;
+  }
 
   function textGeometryRule(node, ctx) {
     if (!(on.offscreen || on.zero_size)) return null;
@@ -542,17 +561,18 @@
     emit("<!--" + d + "-->");
   }
 
-  // A node's children in the flattened tree: an open shadow root's (a closed one is out of
+  // A node's children in the flattened tree (its first child, or an array): an open shadow
+  // root's (a closed one is out of
   // reach: its content is left out, the host's light children are judged as if unslotted),
   // a slot's assigned nodes (or its fallback content), a template's content.
   function childrenOf(node) {
-    if (node.shadowRoot) return node.shadowRoot.childNodes;
+    if (node.shadowRoot) return node.shadowRoot.firstChild;
     if (node.localName === "slot" && typeof node.assignedNodes === "function") {
       var assigned = node.assignedNodes();
       if (assigned.length) return assigned;
     }
-    if (node.localName === "template" && node.content) return node.content.childNodes;
-    return node.childNodes;
+    if (node.localName === "template" && node.content) return node.content.firstChild;
+    return node.firstChild;
   }
 
   // Text a removed subtree held: scripts' and styles' source is code, not text.
@@ -588,20 +608,35 @@
     return visited > limits.nodes || performance.now() - started > limits.ms;
   }
 
-  // The walk: iterative (a 10,000-deep tree cannot overflow the stack). A frame is a
-  // closing tag to emit, or [node, parent's ctx, inScope]; out of scope (main-content mode)
-  // only the main content's ancestors are visited, to judge them, and nothing is emitted.
+  // The walk: iterative (a 10,000-deep tree cannot overflow the stack). Each frame is a
+  // cursor over one node's children in the flattened tree (a sibling chain, or an array
+  // for a slot's assigned nodes), with the ctx they inherit, whether they are in scope and
+  // the closing tag to emit after them. Out of scope (main-content mode) only the main
+  // content's ancestors are visited, to judge them, and nothing is emitted.
   function walk(start, path, main, prune) {
-    var stack = [[start, null, !path]];
+    var stack = [{next: start, list: null, at: 0, ctx: null, scope: !path, close: null}];
     while (stack.length) {
-      var frame = stack.pop();
-      if (typeof frame === "string") { emit(frame); continue; }
-      if (stopped || ((++visited & 255) === 0 && overBudget())) {
-        stopped = true;
-        count("limit");
+      var frame = stack[stack.length - 1];
+      var node;
+      if (frame.list) {
+        node = frame.at < frame.list.length ? frame.list[frame.at++] : null;
+      } else {
+        node = frame.next;
+        if (node) frame.next = node === start ? null : node.nextSibling;
+      }
+      if (!node) {
+        stack.pop();
+        if (frame.close) emit(frame.close);
         continue;
       }
-      var node = frame[0], parent = frame[1], inScope = frame[2];
+      if (stopped || ((++visited & 255) === 0 && overBudget())) {
+        stopped = true;
+        count("limit"); // this node and its later siblings: left out
+        frame.list = null;
+        frame.next = null;
+        continue;
+      }
+      var parent = frame.ctx, inScope = frame.scope;
       var type = node.nodeType;
       if (!inScope && !(type === 1 && path.has(node))) continue;
       if (type === 3) { text(node, parent); continue; }
@@ -616,22 +651,36 @@
         continue;
       }
       ctx.depth = parent ? parent.depth + 1 : 1;
-      ctx.textRule = judging ? ownTextRule(node, ctx) : null;
-      if (ctx.textRule) {
-        ctx.textOrigin = parent && parent.textRule === ctx.textRule && parent.textOrigin
-          ? parent.textOrigin : {rule: ctx.textRule, counted: false};
-      }
-      if (node.shadowRoot) countUnslotted(node);
+      ctx.el = node;
+      ctx.parent = parent;
+      if (judging && node.shadowRoot) countUnslotted(node);
       var childScope = inScope || node === main;
+      var close = null;
       if (childScope && ctx.depth <= MAX_DEPTH && SAFE_TAG.test(node.localName) &&
           node.localName !== "slot") {
         emit(openTag(node));
         if (isVoid(node)) continue;
-        stack.push("</" + node.localName + ">");
+        close = "</" + node.localName + ">";
       }
       var kids = childrenOf(node);
-      for (var i = kids.length - 1; i >= 0; i--) stack.push([kids[i], ctx, childScope]);
-      if (stack.length > limits.nodes) stopped = true;
+      if (Array.isArray(kids)) {
+        stack.push({next: null, list: kids, at: 0, ctx: ctx, scope: childScope, close: close});
+      } else if (kids) {
+        stack.push({next: kids, list: null, at: 0, ctx: ctx, scope: childScope, close: close});
+      } else if (close) {
+        emit(close);
+      }
+    }
+  }
+
+  // An element's own-text rule, worked out at its first words: the hiding is counted once
+  // where it starts (a parent hidden the same way, already judged, shares its count).
+  function settleTextRule(ctx) {
+    ctx.textRule = ownTextRule(ctx.el, ctx);
+    var parent = ctx.parent;
+    if (ctx.textRule) {
+      ctx.textOrigin = parent && parent.textRule === ctx.textRule && parent.textOrigin
+        ? parent.textOrigin : {rule: ctx.textRule, counted: false};
     }
   }
 
@@ -647,9 +696,10 @@
   function text(node, ctx) {
     var data = node.data;
     if (!visibleText(data)) { emit(escapeText(data)); return; }
+    if (ctx && judging && ctx.textRule === undefined) settleTextRule(ctx);
     var rule = ctx ? ctx.textRule : null;
     var origin = ctx ? ctx.textOrigin : null;
-    if (!rule && ctx && ctx.cs) {
+    if (!rule && ctx && ctx.cs && !textInside(ctx)) {
       rule = textGeometryRule(node, ctx);
       if (rule) {
         if (!ctx.geometryOrigin) ctx.geometryOrigin = {rule: rule, counted: false};
