@@ -164,13 +164,15 @@ async def test_a_session_keeps_its_page_across_calls(browsing: Browsing) -> None
 
     first = await browsing.client.post(
         f"{base}/scrape", headers=browsing.acme,
-        json={"url": browsing.page, "formats": ["raw_html", "screenshot", "links"],
+        json={"url": browsing.page, "formats": ["markdown", "screenshot", "links"],
               "headers": {"X-Test": SECRET}, "cookies": [{"name": "session", "value": SECRET}]},
     )  # fmt: skip
     assert first.status_code == 200, first.text
     result = first.json()
     assert result["sandbox_id"] == sandbox_id and result["untrusted"] is True
-    assert "Hello from the page" in result["raw_html"]
+    assert "Hello from the page" in result["markdown"]
+    assert "document.cookie" not in result["markdown"]  # the script is no content
+    assert result["firewall"]["removed"].get("non_content", 0) >= 1
     assert result["metadata"]["status_code"] == 200
     assert result["metadata"]["title"] == "Ringfence test page"
     assert base64.b64decode(result["screenshot"]).startswith(b"\x89PNG\r\n\x1a\n")
@@ -193,7 +195,7 @@ async def test_a_session_keeps_its_page_across_calls(browsing: Browsing) -> None
 
     scrapes = await browsing.records("browser.scrape")
     assert [r.details["url"] for r in scrapes] == [browsing.page, None]
-    assert scrapes[0].details["formats"] == ["raw_html", "screenshot", "links"]
+    assert scrapes[0].details["formats"] == ["markdown", "screenshot", "links"]
     assert scrapes[0].details["headers"] == ["X-Test"]
     assert scrapes[0].details["cookies"] == ["session"]
     assert scrapes[1].details["actions"] == ["click", "write", "click", "wait"]
@@ -206,11 +208,11 @@ async def test_a_session_keeps_its_page_across_calls(browsing: Browsing) -> None
 async def test_a_one_shot_scrape_kills_its_sandbox(browsing: Browsing) -> None:
     response = await browsing.client.post(
         "/v1/browser/scrape", headers=browsing.acme,
-        json={"url": browsing.page, "formats": ["raw_html"]},
+        json={"url": browsing.page},
     )  # fmt: skip
     assert response.status_code == 200, response.text
     result = response.json()
-    assert "Hello from the page" in result["raw_html"]
+    assert "Hello from the page" in result["markdown"]
     sandbox_id = result["sandbox_id"]
     await asyncio.wait_for(browsing.services.browser.settled(), 60)  # its kill, under way
     gone = await browsing.client.get(f"/v1/sandboxes/{sandbox_id}", headers=browsing.acme)
@@ -229,13 +231,12 @@ async def test_a_one_shot_scrape_from_the_pool_reaches_its_page(browsing: Browsi
         await asyncio.sleep(0.1)
     started = asyncio.get_running_loop().time()
     response = await browsing.client.post(
-        "/v1/browser/scrape", headers=browsing.acme,
-        json={"url": browsing.page, "formats": ["raw_html"]},
-    )  # fmt: skip
+        "/v1/browser/scrape", headers=browsing.acme, json={"url": browsing.page}
+    )
     elapsed = asyncio.get_running_loop().time() - started
     assert response.status_code == 200, response.text
     result = response.json()
-    assert "Hello from the page" in result["raw_html"], result["metadata"]
+    assert "Hello from the page" in result["markdown"], result["metadata"]
     assert browsing.services.sandboxes.pool_stats()["browser"].hits == 1
     (created,) = [
         r for r in await browsing.records("sandbox.create")
