@@ -221,6 +221,18 @@ def _redirect(site: Site, request: BaseHTTPRequestHandler, body: bytes) -> None:
     request.end_headers()
 
 
+@page("/refused")
+def _refused(site: Site, request: BaseHTTPRequestHandler, body: bytes) -> None:
+    """What the sandbox's egress proxy answers for an http:// URL its policy refuses."""
+    reason = b"egress denied by Ringfence: denied.test:80 is denied by a rule"
+    request.send_response(403, reason.decode())
+    request.send_header("Content-Type", "text/plain; charset=utf-8")
+    request.send_header("Content-Length", str(len(reason) + 1))
+    request.send_header("Ringfence-Egress", "refused")
+    request.end_headers()
+    request.wfile.write(reason + b"\n")
+
+
 @page("/echo")
 def _echo(site: Site, request: BaseHTTPRequestHandler, body: bytes) -> None:
     seen = {"cookie": request.headers.get("Cookie"), "x-test": request.headers.get("X-Test")}

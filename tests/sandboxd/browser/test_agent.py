@@ -87,6 +87,18 @@ def test_a_redirect_ends_at_its_final_url_and_status(agent: Agent, site: Site) -
     assert metadata["status_code"] == 200 and metadata["title"] == "Static page"
 
 
+def test_a_page_the_egress_proxy_refused_did_not_load(agent: Agent, site: Site) -> None:
+    result = agent.ok(
+        url=f"{site.url}/refused",
+        formats=["raw_html"],
+        actions=[{"type": "execute_javascript", "script": "1"}],
+    )
+    metadata = result["metadata"]
+    assert metadata["error"] == "egress denied by Ringfence: denied.test:80 is denied by a rule"
+    assert metadata["status_code"] == 403
+    assert result["actions"] == []
+
+
 def test_a_page_that_cannot_load_says_why_in_its_metadata(agent: Agent) -> None:
     port = _closed_port()
     result = agent.ok(url=f"http://127.0.0.1:{port}/", formats=["links"])

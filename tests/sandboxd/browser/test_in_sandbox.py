@@ -114,6 +114,7 @@ async def test_the_agent_drives_chromium_inside_a_sandbox(sandbox: LiveSandbox) 
     # A host outside the policy: the proxy refuses it, the page does not load.
     status, outside = seen["outside"]
     assert status == 200, outside
-    assert outside["metadata"]["error"] or outside["metadata"]["status_code"] == 403
+    assert outside["metadata"]["error"].startswith("egress denied by Ringfence")
+    assert outside["metadata"]["status_code"] == 403
     assert "outside.invalid" not in json.dumps(outside.get("links"))
     assert seen["health"]["running"] is True and seen["health"]["pid"]

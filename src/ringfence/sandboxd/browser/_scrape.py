@@ -122,7 +122,9 @@ class _Run:
         loaded = lambda: tab.loader_id == loader and tab.loaded(loader)  # noqa: E731
         if loader and not tab.wait(loaded, self.deadline):
             raise Expired(f"waiting for {url} to load")
-        return str(failed) if failed else None
+        if failed:
+            return str(failed)
+        return tab.refused()  # an http:// page the egress proxy answered for
 
     # Actions
 

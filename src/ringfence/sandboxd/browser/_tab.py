@@ -43,7 +43,7 @@ class Tab:
         self.started = 0  # loads of the main frame started
         self.stopped = 0  # loads of the main frame finished (or failed)
         self._lifecycle: tuple[str, set[str]] = ("", set())
-        self._responses: dict[str, tuple[int, str]] = {}
+        self._responses: dict[str, tuple[int, str, str | None]] = {}
         self._world: tuple[str | None, int] | None = None
         connection.listen(session_id, self._on_event)
 
@@ -106,6 +106,14 @@ class Tab:
             found = self._responses.get(self.loader_id or "")
         return (found[0], found[1]) if found else (None, None)
 
+    def refused(self) -> str | None:
+        """Why the sandbox's egress proxy refused the current document, if it did (its
+        answers carry ``Ringfence-Egress: refused``; a site that sends the header itself
+        only marks its own page as not loaded)."""
+        with self._changed:
+            found = self._responses.get(self.loader_id or "")
+        return found[2] if found else None
+
     def loaded(self, loader: str | None) -> bool:
         """Whether document ``loader`` (the current one when ``None``) fired its load
         event. Call it under the tab's lock (from ``wait``'s predicate)."""
@@ -127,7 +135,15 @@ class Tab:
                     status = response.get("status")
                     loader = str(params.get("loaderId", ""))
                     if isinstance(status, int):
-                        self._responses[loader] = (status, str(response.get("url", "")))
+                        headers = response.get("headers") or {}
+                        refused = any(
+                            str(k).lower() == "ringfence-egress" and str(v).strip() == "refused"
+                            for k, v in headers.items()
+                        )
+                        why = str(response.get("statusText") or "egress denied by Ringfence")
+                        self._responses[loader] = (
+                            status, str(response.get("url", "")), why[:300] if refused else None
+                        )  # fmt: skip
                         while len(self._responses) > _KEEP_RESPONSES:
                             self._responses.pop(next(iter(self._responses)))
                 return
