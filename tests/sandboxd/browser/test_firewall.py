@@ -640,3 +640,56 @@ def test_markdown_without_the_converter_names_it_and_the_recipe(tmp_path: Path) 
     done = subprocess.run([python, "-I", "-B", "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "html-to-markdown" in done.stdout and "'browser' recipe" in done.stdout
+
+
+def test_visible_text_in_tricky_but_honest_layouts_is_kept(page: Any) -> None:
+    """What a reader does see, however it is laid out, stays (no false positives)."""
+    load(
+        page,
+        '<div style="font-size:0"><span style="display:inline-block;font-size:16px">'
+        "inline-block words</span></div>"
+        '<div style="visibility:hidden"><p style="visibility:visible">revealed words</p></div>'
+        '<div style="height:0">overflowing words</div>'
+        '<h1 style="background:linear-gradient(red,blue);-webkit-background-clip:text;'
+        'background-clip:text;-webkit-text-fill-color:transparent">gradient words</h1>'
+        '<div style="background:#000;color:#fff">white on black words</div>'
+        '<div style="background:rgba(0,0,0,.5)"><p style="color:#fff">on a veil words</p></div>'
+        '<table style="width:3000px"><tr><td style="width:2900px">a</td>'
+        "<td>far cell words</td></tr></table>"
+        '<div style="position:relative;height:50px;overflow:hidden">'
+        '<p style="position:absolute;top:10px">positioned words</p></div>'
+        '<div style="overflow:hidden;height:30px"><p style="position:fixed;top:100px">'
+        "fixed words</p></div>"
+        '<div style="display:contents"><p>contents words</p></div>'
+        '<p style="color:oklch(0.3 0.1 250)">modern colour words</p>'
+        '<p style="opacity:.5">half-opaque words</p>'
+        "<details open><summary>summary words</summary>open details words</details>",
+    )
+    result = capture(page)
+    markdown = to_markdown(result["html"])
+    for words in (
+        "inline-block words",
+        "revealed words",
+        "overflowing words",
+        "gradient words",
+        "white on black words",
+        "on a veil words",
+        "far cell words",
+        "positioned words",
+        "fixed words",
+        "contents words",
+        "modern colour words",
+        "half-opaque words",
+        "summary words",
+        "open details words",
+    ):
+        assert words in markdown, words
+    assert set(result["removed"]) <= {"non_content"}, result["removed"]
+
+
+def test_a_closed_details_body_is_not_seen_until_opened(page: Any) -> None:
+    load(page, f"<details><summary>Summary</summary><p>{INJECTION}</p></details>")
+    result = capture(page)
+    assert "Summary" in result["html"] and INJECTION not in result["html"]
+    page.evaluate("document.querySelector('details').open = true")
+    assert INJECTION in capture(page)["html"]

@@ -349,7 +349,7 @@
     var pos = cs.position;
     if (on.hidden && (el.hasAttribute("hidden") || display === "none" ||
         cs.contentVisibility === "hidden" || (box && ctx.opacity < MIN_OPACITY) ||
-        (box && clippedAway(cs, r, pos)))) {
+        (box && clippedAway(cs, r, pos)) || (box && !rendered(el)))) {
       return ["remove", "hidden", ctx];
     }
     if (on.aria_hidden && ariaHidden(el)) return ["remove", "aria_hidden", ctx];
@@ -384,6 +384,13 @@
     ctx.cs = cs;
     ctx.rect = r;
     return ["keep", null, ctx];
+  }
+
+  // Chromium's own answer for a box that is not painted though its style says display:
+  // the content of a closed <details>, of a content-visibility:hidden ancestor (it still
+  // lays them out when asked for their boxes).
+  function rendered(el) {
+    return typeof el.checkVisibility !== "function" || el.checkVisibility();
   }
 
   // offscreen or zero_size for a box (a box with no text is never removed for it: see
