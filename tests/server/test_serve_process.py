@@ -48,6 +48,11 @@ class Server:
         """What the server has printed so far (stdout and stderr)."""
         return "".join(self._output)
 
+    @property
+    def lines(self) -> list[str]:
+        """What the server has printed so far, one line an item (a copy)."""
+        return list(self._output)
+
     def args(self) -> list[str]:
         extra = ["--database-url", self.database_url] if self.database_url else []
         return ["--data-dir", str(self.data_dir), *extra]
