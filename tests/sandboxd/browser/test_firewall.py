@@ -167,6 +167,11 @@ HIDING = [
         "no area, overflow hidden",
         f'<div style="width:0;height:0;overflow:hidden">{INJECTION}</div>',
     ),
+    (
+        "zero_size",
+        "a scroll container of no height",
+        f'<div style="height:1px;overflow:auto">{INJECTION}</div>',
+    ),
     ("zero_size", "font-size 0", f'<div style="font-size:0">{INJECTION}</div>'),
     ("zero_size", "font-size 1px", f'<span style="font-size:1px">{INJECTION}</span>'),
     ("zero_size", "transform scale(0)", f'<div style="transform:scale(0)">{INJECTION}</div>'),
@@ -663,7 +668,11 @@ def test_visible_text_in_tricky_but_honest_layouts_is_kept(page: Any) -> None:
         '<div style="display:contents"><p>contents words</p></div>'
         '<p style="color:oklch(0.3 0.1 250)">modern colour words</p>'
         '<p style="opacity:.5">half-opaque words</p>'
-        "<details open><summary>summary words</summary>open details words</details>",
+        "<details open><summary>summary words</summary>open details words</details>"
+        '<div style="height:60px;overflow:auto"><div style="height:3000px"></div>'
+        "<p>scrolled words</p></div>"
+        '<div style="width:200px;overflow-x:scroll;white-space:nowrap">'
+        '<span style="display:inline-block;width:3000px"></span>sideways words</div>',
     )
     result = capture(page)
     markdown = to_markdown(result["html"])
@@ -682,9 +691,26 @@ def test_visible_text_in_tricky_but_honest_layouts_is_kept(page: Any) -> None:
         "half-opaque words",
         "summary words",
         "open details words",
+        "scrolled words",
+        "sideways words",
     ):
         assert words in markdown, words
     assert set(result["removed"]) <= {"non_content"}, result["removed"]
+
+
+def test_an_app_shell_scrolling_inside_a_container_keeps_its_content(page: Any) -> None:
+    """body { overflow: hidden } with the page scrolling in a container (many apps)."""
+    load(
+        page,
+        '<div style="position:fixed;inset:0;overflow-y:auto"><h1>App title</h1>'
+        '<div style="height:5000px"></div><p>far down words</p>'
+        f'<div style="height:0;overflow:hidden">{INJECTION}</div></div>',
+        head="<style>html, body { overflow: hidden; height: 100%; margin: 0 }</style>",
+    )
+    result = capture(page)
+    markdown = to_markdown(result["html"])
+    assert "# App title" in markdown and "far down words" in markdown
+    assert INJECTION not in markdown and result["removed"].get("zero_size") == 1
 
 
 def test_a_closed_details_body_is_not_seen_until_opened(page: Any) -> None:

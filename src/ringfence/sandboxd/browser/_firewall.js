@@ -108,6 +108,10 @@
     return v === "hidden" || v === "clip";
   }
 
+  function scrolls(v) {
+    return v === "auto" || v === "scroll";
+  }
+
   // -- colours -----------------------------------------------------------------------------
 
   var colorCache = Object.create(null);
@@ -354,18 +358,21 @@
     }
     if (on.aria_hidden && ariaHidden(el)) return ["remove", "aria_hidden", ctx];
     var transform = box ? cs.transform : "none";
-    var ox = false, oy = false;
+    var ox = false, oy = false, scrollX = false, scrollY = false;
     // The root and the body: their overflow is the viewport's (DOC_AREA has it).
     var canvas = el === root || el === document.body;
     if (box && !canvas) {
-      ox = clipsOverflow(cs.overflowX);
-      oy = clipsOverflow(cs.overflowY);
+      var overflowX = cs.overflowX, overflowY = cs.overflowY;
+      ox = clipsOverflow(overflowX);
+      oy = clipsOverflow(overflowY);
+      scrollX = scrolls(overflowX);
+      scrollY = scrolls(overflowY);
     }
     var clip = parent ? parent.clip : DOC_AREA;
     if (pos === "fixed") clip = parent && parent.containsFixed ? parent.absClip : VIEWPORT;
     else if (pos === "absolute") clip = parent ? parent.absClip : DOC_AREA;
     if (box && !canvas && (on.offscreen || on.zero_size)) {
-      var rule = geometryRule(el, cs, r, clip, pos, transform, ox, oy);
+      var rule = geometryRule(el, cs, r, clip, pos, transform, ox, oy, scrollX || scrollY);
       if (rule && carriesText(el)) return ["remove", rule, ctx];
     }
     var childClip = clip;
@@ -374,6 +381,19 @@
         left: ox ? r.left : -Infinity, right: ox ? r.right : Infinity,
         top: oy ? r.top : -Infinity, bottom: oy ? r.bottom : Infinity
       });
+    }
+    if (scrollX || scrollY) {
+      // A scroll container: a reader scrolls it through all of its scroll area.
+      childClip = {left: childClip.left, right: childClip.right, top: childClip.top,
+        bottom: childClip.bottom};
+      if (scrollX) {
+        childClip.left = r.left - el.scrollLeft;
+        childClip.right = childClip.left + Math.max(el.scrollWidth, r.width);
+      }
+      if (scrollY) {
+        childClip.top = r.top - el.scrollTop;
+        childClip.bottom = childClip.top + Math.max(el.scrollHeight, r.height);
+      }
     }
     ctx.clip = childClip;
     var transformed = transform !== "none" || filter !== "none";
@@ -395,13 +415,15 @@
 
   // offscreen or zero_size for a box (a box with no text is never removed for it: see
   // carriesText), or null.
-  function geometryRule(el, cs, r, clip, pos, transform, ox, oy) {
+  function geometryRule(el, cs, r, clip, pos, transform, ox, oy, scroller) {
     if (on.offscreen) {
       if (outside(r, clip)) return "offscreen";
       if (pos === "absolute" && r.left + sx >= FLOW_RIGHT_DOC) return "offscreen";
     }
     if (on.zero_size) {
       if (flattened(transform)) return "zero_size";
+      // A scroll container under 2 px shows no content, however far it scrolls.
+      if (scroller && (r.width < 2 || r.height < 2)) return "zero_size";
       if (r.width * r.height === 0) {
         if (isVoid(el) || el.getClientRects().length === 0) return "zero_size";
         if ((r.width === 0 && ox) || (r.height === 0 && oy)) return "zero_size";
