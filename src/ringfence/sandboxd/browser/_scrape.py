@@ -202,9 +202,7 @@ class _Run:
         """Do an input action; if it started a navigation of the page, wait (bounded) for
         the new document's load event."""
         tab = self.tab
-        with tab._changed:
-            requested, started, stopped = tab.requested, tab.started, tab.stopped
-            loader = tab.loader_id
+        requested, started, stopped, loader = tab.progress()
         try:
             do()
         except ProtocolError as error:

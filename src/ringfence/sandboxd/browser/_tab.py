@@ -106,6 +106,12 @@ class Tab:
             found = self._responses.get(self.loader_id or "")
         return (found[0], found[1]) if found else (None, None)
 
+    def progress(self) -> tuple[int, int, int, str | None]:
+        """The main frame's navigations requested, loads started and stopped, and its
+        current document, read together."""
+        with self._changed:
+            return self.requested, self.started, self.stopped, self.loader_id
+
     def refused(self) -> str | None:
         """Why the sandbox's egress proxy refused the current document, if it did (its
         answers carry ``Ringfence-Egress: refused``; a site that sends the header itself
