@@ -208,6 +208,13 @@ HIDING = [
     ),
     (
         "same_color",
+        "dark on a dark box laid under it (not an ancestor)",
+        '<div style="position:relative;height:60px"><div style="position:absolute;inset:0;'
+        f'background:#000"></div><p style="position:relative;color:#050505">{INJECTION}</p>'
+        "</div>",
+    ),
+    (
+        "same_color",
         "modern colour syntax",
         f'<p style="color:oklch(1 0 0)">{INJECTION}</p>',
     ),
@@ -669,6 +676,8 @@ def test_visible_text_in_tricky_but_honest_layouts_is_kept(page: Any) -> None:
         '<p style="color:oklch(0.3 0.1 250)">modern colour words</p>'
         '<p style="opacity:.5">half-opaque words</p>'
         "<details open><summary>summary words</summary>open details words</details>"
+        '<div style="position:relative;height:80px"><div style="position:absolute;inset:0;'
+        'background:#123"></div><h2 style="position:relative;color:#fff">hero words</h2></div>'
         '<div style="height:60px;overflow:auto"><div style="height:3000px"></div>'
         "<p>scrolled words</p></div>"
         '<div style="width:200px;overflow-x:scroll;white-space:nowrap">'
@@ -693,6 +702,7 @@ def test_visible_text_in_tricky_but_honest_layouts_is_kept(page: Any) -> None:
         "open details words",
         "scrolled words",
         "sideways words",
+        "hero words",
     ):
         assert words in markdown, words
     assert set(result["removed"]) <= {"non_content"}, result["removed"]

@@ -455,18 +455,57 @@
       if (size < MIN_FONT_PX) return "zero_size";
     }
     if (on.same_color) {
-      var bg = ctx.bg;
       var fill = parseColor(cs.webkitTextFillColor || cs.color) || parseColor(cs.color);
-      if (bg && fill) {
-        var textClip = cs.webkitBackgroundClip === "text" || cs.backgroundClip === "text";
-        var painted = textClip && cs.backgroundImage && cs.backgroundImage !== "none";
-        if (!painted) {
-          var seen = over([fill[0], fill[1], fill[2], fill[3] * ctx.opacity], bg);
-          if (deltaE(seen, bg) < SAME_COLOR_DELTA_E) return "same_color";
+      var textClip = cs.webkitBackgroundClip === "text" || cs.backgroundClip === "text";
+      var painted = textClip && cs.backgroundImage && cs.backgroundImage !== "none";
+      if (fill && !painted) {
+        // In the viewport, what is painted under the text decides (a box laid under it,
+        // a picture); elsewhere, or when that is its ancestors, their background does.
+        var under = paintedUnder(el, ctx.rect, cs);
+        var base = under === undefined ? ctx.bg : under;
+        if (base) {
+          var seen = over([fill[0], fill[1], fill[2], fill[3] * ctx.opacity], base);
+          if (deltaE(seen, base) < SAME_COLOR_DELTA_E) return "same_color";
         }
       }
     }
     return null;
+  }
+
+  var PICTURES = set("img video canvas svg picture object embed iframe input textarea select");
+
+  // What is painted under an element's centre when that is in the viewport and not its
+  // own ancestors' (a hero image, a sibling box laid under it): that box's opaque colour,
+  // null when it is a picture or an image we cannot read, undefined when the ancestors
+  // are what lies under it (or the centre is outside the viewport: hit-testing works
+  // there only, and scrolling to test would change the page).
+  function paintedUnder(el, r, cs) {
+    if (!r || r.width * r.height <= 0) return undefined;
+    if (cs.backgroundImage !== "none") return undefined; // its own background is under it
+    var own = parseColor(cs.backgroundColor);
+    if (own && own[3] > 0) return undefined;
+    var x = r.left + r.width / 2, y = r.top + r.height / 2;
+    if (x < 0 || y < 0 || x >= vw || y >= vh) return undefined;
+    var stack = document.elementsFromPoint(x, y);
+    var at = stack.indexOf(el);
+    if (at === -1) return undefined;
+    for (var i = at + 1; i < stack.length; i++) {
+      var below = stack[i];
+      if (below.contains(el) || (el.getRootNode() !== document && composedContains(below, el))) {
+        return undefined;
+      }
+      if (PICTURES[below.localName]) return null;
+      var bcs = getComputedStyle(below);
+      if (bcs.backgroundImage && bcs.backgroundImage !== "none") return null;
+      var c = parseColor(bcs.backgroundColor);
+      if (c && c[3] >= 0.99) return [c[0], c[1], c[2], 1];
+    }
+    return undefined;
+  }
+
+  function composedContains(outer, el) {
+    for (var n = el; n; n = n.parentNode || n.host) if (n === outer) return true;
+    return false;
   }
 
   // -- text geometry (text-indent, overflow clipping of bare text) ------------------------
