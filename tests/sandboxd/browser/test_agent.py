@@ -384,6 +384,33 @@ def test_a_renderer_killed_mid_call_is_browser_failed(agent: Agent, site: Site) 
     assert agent.ok(url=f"{site.url}/static", formats=["links"])["metadata"]["status_code"] == 200
 
 
+def test_a_renderer_killed_while_its_page_loads_is_browser_failed(agent: Agent, site: Site) -> None:
+    """A page that eats memory as it parses never fires its load event; the OOM killer
+    takes its renderer then, and the call ends at once rather than at its timeout (the
+    load's wait once slept through the crash: tests/integration/test_browser.py)."""
+    agent.ok(url=f"{site.url}/static", formats=["links"])
+    pid = agent.client.get("/health").json()["pid"]
+    answers: list[httpx.Response] = []
+    calling = threading.Thread(
+        target=lambda: answers.append(
+            agent.scrape(url=f"{site.url}/hang", formats=["links"], timeout=60000)
+        )
+    )
+    before = len(site.requests_to("/hang"))
+    begun = time.monotonic()
+    calling.start()
+    while len(site.requests_to("/hang")) == before:
+        assert time.monotonic() - begun < 30, "the page was never asked for"
+        time.sleep(0.02)
+    for renderer in [p for p in _group(pid) if b"--type=renderer" in _cmdline(p)]:
+        os.kill(renderer, signal.SIGKILL)
+    calling.join(60)
+    status, code, message = error_of(answers[0])
+    assert (status, code) == (502, "browser_failed"), message
+    assert time.monotonic() - begun < 30
+    assert agent.ok(url=f"{site.url}/static", formats=["links"])["metadata"]["status_code"] == 200
+
+
 def test_start_cdp_and_close(agent: Agent) -> None:
     started = agent.client.post("/start").json()
     assert started["running"] is True

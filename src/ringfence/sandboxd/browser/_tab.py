@@ -23,6 +23,7 @@ MAX_SCREENSHOT_HEIGHT = 16384
 MAX_SCREENSHOT_WIDTH = 4096
 _WORLD = "ringfence"
 _KEEP_RESPONSES = 16
+_GONE_CHECK = 0.25  # seconds
 
 
 class PageGone(Exception):
@@ -128,9 +129,20 @@ class Tab:
 
     def wait(self, done: Any, deadline: Deadline) -> bool:
         """Wait until ``done()`` (called under the tab's lock) is true; False at the
-        deadline."""
+        deadline. Raises ``Gone`` once the connection to Chromium has ended: a renderer
+        the sandbox's OOM killer took mid-load (``Inspector.targetCrashed`` closes the
+        connection) ends the wait then, not at the call's deadline. The pipe's end is not
+        signalled on this condition, so the wait looks again every ``_GONE_CHECK`` s."""
         with self._changed:
-            return bool(self._changed.wait_for(done, max(0.0, deadline.left())))
+            while not done():
+                why = self.connection.gone
+                if why is not None:
+                    raise Gone(why)
+                left = deadline.left()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, _GONE_CHECK))
+            return True
 
     def _on_event(self, method: str, params: dict[str, Any]) -> None:
         main = params.get("frameId") == self.target_id
