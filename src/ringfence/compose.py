@@ -194,7 +194,7 @@ async def _build(
         # and replicas that share one share the other.
         export_key = credentials.derive(EXPORT_KEY_PURPOSE)
         runtime = create_sandbox_runtime(executor, config, export_key=export_key)
-    browser_agent = BrowserAgent(config.max_browser_result_bytes)
+    browser_agent = BrowserAgent(config.max_browser_result_bytes, config.max_browser_buffered_bytes)
     pool = None
     if runtime is not None and any(config.pool_sizes.values()):
         pool = WarmPool(

@@ -313,6 +313,14 @@ class Config(BaseSettings):
         "the largest message from its Chromium through the CDP WebSocket (past it: closed "
         "with 1009).",
     )
+    max_browser_buffered_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        description="Bytes of browser agents' answers the server holds at once, across every "
+        "sandbox and tenant, from their first byte until they are parsed and validated (at "
+        "least max_browser_result_bytes; past it a call waits up to 10 s for room, then "
+        "fails with 503 server_at_capacity).",
+    )
     webhook_urls: list[str] = Field(
         default_factory=list,
         description="URLs told of proposals, egress asks and their decisions (JSON list).",
@@ -468,6 +476,16 @@ class Config(BaseSettings):
                 "RINGFENCE_SANDBOX_UID and RINGFENCE_SANDBOX_GID are gone: each live sandbox "
                 "runs as a host uid of its own (and the gid of the same number) from "
                 f"RINGFENCE_SANDBOX_UID_RANGE (default {DEFAULT_SANDBOX_UIDS}); set that instead"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _browser_answers_fit(self) -> Config:
+        if self.max_browser_buffered_bytes < self.max_browser_result_bytes:
+            raise ValueError(
+                f"max_browser_buffered_bytes ({self.max_browser_buffered_bytes}) is below "
+                f"max_browser_result_bytes ({self.max_browser_result_bytes}): the largest "
+                "answer could never be taken"
             )
         return self
 

@@ -401,6 +401,9 @@ answers = {
            b'{"metadata": {"url": "http://x/"}, "firewall": {"rules": []}, "elapsed_ms": NaN}',
     "timeout": b'HTTP/1.1 504 X\\r\\nContent-Length: 60\\r\\n\\r\\n'
                b'{"error": {"code": "timeout", "message": "30000 ms passed"}}',
+    "forging": b'HTTP/1.1 504 X\\r\\nContent-Length: 125\\r\\n\\r\\n'
+               b'{"error": {"code": "timeout", "message": "waiting for http://u:pw@x/?k=SECRET '
+               b'\\\\n2026 ERROR tenant=globex forged \\\\u001b[31m"}}',
     "unavailable": b"HTTP/1.1 503 X\\r\\nContent-Length: 68\\r\\n\\r\\n"
     b'{"error": {"code": "unavailable", "message": "no html_to_markdown"}}',
 }
@@ -418,8 +421,13 @@ while True:
     elif mode == "action_failed":
         body = b'{"error": {"code": "action_failed", "message": "action 0 (click): no #x"}}'
         c.sendall(b"HTTP/1.1 422 X\\r\\nContent-Length: %d\\r\\n\\r\\n%s" % (len(body), body))
+    elif mode in ("bomb", "infinite"):
+        value = ",".join(["{}"] * 150000) if mode == "bomb" else "1e400"
+        body = (b'{"metadata": {"url": "http://x/"}, "firewall": {"rules": []}, '
+                b'"actions": [{"type": "execute_javascript", "value": [%s]}]}' % value.encode())
+        c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n%s" % (len(body), body))
     elif mode in ("deep", "too_deep"):
-        depth = 200 if mode == "deep" else 100000
+        depth = 200 if mode == "deep" else 50000
         value = "[" * depth + "]" * depth
         body = (b'{"metadata": {"url": "http://x/"}, "firewall": {"rules": []}, '
                 b'"actions": [{"type": "execute_javascript", "value": %s}]}' % value.encode())
@@ -471,6 +479,8 @@ async def _start_fake_agent(browsing: Browsing, sandbox_id: str, mode: str) -> N
         ("deep", 502, "browser_failed", "nested deeper than 128"),
         ("too_deep", 502, "browser_failed", "nested too deep"),
         ("nan", 502, "browser_failed", "not a JSON object"),
+        ("infinite", 502, "browser_failed", "not finite (1e400)"),
+        ("bomb", 502, "browser_failed", "more than 100000 objects and arrays"),
         ("too_much", 502, "browser_failed", "max_browser_result_bytes"),
         ("action_failed", 400, "browser_action_failed", "action 0 (click)"),
         ("timeout", 504, "browser_timeout", "30000 ms passed"),
@@ -491,3 +501,25 @@ async def test_an_agent_that_breaks_its_protocol_is_a_502_naming_it(
     assert sandbox_id in response.json()["error"]["message"]
     (record,) = await browsing.records("browser.scrape")
     assert (record.outcome, record.details["error"]) == ("failed", code)
+
+
+async def test_secrets_in_urls_and_agent_text_stay_out_of_the_audit_and_the_log(
+    browsing: Browsing, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A URL's userinfo and query values are secrets the caller sent; an agent's message is
+    # the sandbox's text: the log gets it escaped (no forged line), with its URLs redacted.
+    sandbox_id = await browsing.sandbox(template="base")
+    await _start_fake_agent(browsing, sandbox_id, "forging")
+    url = browsing.page.replace("://", "://user:hunter2@") + "a/b?api_key=SECRET&page=2#tok"
+    with caplog.at_level("WARNING", logger="ringfence"):
+        response = await browsing.client.post(
+            f"/v1/sandboxes/{sandbox_id}/browser/scrape", headers=browsing.acme,
+            json={"url": url},
+        )  # fmt: skip
+    assert _error(response) == (504, "browser_timeout"), response.text
+    (record,) = await browsing.records("browser.scrape")
+    assert record.details["url"] == browsing.page + "a/b?api_key=REDACTED&page=REDACTED"
+    (logged,) = [r.getMessage() for r in caplog.records if "/browser/scrape" in r.getMessage()]
+    assert "SECRET" not in logged and "pw@" not in logged, logged
+    assert "\n" not in logged and "\x1b" not in logged, logged
+    assert "\\n2026 ERROR tenant=globex forged \\x1b[31m" in logged, logged

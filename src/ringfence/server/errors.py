@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
+from ringfence.audit.redact import loggable
 from ringfence.config import Config
 from ringfence.errors import HTTP_STATUS, RingfenceError
 from ringfence.models import ExecutionResult, Sandbox
@@ -163,7 +164,9 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RingfenceError)
         status = HTTP_STATUS.get(exc.code, 500)
         if status >= 500:
-            log.warning("%s %s: %s", request.method, request.url.path, exc.message)
+            # The message may hold a sandbox's words (its browser agent's): escaped and
+            # clipped, its URLs' secrets removed, so it can neither forge lines nor leak.
+            log.warning("%s %s: %s", request.method, request.url.path, loggable(exc.message))
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         message = _host_paths_of(request).redact(exc.message)
         response = _body(status, exc.code, message)

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Iterator
 
 from ringfence.audit.chain import SYSTEM
+from ringfence.audit.redact import loggable, redacted_url
 from ringfence.config import Config
 from ringfence.errors import BrowserUnavailable, InvalidRequest, RingfenceError
 from ringfence.models import SandboxSpec
@@ -164,7 +165,9 @@ class BrowserService:
         try:
             await self._sandboxes.kill(tenant, sandbox_id, actor=actor)
         except RingfenceError as exc:  # ended already (its limits), or the kill failed
-            log.warning("one-shot browser sandbox %s: its kill: %s", sandbox_id, exc.message)
+            log.warning(
+                "one-shot browser sandbox %s: its kill: %s", sandbox_id, loggable(exc.message)
+            )
 
     @contextlib.contextmanager
     def _in_use(self, sandbox_id: str) -> Iterator[None]:
@@ -185,9 +188,10 @@ class BrowserService:
 
 def audited(request: ScrapeRequest) -> dict[str, object]:
     """What the audit record keeps of a scrape: what it opened and did, never a value it
-    sent (header and cookie values, typed text, scripts may be secrets)."""
+    sent (header and cookie values, typed text, scripts may be secrets; the URL without
+    its userinfo, query values and fragment: ``audit.redact``)."""
     details: dict[str, object] = {
-        "url": request.url,
+        "url": None if request.url is None else redacted_url(request.url),
         "formats": [str(f) for f in request.formats],
         "actions": [action.type for action in request.actions],
     }

@@ -15,8 +15,18 @@ afresh). A start is done when the agent answers ``/health``, bounded by
 Everything the agent answers is the sandbox's, untrusted: the answer's head is bounded by
 h11, its body by ``max_browser_result_bytes``, the whole call by the request's own
 ``timeout`` plus ``CALL_MARGIN_SECONDS``; the body must be JSON of the documented shape,
-else the call fails as ``BrowserError`` (502) naming what was wrong, never a 500. The
-agent's error codes map to these classes (its message, clipped, is passed on):
+else the call fails as ``BrowserError`` (502) naming what was wrong, never a 500.
+
+JSON's cost is in its nodes, not its bytes (``{}`` is 3 bytes on the wire and about 70 as a
+Python dict, walked and validated after), so an answer's structure is counted before it is
+parsed (``_MAX_CONTAINERS`` objects and arrays, ``_MAX_NODES`` in all): a real result's bulk
+is long strings (Markdown, HTML, screenshots), its structure small. The count, the parse and
+the validation run in a worker thread, not on the event loop every tenant's requests and
+the egress gateway share; and the bytes of answers held at once across the server, from
+their first byte to their validation's end, are bounded by ``max_browser_buffered_bytes``
+(``AnswerBytes``): a call that finds no room within ``BUFFER_WAIT_SECONDS`` fails as
+``ServerAtCapacity`` (503). The agent's error codes map to these classes (its message,
+clipped, is passed on):
 
     ==================  ======================  ======
     agent's code        raised here             status
@@ -35,11 +45,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import itertools
 import json
+import math
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 import h11
@@ -53,6 +65,7 @@ from ringfence.errors import (
     InvalidRequest,
     PortNotListening,
     RingfenceError,
+    ServerAtCapacity,
 )
 from ringfence.models.browser import BrowserStatus, ScrapeRequest, ScrapeResult
 from ringfence.sandboxd.browser import AGENT_PORT
@@ -63,8 +76,10 @@ from ringfence.service.port_tunnel import Pipe, open_tunnel
 
 __all__ = [
     "AGENT_COMMAND",
+    "BUFFER_WAIT_SECONDS",
     "CALL_MARGIN_SECONDS",
     "START_SECONDS",
+    "AnswerBytes",
     "BrowserAgent",
 ]
 
@@ -83,6 +98,14 @@ _MAX_HEAD = 16 * 1024
 _MAX_ERROR = 64 * 1024  # an error answer's body
 _MAX_OUTPUT = 4096  # what a failed start keeps of the agent's output
 _MAX_DEPTH = 128  # containers in an answer's JSON (a script's value included)
+# An answer's structure: a real result has a few dozen objects besides its script values
+# and at most 10 000 links; 100 000 containers cost about 10 MiB parsed, 1 000 000 nodes
+# (strings, containers, the commas between values) about 60 MiB, each well under a second.
+_MAX_CONTAINERS = 100_000
+_MAX_NODES = 1_000_000
+# What is counted: a whole string (however long: one match), or one structural byte.
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{\[,]', re.DOTALL)
+BUFFER_WAIT_SECONDS = 10.0  # for room under max_browser_buffered_bytes, then a 503
 _CHUNK = 64 * 1024
 _CDP_PATH = re.compile(r"^/devtools/browser/[A-Za-z0-9._-]{1,128}$")
 
@@ -97,18 +120,79 @@ _ERRORS: dict[str, type[RingfenceError]] = {
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
+class AnswerBytes:
+    """The bytes of agents' answers the server holds at once, across every sandox and
+    tenant (``Config.max_browser_buffered_bytes``): taken as they arrive (an answer's whole
+    ``Content-Length`` at its head), given back once the answer is parsed and validated."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.held = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def take(self, size: int) -> None:
+        """Hold ``size`` more bytes, waiting up to ``BUFFER_WAIT_SECONDS`` for room.
+
+        Raises:
+            ServerAtCapacity: no room within the wait (or ``size`` is past the whole bound).
+        """
+        try:
+            async with asyncio.timeout(BUFFER_WAIT_SECONDS if size <= self.total else 0):
+                while self.held + size > self.total:
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._waiters.append(waiter)
+                    try:
+                        await waiter
+                    finally:
+                        self._waiters.remove(waiter)
+        except TimeoutError:
+            raise ServerAtCapacity(
+                f"the server holds {self.held} bytes of browser answers at once "
+                f"(max_browser_buffered_bytes is {self.total}); retry later"
+            ) from None
+        self.held += size
+
+    def give_back(self, size: int) -> None:
+        self.held -= size
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class _Held:
+    """What one call holds of ``AnswerBytes``."""
+
+    __slots__ = ("_budget", "size")
+
+    def __init__(self, budget: AnswerBytes) -> None:
+        self._budget = budget
+        self.size = 0
+
+    async def take(self, size: int) -> None:
+        await self._budget.take(size)
+        self.size += size
+
+    def give_back(self) -> None:
+        self._budget.give_back(self.size)
+        self.size = 0
+
+
 class BrowserAgent:
     """Calls to the browser agents of sandboxes, each started on demand.
 
     Every method takes the sandbox's ``DaemonClient`` (found, resumed and touched by the
     caller) and may raise, besides what it documents, what reaching the daemon raises
-    (``SandboxNotRunning``, ``SandboxError``) and ``BrowserError`` for an agent that does
-    not speak its protocol."""
+    (``SandboxNotRunning``, ``SandboxError``), ``BrowserError`` for an agent that does not
+    speak its protocol and ``ServerAtCapacity`` when the server holds all the answer bytes
+    it may."""
 
-    def __init__(self, max_result_bytes: int) -> None:
+    def __init__(self, max_result_bytes: int, max_buffered_bytes: int | None = None) -> None:
         """``max_result_bytes``: the largest answer taken from an agent
-        (``Config.max_browser_result_bytes``)."""
+        (``Config.max_browser_result_bytes``); ``max_buffered_bytes``: the bytes of answers
+        held at once across every call (``Config.max_browser_buffered_bytes``; by default
+        four of the largest)."""
         self._max_result_bytes = max_result_bytes
+        self.buffered = AnswerBytes(max_buffered_bytes or 4 * max_result_bytes)
         # One start at a time per daemon (keyed by its socket: a pooled sandbox's daemon
         # client is renamed at its claim, its socket is not).
         self._starting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
@@ -124,8 +208,8 @@ class BrowserAgent:
         """
         body = request.model_dump_json(exclude_unset=False).encode()
         seconds = request.timeout / 1000 + CALL_MARGIN_SECONDS
-        answer = await self._started_call(daemon, "POST", "/scrape", body, seconds)
-        return _parsed(daemon, ScrapeResult, answer, "/scrape")
+        decode = functools.partial(_parsed, daemon, ScrapeResult, path="/scrape")
+        return await self._started_call(daemon, "POST", "/scrape", body, seconds, decode)
 
     async def start(self, daemon: DaemonClient) -> BrowserStatus:
         """Start the agent and its Chromium (``POST /start``): a warm sandbox's preparation.
@@ -133,8 +217,8 @@ class BrowserAgent:
         Raises:
             BrowserUnavailable: the template has no Chromium.
         """
-        answer = await self._started_call(daemon, "POST", "/start", b"", _CONTROL_SECONDS)
-        return _parsed(daemon, BrowserStatus, answer, "/start")
+        decode = functools.partial(_parsed, daemon, BrowserStatus, path="/start")
+        return await self._started_call(daemon, "POST", "/start", b"", _CONTROL_SECONDS, decode)
 
     async def prepare(self, warm: Warm) -> None:
         """A warm pool's prepare of a browser sandbox: its agent and Chromium started, so
@@ -144,20 +228,20 @@ class BrowserAgent:
     async def status(self, daemon: DaemonClient) -> BrowserStatus:
         """The agent's ``GET /health``; not running (and not started) when no agent
         listens."""
+        decode = functools.partial(_parsed, daemon, BrowserStatus, path="/health")
         try:
-            answer = await self._call(daemon, "GET", "/health", None, _CONTROL_SECONDS)
+            return await self._call(daemon, "GET", "/health", None, _CONTROL_SECONDS, decode)
         except PortNotListening:
             return BrowserStatus(running=False)
-        return _parsed(daemon, BrowserStatus, answer, "/health")
 
     async def close(self, daemon: DaemonClient) -> BrowserStatus:
         """End the sandbox's Chromium (``POST /close``; the agent stays); nothing to do when
         no agent listens."""
+        decode = functools.partial(_parsed, daemon, BrowserStatus, path="/close")
         try:
-            answer = await self._call(daemon, "POST", "/close", b"", _CONTROL_SECONDS)
+            return await self._call(daemon, "POST", "/close", b"", _CONTROL_SECONDS, decode)
         except PortNotListening:
             return BrowserStatus(running=False)
-        return _parsed(daemon, BrowserStatus, answer, "/close")
 
     async def cdp_path(self, daemon: DaemonClient) -> str:
         """The WebSocket path of the browser target on ``CDP_PORT`` (``GET /cdp``: the
@@ -166,23 +250,30 @@ class BrowserAgent:
         Raises:
             BrowserUnavailable: the template has no Chromium.
         """
-        answer = await self._started_call(daemon, "GET", "/cdp", None, _CONTROL_SECONDS)
-        path = _json(daemon, answer, "/cdp").get("path")
+        decode = functools.partial(_json, daemon, path="/cdp")
+        answer = await self._started_call(daemon, "GET", "/cdp", None, _CONTROL_SECONDS, decode)
+        path = answer.get("path")
         if not isinstance(path, str) or _CDP_PATH.match(path) is None:
             raise _garbage(daemon, "/cdp", "no browser target path (/devtools/browser/<id>)")
         return path
 
     async def _started_call(
-        self, daemon: DaemonClient, method: str, path: str, body: bytes | None, seconds: float
-    ) -> _Answer:
+        self,
+        daemon: DaemonClient,
+        method: str,
+        path: str,
+        body: bytes | None,
+        seconds: float,
+        decode: Callable[[_Answer], _Decoded],
+    ) -> _Decoded:
         """A call to the agent, started first if nothing listens on its port."""
         try:
-            return await self._call(daemon, method, path, body, seconds)
+            return await self._call(daemon, method, path, body, seconds, decode)
         except PortNotListening:
             pass
         await self._ensure_started(daemon)
         try:
-            return await self._call(daemon, method, path, body, seconds)
+            return await self._call(daemon, method, path, body, seconds, decode)
         except PortNotListening as exc:  # started, answered, and gone again at once
             raise BrowserError(
                 f"sandbox {daemon.sandbox_id}: its browser agent stopped listening just "
@@ -235,11 +326,12 @@ class BrowserAgent:
                 f"(HTTP {stream.status_code}: {_clip(refusal, 300)})"
             )
         ended = asyncio.create_task(_until_it_ends(stream))
+        decode = functools.partial(_parsed, daemon, BrowserStatus, path="/health")
         try:
             async with asyncio.timeout(START_SECONDS):
                 for attempt in itertools.count():
                     try:
-                        answer = await self._call(daemon, "GET", "/health", None, START_SECONDS)
+                        await self._call(daemon, "GET", "/health", None, START_SECONDS, decode)
                     except PortNotListening:
                         pause = _POLL_SECONDS[min(attempt, len(_POLL_SECONDS) - 1)]
                         done, _ = await asyncio.wait({ended}, timeout=pause)
@@ -249,7 +341,6 @@ class BrowserAgent:
                                 f"started: {ended.result()}"
                             ) from None
                         continue
-                    _parsed(daemon, BrowserStatus, answer, "/health")
                     return
         except TimeoutError:
             raise BrowserError(
@@ -263,29 +354,48 @@ class BrowserAgent:
             await stream.aclose()  # the process stays: leaving its stream does not end it
 
     async def _call(
-        self, daemon: DaemonClient, method: str, path: str, body: bytes | None, seconds: float
-    ) -> _Answer:
-        """One HTTP/1.1 exchange with the agent over a tunnel of its own, bounded.
+        self,
+        daemon: DaemonClient,
+        method: str,
+        path: str,
+        body: bytes | None,
+        seconds: float,
+        decode: Callable[[_Answer], _Decoded],
+    ) -> _Decoded:
+        """One HTTP/1.1 exchange with the agent over a tunnel of its own, bounded, and its
+        answer decoded (``decode``, in a worker thread) while its bytes are held.
 
         Raises:
             PortNotListening: no agent listens.
             BrowserTimeout: no whole answer within ``seconds``.
             BrowserError: the answer is not HTTP, or is past the answer bound.
+            ServerAtCapacity: no room under ``max_browser_buffered_bytes``.
         """
-        pipe = await open_tunnel(daemon.socket_path, daemon.sandbox_id, AGENT_PORT)
+        held = _Held(self.buffered)
         try:
-            async with asyncio.timeout(seconds):
-                return await self._exchange(daemon, pipe, method, path, body)
-        except TimeoutError:
-            raise BrowserTimeout(
-                f"sandbox {daemon.sandbox_id}: its browser agent did not answer {path} "
-                f"within {seconds:g} s"
-            ) from None
+            pipe = await open_tunnel(daemon.socket_path, daemon.sandbox_id, AGENT_PORT)
+            try:
+                async with asyncio.timeout(seconds):
+                    answer = await self._exchange(daemon, pipe, method, path, body, held)
+            except TimeoutError:
+                raise BrowserTimeout(
+                    f"sandbox {daemon.sandbox_id}: its browser agent did not answer {path} "
+                    f"within {seconds:g} s"
+                ) from None
+            finally:
+                await pipe.aclose()
+            return await asyncio.to_thread(decode, answer)
         finally:
-            await pipe.aclose()
+            held.give_back()
 
     async def _exchange(
-        self, daemon: DaemonClient, pipe: Pipe, method: str, path: str, body: bytes | None
+        self,
+        daemon: DaemonClient,
+        pipe: Pipe,
+        method: str,
+        path: str,
+        body: bytes | None,
+        held: _Held,
     ) -> _Answer:
         protocol = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
         headers = [("host", "127.0.0.1"), ("connection", "close")]
@@ -309,14 +419,17 @@ class BrowserAgent:
                 if isinstance(event, h11.Response):
                     status = event.status_code
                     limit = self._max_result_bytes if status == 200 else _MAX_ERROR
+                    length = _content_length(event.headers)
+                    if length is not None and length > limit:
+                        raise _past(daemon, path, limit, status)
+                    if length:  # taken whole: answers never hold parts while they wait
+                        await held.take(length)
                 elif isinstance(event, h11.Data):
                     received += event.data
                     if len(received) > limit:
-                        raise _garbage(
-                            daemon, path, f"an answer past {limit} bytes (the server's bound, "
-                            "max_browser_result_bytes)" if status == 200 else
-                            f"an error past {limit} bytes"
-                        )  # fmt: skip
+                        raise _past(daemon, path, limit, status)
+                    if len(received) > held.size:  # no Content-Length: taken as it comes
+                        await held.take(len(received) - held.size)
                 elif isinstance(event, h11.EndOfMessage):
                     return _Answer(status, bytes(received))
                 else:  # ConnectionClosed before the answer's end
@@ -337,8 +450,27 @@ class _Answer:
         self.body = body
 
 
+_Decoded = TypeVar("_Decoded")
+
+
+def _content_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
+    """The head's ``Content-Length`` (h11 has checked it is one number), or None."""
+    for name, value in headers:
+        if name == b"content-length":
+            return int(value)
+    return None
+
+
+def _past(daemon: DaemonClient, path: str, limit: int, status: int) -> BrowserError:
+    return _garbage(
+        daemon, path, f"an answer past {limit} bytes (the server's bound, "
+        "max_browser_result_bytes)" if status == 200 else f"an error past {limit} bytes"
+    )  # fmt: skip
+
+
 def _parsed(daemon: DaemonClient, model: type[_Model], answer: _Answer, path: str) -> _Model:
-    """The agent's 200 answer as ``model``, or its error raised as the table says."""
+    """The agent's 200 answer as ``model``, or its error raised as the table says (CPU
+    work: called in a worker thread)."""
     fields = _json(daemon, answer, path)
     try:
         return model.model_validate(fields)
@@ -352,8 +484,11 @@ def _parsed(daemon: DaemonClient, model: type[_Model], answer: _Answer, path: st
 
 def _json(daemon: DaemonClient, answer: _Answer, path: str) -> dict[str, object]:
     """The answer's JSON object if it is a 200; its error raised otherwise."""
+    _check_structure(daemon, answer.body, path)
     try:  # NaN and Infinity are no JSON: the server could not send them on
-        decoded = json.loads(answer.body, parse_constant=_no_constant)
+        decoded = json.loads(answer.body, parse_constant=_no_constant, parse_float=_finite)
+    except _NotFinite as exc:  # 1e400: a float, but not one JSON can carry on
+        raise _garbage(daemon, path, f"a number that is not finite ({exc})") from None
     except (ValueError, UnicodeDecodeError):
         decoded = None
     except RecursionError:  # nesting past the parser's stack: never a 500
@@ -365,6 +500,33 @@ def _json(daemon: DaemonClient, answer: _Answer, path: str) -> dict[str, object]
     if _deeper_than(decoded, _MAX_DEPTH):  # what passes the parser may not be re-encoded
         raise _garbage(daemon, path, f"JSON nested deeper than {_MAX_DEPTH} levels")
     return decoded
+
+
+def _check_structure(daemon: DaemonClient, body: bytes, path: str) -> None:
+    """Refuse JSON of more containers or nodes than a real answer holds, counted before
+    it is parsed (strings, however long, count one; what is not JSON is the parser's)."""
+    containers = 0
+    # A Python loop: the worker thread lets the event loop run between its steps.
+    for nodes, token in enumerate(_TOKEN.finditer(body), 1):
+        if token[0] in (b"{", b"["):
+            containers += 1
+            if containers > _MAX_CONTAINERS:
+                raise _garbage(
+                    daemon, path, f"JSON of more than {_MAX_CONTAINERS} objects and arrays"
+                )
+        if nodes > _MAX_NODES:
+            raise _garbage(daemon, path, f"JSON of more than {_MAX_NODES} values")
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(_clip(text, 32))
+    return value
 
 
 def _no_constant(name: str) -> object:
