@@ -386,7 +386,20 @@ class Config(BaseSettings):
         description="WebSockets relayed through preview URLs at once, across the whole "
         "server (past it: 429 too_many_requests); with max_websocket_message_bytes it bounds "
         "the memory they hold. A browser's CDP WebSocket counts as max_browser_result_bytes / "
-        "max_websocket_message_bytes of them (64 by default).",
+        "max_websocket_message_bytes of them (64 by default), and CDP WebSockets together "
+        "take at most three quarters of them: the rest is kept for preview URLs.",
+    )
+    max_cdp_sessions_per_tenant: int = Field(
+        2,
+        ge=1,
+        description="CDP WebSockets (GET /v1/sandboxes/{id}/browser/cdp) one tenant has open "
+        "at once, across its sandboxes (past it: 429 too_many_requests naming it).",
+    )
+    max_cdp_sessions_per_sandbox: int = Field(
+        2,
+        ge=1,
+        description="CDP WebSockets open at once to one sandbox's browser (past it: 429 "
+        "too_many_requests naming it).",
     )
     data_dir: Path = Field(
         default_factory=_default_data_dir,

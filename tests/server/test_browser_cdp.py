@@ -27,6 +27,7 @@ from ringfence.models import ResourceLimits, Role
 from ringfence.sandboxd.browser import AGENT_PORT, CDP_PORT
 from ringfence.server import create_app
 from ringfence.server.port_relay import WebSocketSlots
+from ringfence.server.routes.browser_cdp import CdpSessions
 from ringfence.service.credentials import CredentialKey
 from ringfence.service.keys import mint_key
 from ringfence.store import MemoryStore
@@ -377,3 +378,93 @@ def test_a_relay_of_larger_messages_takes_its_weight_in_websocket_slots() -> Non
             with slots.held(1 << 20):
                 assert slots.taken == 97
     assert slots.taken == 0
+
+
+def test_cdp_relays_never_take_the_slots_kept_for_preview_websockets() -> None:
+    """Review 3 #3: idle CDP sessions held every slot, and every preview WebSocket of
+    every tenant was refused. CDP relays now take at most three quarters of the slots."""
+    slots = WebSocketSlots(limit=256, message=1 << 20)
+    assert slots.browser_limit == 192
+    with contextlib.ExitStack() as held:
+        for _ in range(3):
+            held.enter_context(slots.held(64 << 20, browser=True))
+        with pytest.raises(TooManyRequests, match="at most 192 of the server's 256"):
+            held.enter_context(slots.held(64 << 20, browser=True))
+        with pytest.raises(TooManyRequests), slots.held(1 << 20, browser=True):
+            pass
+        for _ in range(64):  # previews: the quarter kept for them is whole
+            held.enter_context(slots.held(1 << 20))
+        assert (slots.taken, slots.browser_taken) == (256, 192)
+    assert (slots.taken, slots.browser_taken) == (0, 0)
+    # A server of few slots: a CDP relay weighs at most the browsers' share, and one fits.
+    small = WebSocketSlots(limit=4, message=1 << 20)
+    assert small.browser_limit == 3 and small.weight(64 << 20, browser=True) == 3
+    with small.held(64 << 20, browser=True), small.held(1 << 20):
+        assert small.taken == 4
+
+
+def test_cdp_sessions_are_bounded_per_tenant_and_per_sandbox() -> None:
+    sessions = CdpSessions(per_tenant=2, per_sandbox=1)
+    with sessions.held("acme", "a"):
+        with (
+            pytest.raises(TooManyRequests, match="max_cdp_sessions_per_sandbox"),
+            sessions.held("acme", "a"),
+        ):
+            pass
+        with sessions.held("acme", "b"):
+            with (
+                pytest.raises(TooManyRequests, match="max_cdp_sessions_per_tenant"),
+                sessions.held("acme", "c"),
+            ):
+                pass
+            with sessions.held("globex", "d"):  # another tenant's own share
+                pass
+    with sessions.held("acme", "a"), sessions.held("acme", "b"):  # all given back
+        pass
+
+
+async def test_idle_cdp_sessions_are_bounded_and_audited_as_they_end(local_host: object) -> None:
+    """Review 3 #3 and #7: a tenant's idle CDP WebSockets are bounded per sandbox and per
+    tenant (429 naming the bound, before its browser is even started), and each admitted
+    one is recorded with what came of it: ok once open, failed with the refusal's code."""
+    settings = {"max_cdp_sessions_per_tenant": 1, "max_cdp_sessions_per_sandbox": 1}
+    async with _serving(local_host, **settings) as served:
+        sandbox_id, _ = await served.browser_sandbox()
+        other_id, _ = await served.sandbox("base")  # no Chromium
+
+        def opened(sandbox: str) -> websocket.WebSocket | str:
+            try:
+                return websocket.create_connection(
+                    served.ws_url(sandbox), timeout=60, header=served.auth()
+                )
+            except websocket.WebSocketBadStatusException as refused:
+                body = refused.resp_body
+                text = body.decode() if isinstance(body, bytes) else str(body)
+                return f"{refused.status_code} {text}"
+
+        idle = await asyncio.to_thread(opened, sandbox_id)
+        assert isinstance(idle, websocket.WebSocket), idle
+        try:
+            again = await asyncio.to_thread(opened, sandbox_id)
+            assert isinstance(again, str) and again.startswith("429"), again
+            assert "max_cdp_sessions_per_sandbox" in again
+            elsewhere = await asyncio.to_thread(opened, other_id)
+            assert isinstance(elsewhere, str) and elsewhere.startswith("429"), elsewhere
+            assert "max_cdp_sessions_per_tenant" in elsewhere
+        finally:
+            idle.close()
+        # Given back once closed (a bounded wait for the server to see the close): the
+        # other sandbox is admitted, and fails at its browser's start (the base template's).
+        deadline = time.monotonic() + 30
+        while (failed := await asyncio.to_thread(opened, other_id)).startswith("429"):  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, failed
+            await asyncio.sleep(0.1)
+        assert isinstance(failed, str) and failed[:1] == "5", failed
+        code = json.loads(failed.split(" ", 1)[1])["error"]["code"]
+        records = await served.audit(sandbox_id, "browser.cdp_open")
+        outcomes = sorted((r["outcome"], r["details"].get("error")) for r in records)  # type: ignore[union-attr]
+        assert outcomes == [("failed", "too_many_requests"), ("ok", None)], records
+        records = await served.audit(other_id, "browser.cdp_open")
+        outcomes = sorted((r["outcome"], r["details"].get("error")) for r in records)  # type: ignore[union-attr]
+        assert ("failed", code) in outcomes, records
+        assert {outcome for outcome, _ in outcomes} == {"failed"}, records

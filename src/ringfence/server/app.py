@@ -108,6 +108,9 @@ def create_app(services: Services) -> FastAPI:
         browser_cdp.CdpLayer, ports=sandboxes.ports, keys=keys, grants=grants,
         browser=services.browser, websockets=websockets,
         max_message=config.max_browser_result_bytes,
+        sessions=browser_cdp.CdpSessions(
+            config.max_cdp_sessions_per_tenant, config.max_cdp_sessions_per_sandbox
+        ),
     )  # fmt: skip
     # Outermost: a preview URL's request streams to its sandbox, unbounded by the API's
     # body limit, and nothing under the preview domain reaches the API (docs/ports.md).

@@ -52,41 +52,63 @@ class WebSocketSlots:
     """The WebSockets relayed at once across the server, bounded so that together they
     hold at most about ``limit`` times twice ``message`` bytes (each reassembles one message
     at a time: review 2a #2). A relay whose messages may be larger than ``message`` takes
-    as many slots as it weighs (``weight``), so the bound on memory holds whatever relays."""
+    as many slots as it weighs (``weight``), so the bound on memory holds whatever relays.
+
+    The browsers' CDP relays (``browser=True``) together take at most ``browser_limit``
+    slots: a quarter of them (at least one, on a server of two or more) is kept for
+    preview URLs' WebSockets, which CDP sessions, however many and however idle, never
+    take (review 3 #3)."""
 
     def __init__(self, limit: int, message: int) -> None:
         self.limit = limit
         self.message = message
+        self.browser_limit = limit - max(1, limit // 4) if limit > 1 else limit
         self._taken = 0
+        self._browser_taken = 0
 
     @property
     def taken(self) -> int:
         """Slots held now."""
         return self._taken
 
-    def weight(self, max_message: int) -> int:
+    @property
+    def browser_taken(self) -> int:
+        """Slots the browsers' CDP relays hold now (within ``taken``)."""
+        return self._browser_taken
+
+    def weight(self, max_message: int, *, browser: bool = False) -> int:
         """The slots a relay of messages up to ``max_message`` bytes takes (at least 1, at
-        most all of them: one such relay is always served on an idle server)."""
-        return max(1, min(self.limit, math.ceil(max_message / self.message)))
+        most all it may take: one such relay is always served on an idle server)."""
+        most = self.browser_limit if browser else self.limit
+        return max(1, min(most, math.ceil(max_message / self.message)))
 
     @contextlib.contextmanager
-    def held(self, max_message: int) -> Iterator[None]:
-        """Hold the slots of one relay while the block runs.
+    def held(self, max_message: int, *, browser: bool = False) -> Iterator[None]:
+        """Hold the slots of one relay (a browser's CDP relay: ``browser``) while the block
+        runs.
 
         Raises:
-            TooManyRequests: not enough of them are free.
+            TooManyRequests: not enough of them are free (for a browser's: of its share).
         """
-        weight = self.weight(max_message)
+        weight = self.weight(max_message, browser=browser)
         if self._taken + weight > self.limit:
             raise TooManyRequests(
                 f"the server relays {self.limit} WebSockets' worth of messages at once "
                 f"(this one counts {weight}); retry later"
             )
+        if browser and self._browser_taken + weight > self.browser_limit:
+            raise TooManyRequests(
+                f"browsers' CDP WebSockets take at most {self.browser_limit} of the server's "
+                f"{self.limit} relayed WebSockets' worth (max_relayed_websockets; the rest is "
+                f"kept for preview URLs), and this one counts {weight}; retry later"
+            )
         self._taken += weight
+        self._browser_taken += weight if browser else 0
         try:
             yield
         finally:
             self._taken -= weight
+            self._browser_taken -= weight if browser else 0
 
 
 def _strip(headers: Iterable[tuple[bytes, bytes]]) -> Headers:
@@ -287,12 +309,16 @@ async def relay_websocket(
     target: str,
     headers: Headers,
     max_message: int = _MAX_MESSAGE,
+    accepted: Callable[[], None] | None = None,
+    refused: Callable[[int], None] | None = None,
 ) -> None:
     """Open the sandbox server's WebSocket at ``target`` and relay messages both ways
     until either side closes. A refusal by the sandbox's server is passed back as its
-    status (the ASGI server's 403 when it cannot send a response). A message from the
-    sandbox larger than ``max_message`` bytes (UTF-8 for text) closes the WebSocket with
-    1009; one is held at most once whole plus its fragments (about twice that).
+    status (the ASGI server's 403 when it cannot send a response), and told to
+    ``refused``; ``accepted`` is called once the client's WebSocket is accepted. A message
+    from the sandbox larger than ``max_message`` bytes (UTF-8 for text) closes the
+    WebSocket with 1009; one is held at most once whole plus its fragments (about twice
+    that).
 
     Raises:
         Broken: the sandbox's server broke the handshake.
@@ -305,11 +331,15 @@ async def relay_websocket(
         connection.send(ws.Request(host=host, target=target, subprotocols=subprotocols,
                                    extra_headers=extra))
     )  # fmt: skip
-    accepted = await _handshake(connection, tunnel)
-    if isinstance(accepted, ws.RejectConnection):
-        await _refuse(scope, send, accepted.status_code)
+    answer = await _handshake(connection, tunnel)
+    if isinstance(answer, ws.RejectConnection):
+        if refused is not None:
+            refused(answer.status_code)
+        await _refuse(scope, send, answer.status_code)
         return
-    await send({"type": "websocket.accept", "subprotocol": accepted.subprotocol})
+    await send({"type": "websocket.accept", "subprotocol": answer.subprotocol})
+    if accepted is not None:
+        accepted()
     upstream = asyncio.create_task(_from_sandbox(connection, tunnel, send, max_message))
     try:
         await _to_sandbox(connection, tunnel, receive, upstream)

@@ -206,15 +206,12 @@ class Ports:
         self._audit(facts.tenant, caller, sandbox_id, port, via)
         return Admitted(facts.tenant, sandbox_id, port, daemon, anonymous=caller.tenant is None)
 
-    async def admit_browser(
-        self, caller: PortCaller, sandbox_id: str, *, action: str | None
-    ) -> Admitted:
+    async def admit_browser(self, caller: PortCaller, sandbox_id: str) -> Admitted:
         """Admit ``caller`` to the sandbox's Chromium DevTools port (``CDP_PORT``), which
         ``admit`` refuses: only a key of the sandbox's tenant or its traffic token, never
         an anonymous caller (not even of a ``public_traffic`` sandbox) nor a peer of its
         group. A CDP client owns the browser (its cookies, every page): it is as powerful
-        as code in the sandbox. Recorded as ``action`` when one is given (each time: CDP
-        connections are few).
+        as code in the sandbox. Its caller records what came of it (``record_cdp_open``).
 
         Raises:
             Unauthenticated: an anonymous caller, whether or not the sandbox exists.
@@ -231,11 +228,21 @@ class Ports:
             raise SandboxNotFound(f"no sandbox {sandbox_id}")
         facts = await self._facts_for(caller, sandbox_id)
         daemon = await self._sandboxes.daemon(facts.tenant, sandbox_id)
-        if action is not None:
-            self._sandboxes.record(
-                facts.tenant, caller.actor, action, sandbox_id, details={"access": caller.access}
-            )
         return Admitted(facts.tenant, sandbox_id, CDP_PORT, daemon)
+
+    def record_cdp_open(
+        self, caller: PortCaller, admitted: Admitted, error: str | None = None
+    ) -> None:
+        """Put an admitted CDP WebSocket on the audit record as ``browser.cdp_open``, once
+        what came of it is known: ok once it is open, failed with ``error`` (an error code)
+        when it was refused after its admission (each time: CDP connections are few)."""
+        details: dict[str, object] = {"access": caller.access}
+        if error is not None:
+            details["error"] = error
+        self._sandboxes.record(
+            admitted.tenant, caller.actor, "browser.cdp_open", admitted.sandbox_id,
+            "ok" if error is None else "failed", details,
+        )  # fmt: skip
 
     async def connect(self, admitted: Admitted) -> Tunnel:
         """A new tunnel for an admitted caller.

@@ -19,7 +19,11 @@ sandbox: a CDP client owns the browser, its cookies and every page
 Ringfence's credentials, not its ``Origin`` (Chromium refuses unknown origins, and a web
 page's must never pass), not its ``Host`` (Chromium serves only ``127.0.0.1:CDP_PORT``'s
 kind). Each message from Chromium is bounded by ``max_browser_result_bytes`` (screenshots
-are several MiB); the relay takes its weight in the server's WebSocket slots.
+are several MiB); the relay takes its weight in the server's WebSocket slots, within the
+browsers' share of them (``WebSocketSlots``: the rest is kept for preview URLs), and CDP
+WebSockets open at once are bounded per tenant and per sandbox (``CdpSessions``), so that
+idle sessions of one tenant cannot hold every relay. Each one admitted is audited as
+``browser.cdp_open`` with what came of it: ok once open, failed with the refusal's code.
 
 An ASGI layer like the port routes' (inside them: a preview host name never reaches it),
 so the API's body limit and JSON routing stay out of a WebSocket's way.
@@ -27,21 +31,24 @@ so the API's body limit and JSON routing stay out of a WebSocket's way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ringfence.errors import InvalidRequest, RingfenceError
+from ringfence.errors import InvalidRequest, RingfenceError, TooManyRequests
 from ringfence.sandboxd.browser import CDP_PORT
 from ringfence.server.e2b.tokens import Grants
 from ringfence.server.port_relay import Broken, WebSocketSlots, fetch, relay_websocket
 from ringfence.server.routes.ports import caller_of, host_of, refuse
 from ringfence.service.keys import Keys
-from ringfence.service.ports import Admitted, Ports
+from ringfence.service.ports import Admitted, PortCaller, Ports
 
-__all__ = ["CDP_PATH", "CdpLayer", "CdpPaths", "documented"]
+__all__ = ["CDP_PATH", "CdpLayer", "CdpPaths", "CdpSessions", "documented"]
 
 CDP_PATH = "/v1/sandboxes/{sandbox_id}/browser/cdp"
 _PATH = re.compile(rb"^/v1/sandboxes/([A-Za-z0-9]{1,64})/browser/cdp(/json/version/?)?$")
@@ -68,17 +75,58 @@ class CdpPaths(Protocol):
         ...
 
 
+class CdpSessions:
+    """The CDP WebSockets open at once, bounded per tenant and per sandbox
+    (``max_cdp_sessions_per_tenant``, ``max_cdp_sessions_per_sandbox``)."""
+
+    def __init__(self, per_tenant: int, per_sandbox: int) -> None:
+        self.per_tenant = per_tenant
+        self.per_sandbox = per_sandbox
+        self._tenants: Counter[str] = Counter()
+        self._sandboxes: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def held(self, tenant: str, sandbox_id: str) -> Iterator[None]:
+        """Count one session of ``tenant``'s sandbox while the block runs.
+
+        Raises:
+            TooManyRequests: the tenant, or the sandbox, has its most open.
+        """
+        if self._sandboxes[sandbox_id] >= self.per_sandbox:
+            raise TooManyRequests(
+                f"sandbox {sandbox_id} has {self.per_sandbox} CDP WebSockets open, its most "
+                "(max_cdp_sessions_per_sandbox); close one or retry later"
+            )
+        if self._tenants[tenant] >= self.per_tenant:
+            raise TooManyRequests(
+                f"your tenant has {self.per_tenant} CDP WebSockets open, its most "
+                "(max_cdp_sessions_per_tenant); close one or retry later"
+            )
+        self._tenants[tenant] += 1
+        self._sandboxes[sandbox_id] += 1
+        try:
+            yield
+        finally:
+            for counter, key in ((self._tenants, tenant), (self._sandboxes, sandbox_id)):
+                counter[key] -= 1
+                if counter[key] <= 0:
+                    del counter[key]
+
+
 class CdpLayer:
     """ASGI middleware: the CDP routes to their sandbox's Chromium, the rest to ``app``."""
 
     def __init__(
         self, app: ASGIApp, *, ports: Ports, keys: Keys, grants: Grants,
         browser: CdpPaths, websockets: WebSocketSlots, max_message: int,
+        sessions: CdpSessions | None = None,
     ) -> None:  # fmt: skip
         """``browser`` starts the sandbox's browser and names its target; ``max_message``:
         the largest message from Chromium, in bytes (past it the WebSocket closes with
-        1009)."""
+        1009); ``sessions``: the bounds on CDP WebSockets open at once (by default 2 per
+        tenant and per sandbox, ``Config``'s)."""
         self.app = app
+        self._sessions = sessions or CdpSessions(2, 2)
         self._ports = ports
         self._keys = keys
         self._grants = grants
@@ -106,28 +154,53 @@ class CdpLayer:
             if not websocket and scope["method"] not in ("GET", "HEAD"):
                 raise InvalidRequest(f"{scope['method']} is not served here: GET json/version")
             caller = await caller_of(scope, sandbox_id, self._keys, self._grants)
-            action = "browser.cdp_open" if websocket else None
-            admitted = await self._ports.admit_browser(caller, sandbox_id, action=action)
+            admitted = await self._ports.admit_browser(caller, sandbox_id)
             if websocket:
-                await self._relay(scope, receive, send, admitted)
+                await self._relay(scope, receive, send, caller, admitted)
             else:
                 await self._version(scope, send, admitted)
         except RingfenceError as error:
             await refuse(scope, send, error)
 
-    async def _relay(self, scope: Scope, receive: Receive, send: Send, admitted: Admitted) -> None:
-        with self._slots.held(self._max_message):
-            target = await self._target(admitted)
-            tunnel = await self._ports.connect(admitted)
-            try:
-                await relay_websocket(
-                    scope, receive, send, tunnel, host=_CHROMIUM_HOST, target=target,
-                    headers=[], max_message=self._max_message,
-                )  # fmt: skip
-            except Broken as broken:
-                await refuse(scope, send, _bad_gateway(admitted, str(broken)))
-            finally:
-                await tunnel.aclose()
+    async def _relay(
+        self, scope: Scope, receive: Receive, send: Send, caller: PortCaller, admitted: Admitted
+    ) -> None:
+        """Relay an admitted CDP WebSocket, and record what came of it: ok once open,
+        failed with its code when refused (bounds, the browser's start, Chromium's
+        handshake)."""
+        recorded = False
+
+        def record(error: str | None = None) -> None:
+            nonlocal recorded
+            if not recorded:
+                recorded = True
+                self._ports.record_cdp_open(caller, admitted, error)
+
+        try:
+            with (
+                self._sessions.held(admitted.tenant, admitted.sandbox_id),
+                self._slots.held(self._max_message, browser=True),
+            ):
+                target = await self._target(admitted)
+                tunnel = await self._ports.connect(admitted)
+                try:
+                    await relay_websocket(
+                        scope, receive, send, tunnel, host=_CHROMIUM_HOST, target=target,
+                        headers=[], max_message=self._max_message, accepted=record,
+                        refused=lambda status: record(f"chromium_refused_{status}"),
+                    )  # fmt: skip
+                except Broken as broken:
+                    error = _bad_gateway(admitted, str(broken))
+                    record(error.code)
+                    await refuse(scope, send, error)
+                finally:
+                    await tunnel.aclose()
+        except RingfenceError as error:
+            record(error.code)
+            raise
+        except BaseException:  # the client went away (cancelled) before it was open
+            record("cancelled")
+            raise
 
     async def _version(self, scope: Scope, send: Send, admitted: Admitted) -> None:
         await self._browser.cdp_path(admitted.tenant, admitted.sandbox_id)  # started
@@ -214,8 +287,10 @@ def documented(document: dict[str, Any]) -> dict[str, Any]:
         ),
         "404": failing("No such sandbox in your tenant (not_found)"),
         "409": failing("The sandbox has ended, or is paused with auto_resume off"),
-        "429": failing("The server relays its most WebSockets, or the sandbox has its most "
-                       "connections to its ports open (too_many_requests)"),
+        "429": failing("The server relays its most WebSockets (or CDP ones, their share), "
+                       "your tenant or the sandbox has its most CDP WebSockets open "
+                       "(max_cdp_sessions_per_tenant, max_cdp_sessions_per_sandbox), or the "
+                       "sandbox has its most connections to its ports open (too_many_requests)"),
         "500": failing("An unexpected error, logged by the server (internal)"),
         "502": failing("The sandbox's browser failed, or broke the protocol (browser_failed, "
                        "bad_gateway, sandbox_error)"),
