@@ -29,7 +29,7 @@ from ringfence.backends import Executor, SandboxRuntime, create_executor, create
 from ringfence.config import Config
 from ringfence.errors import InvalidRequest, RingfenceError
 from ringfence.network.gateway import EgressGateway
-from ringfence.policy.limits import template_limits
+from ringfence.policy.limits import clamped_browser_defaults, template_limits
 from ringfence.service.approvals import ApprovalService
 from ringfence.service.audit import AuditLog, AuditRecords
 from ringfence.service.browser import BrowserService
@@ -194,6 +194,8 @@ async def _build(
         # and replicas that share one share the other.
         export_key = credentials.derive(EXPORT_KEY_PURPOSE)
         runtime = create_sandbox_runtime(executor, config, export_key=export_key)
+    if (clamped := clamped_browser_defaults(config)) is not None:
+        log.warning("%s", clamped)
     browser_agent = BrowserAgent(config.max_browser_result_bytes, config.max_browser_buffered_bytes)
     pool = None
     if runtime is not None and any(config.pool_sizes.values()):

@@ -104,3 +104,39 @@ async def test_other_templates_keep_the_general_defaults() -> None:
             assert limits["pids"] == config.default_limits.pids
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def test_the_browser_templates_defaults_never_pass_the_servers_ceilings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review 3 #8: with max_limits below browser_memory and browser_pids, a create of the
+    browser template that leaves them out got 1.5 GiB and 1024 pids anyway. They are
+    clamped to the ceilings, and the server's startup log says so."""
+    data_dir = Path(tempfile.mkdtemp(prefix="rf-data-"))
+    config = Config(
+        pool_sizes={}, data_dir=data_dir, browser_template="base",
+        max_limits={"memory": 1 << 30, "pids": 600, "cpus": 1.0, "disk": 1 << 30},
+    )  # fmt: skip
+    try:
+        with caplog.at_level("WARNING", logger="ringfence.compose"):
+            async with _serving(config) as (client, key):
+                headers = {"Authorization": f"Bearer {key}"}
+                created = await client.post(
+                    "/v1/sandboxes", headers=headers, json={"template": "base"}
+                )
+                assert created.status_code == 201, created.text
+                limits = created.json()["limits"]
+                assert (limits["memory"], limits["pids"]) == (1 << 30, 600)
+                e2b = await client.post(
+                    "/v2/sandboxes", headers={"X-API-KEY": key}, json={"templateID": "base"}
+                )
+                assert e2b.status_code == 201, e2b.text
+                detail = await client.get(
+                    f"/sandboxes/{e2b.json()['sandboxID']}", headers={"X-API-KEY": key}
+                )
+                assert detail.json()["memoryMB"] == 1024, detail.text
+                (said,) = [r.getMessage() for r in caplog.records if "clamped" in r.getMessage()]
+        assert "browser_memory 1610612736 to max_limits.memory 1073741824" in said
+        assert "browser_pids 1024 to max_limits.pids 600" in said
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -7,20 +7,63 @@ from ringfence.config import Config
 from ringfence.errors import InvalidRequest
 from ringfence.models import ResourceLimits, SandboxLimits
 
-__all__ = ["check_limits", "check_timeout", "defaults_for", "template_limits"]
+__all__ = [
+    "browser_defaults",
+    "check_limits",
+    "check_timeout",
+    "clamped_browser_defaults",
+    "defaults_for",
+    "template_limits",
+]
 
 
 def template_limits(template: str, config: Config) -> SandboxLimits | None:
     """A template's own defaults, over the server's (None: it has none).
 
     The browser template (``config.browser_template``) has ``browser_memory`` and
-    ``browser_pids``: Chromium runs about 115 threads with one page and 11-30 more per
-    page, so the general defaults (256 pids, 512 MiB) hold a page or a few, and a heavy
-    or cross-site one (a renderer of its own) exhausts them; under 128 pids Chromium
-    hangs at start, under 64 it aborts (docs/templates.md has the measurements)."""
+    ``browser_pids`` (each held to ``max_limits``: ``browser_defaults``): Chromium runs
+    about 115 threads with one page and 11-30 more per page, so the general defaults (256
+    pids, 512 MiB) hold a page or a few, and a heavy or cross-site one (a renderer of its
+    own) exhausts them; under 128 pids Chromium hangs at start, under 64 it aborts
+    (docs/templates.md has the measurements)."""
     if template == config.browser_template:
-        return SandboxLimits(memory=config.browser_memory, pids=config.browser_pids)
+        memory, pids = browser_defaults(config)
+        return SandboxLimits(memory=memory, pids=pids)
     return None
+
+
+def browser_defaults(config: Config) -> tuple[int, int]:
+    """The browser template's default memory and pids: ``browser_memory`` and
+    ``browser_pids``, each clamped to the operator's ceiling (``max_limits``), which no
+    default may pass, any more than what a create asks for (the server's startup log says
+    so when it clamps: ``clamped_browser_defaults``)."""
+    ceilings = config.max_limits
+    memory, pids = config.browser_memory, config.browser_pids
+    if ceilings.memory is not None:
+        memory = min(memory, ceilings.memory)
+    if ceilings.pids is not None:
+        pids = min(pids, ceilings.pids)
+    return memory, pids
+
+
+def clamped_browser_defaults(config: Config) -> str | None:
+    """What the startup log says when ``browser_defaults`` clamps (None: it does not)."""
+    memory, pids = browser_defaults(config)
+    clamped = [
+        f"{name} {given} to max_limits.{field} {held}"
+        for name, field, given, held in (
+            ("browser_memory", "memory", config.browser_memory, memory),
+            ("browser_pids", "pids", config.browser_pids, pids),
+        )
+        if held != given
+    ]
+    if not clamped:
+        return None
+    return (
+        f"the {config.browser_template!r} template's default limits are clamped to the "
+        f"server's ceilings: {', '.join(clamped)} (Chromium needs about 450 MiB and 130 "
+        "threads with one tab: docs/templates.md)"
+    )
 
 
 def defaults_for(template: str, config: Config) -> ResourceLimits:
