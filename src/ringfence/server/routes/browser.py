@@ -49,7 +49,8 @@ _SCRAPE_ERRORS: dict[int | str, dict[str, object]] = {
     503: {
         "model": ErrorBody,
         "description": "The sandbox's template has no Chromium, or no Markdown converter for "
-        "a call asking for markdown (browser_unavailable)",
+        "a call asking for markdown (browser_unavailable); or the server holds its most bytes "
+        "of browser answers at once, max_browser_buffered_bytes (server_at_capacity)",
     },
     504: {
         "model": ErrorBody,
@@ -62,8 +63,8 @@ _ONE_SHOT_ERRORS: dict[int | str, dict[str, object]] = {
     503: {
         "model": ErrorBody,
         "description": "The browser template has no Chromium or converter "
-        "(browser_unavailable), or the server has no room for its sandbox now "
-        "(server_at_capacity)",
+        "(browser_unavailable), or the server has no room for its sandbox or its answer "
+        "now (server_at_capacity)",
     },
 }
 
