@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -167,3 +168,32 @@ async def test_the_byte_bound_wakes_a_waiter_once_room_is_given_back() -> None:
     async with asyncio.timeout(5):
         await waiting
     assert bytes_.held == 50
+
+
+async def test_a_caller_gone_mid_parse_holds_its_bytes_until_the_parse_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker thread cannot be cancelled: its answer's bytes are still in memory until it
+    # ends, so they count until then, not until its caller went away.
+    body = _result('"' + "x" * 4096 + '"')
+    parsing, release = threading.Event(), threading.Event()
+
+    def slow(answer: object) -> object:
+        parsing.set()
+        assert release.wait(30)
+        return answer
+
+    async with _agent(monkeypatch, body):
+        agent = BrowserAgent(1 << 20)
+        call = asyncio.create_task(
+            agent._call(_Daemon(), "POST", "/scrape", b"{}", 30, slow)  # type: ignore[arg-type]
+        )
+        assert await asyncio.to_thread(parsing.wait, 30)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert agent.buffered.held == len(body)
+        release.set()
+        async with asyncio.timeout(30):
+            while agent.buffered.held:
+                await asyncio.sleep(0.01)

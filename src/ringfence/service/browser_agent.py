@@ -52,7 +52,7 @@ import math
 import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import h11
 from pydantic import BaseModel, ValidationError
@@ -384,9 +384,14 @@ class BrowserAgent:
                 ) from None
             finally:
                 await pipe.aclose()
-            return await asyncio.to_thread(decode, answer)
-        finally:
+        except BaseException:
             held.give_back()
+            raise
+        # A thread cannot be cancelled: a caller that goes away leaves it decoding, and its
+        # bytes are given back when it ends, not before.
+        decoding = asyncio.ensure_future(asyncio.to_thread(decode, answer))
+        decoding.add_done_callback(lambda done: _given_back(done, held))
+        return await asyncio.shield(decoding)
 
     async def _exchange(
         self,
@@ -440,6 +445,12 @@ class BrowserAgent:
             raise _garbage(daemon, path, f"not HTTP/1.1 ({exc})") from exc
         except (OSError, EOFError) as exc:
             raise _garbage(daemon, path, f"the connection broke ({exc})") from exc
+
+
+def _given_back(decoding: asyncio.Future[Any], held: _Held) -> None:
+    held.give_back()
+    if not decoding.cancelled():
+        decoding.exception()  # retrieved: the caller's await raised it, or nobody waits
 
 
 class _Answer:
