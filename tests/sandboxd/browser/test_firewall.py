@@ -229,6 +229,97 @@ HIDING = [
         "text fill colour",
         f'<p style="-webkit-text-fill-color:#fff">{INJECTION}</p>',
     ),
+    # Review 3 (F3 to F10): each was kept before its fix.
+    (
+        "same_color",
+        "svg fill white",
+        f'<svg width=600 height=60><text y=40 fill="white">{INJECTION}</text></svg>',
+    ),
+    (
+        "same_color",
+        "svg fill-opacity 0",
+        f'<svg width=600 height=60><text y=40 fill-opacity="0">{INJECTION}</text></svg>',
+    ),
+    (
+        "same_color",
+        "svg fill none",
+        f'<svg width=600 height=60><text y=40 fill="none">{INJECTION}</text></svg>',
+    ),
+    ("non_content", "canvas fallback", f"<canvas width=100 height=50>{INJECTION}</canvas>"),
+    ("non_content", "video fallback", f"<video width=100 height=50>{INJECTION}</video>"),
+    ("non_content", "audio fallback", f"<audio controls>{INJECTION}</audio>"),
+    ("non_content", "progress fallback", f"<progress value=1 max=2>{INJECTION}</progress>"),
+    ("non_content", "meter fallback", f"<meter value=1>{INJECTION}</meter>"),
+    (
+        "hidden",
+        "bare text in a closed details",
+        f"<details><summary>More</summary>{INJECTION}</details>",
+    ),
+    (
+        "same_color",
+        "first-line colour",
+        f"<style>.fl::first-line {{ color: white }}</style><p class=fl>{INJECTION}</p>",
+    ),
+    (
+        "same_color",
+        "first-line colour reaching an inline child",
+        f"<style>.fl::first-line {{ color: white }}</style><p class=fl><b>{INJECTION}</b></p>",
+    ),
+    (
+        "zero_size",
+        "first-line font-size 0",
+        f"<style>.fl::first-line {{ font-size: 0 }}</style><p class=fl>{INJECTION}</p>",
+    ),
+    (
+        "same_color",
+        "first-letter colour",
+        f"<style>.fl::first-letter {{ color: white }}</style><p class=fl>{INJECTION}</p>",
+    ),
+    (
+        "zero_size",
+        "1x1 overflow hidden without clip (sr-only)",
+        f'<div style="position:absolute;width:1px;height:1px;overflow:hidden">{INJECTION}</div>',
+    ),
+    (
+        "zero_size",
+        "3px overflow hidden box",
+        f'<div style="width:3px;height:3px;overflow:hidden">{INJECTION}</div>',
+    ),
+    (
+        "zero_size",
+        "box shorter than half a line",
+        f'<div style="height:6px;overflow:hidden;line-height:6px;font-size:16px">{INJECTION}</div>',
+    ),
+    (
+        "offscreen",
+        "later lines clipped by the box",
+        '<p style="height:20px;width:220px;overflow:hidden;line-height:20px">Welcome to the '
+        f"site, friend. {INJECTION} and a long tail that wraps onto lines nobody sees.</p>",
+    ),
+    (
+        "offscreen",
+        "ellipsis tail",
+        '<p style="width:90px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis">'
+        f"Short title {INJECTION} with a hidden tail</p>",
+    ),
+    (
+        "offscreen",
+        "a flex item overlapping the clip by a sliver",
+        '<div style="display:flex;flex-direction:column;height:20px;overflow:hidden">'
+        f"<span>Visible flex</span><span>{INJECTION}</span></div>",
+    ),
+    (
+        "same_color",
+        "background-clip text with a one-colour gradient",
+        '<p style="-webkit-background-clip:text;background-clip:text;'
+        f'background-image:linear-gradient(white,white);color:transparent">{INJECTION}</p>',
+    ),
+    (
+        "same_color",
+        "gradient with a zero-width stop",
+        '<p style="color:white;background:linear-gradient(to right, white 0 100%, black 100%)">'
+        f"{INJECTION}</p>",
+    ),
 ]
 
 
@@ -729,3 +820,93 @@ def test_a_closed_details_body_is_not_seen_until_opened(page: Any) -> None:
     assert "Summary" in result["html"] and INJECTION not in result["html"]
     page.evaluate("document.querySelector('details').open = true")
     assert INJECTION in capture(page)["html"]
+
+
+def test_text_shown_only_by_its_shadow_stroke_or_svg_stroke_is_kept(page: Any) -> None:
+    """Review 3 F15 (and F3's other side): transparent text drawn by another paint stays."""
+    load(
+        page,
+        VISIBLE + '<p style="color:transparent;text-shadow:0 0 0 black">shadow words</p>'
+        '<p style="color:transparent;-webkit-text-stroke:1px black">stroke words</p>'
+        "<svg width=400 height=80><text y=20>svg default words</text>"
+        '<text y=45 fill="none" stroke="black">svg stroke words</text>'
+        '<text y=70 fill="url(#g)">svg gradient words</text></svg>'
+        '<p style="height:20px;line-height:20px;overflow:hidden">one clipped line words</p>'
+        '<p style="color:white;background:linear-gradient(to right, white 0 50%, black 50%)">'
+        "half black words</p>",
+    )
+    result = capture(page)
+    markdown = to_markdown(result["html"])
+    for words in (
+        "shadow words",
+        "stroke words",
+        "svg default words",
+        "svg stroke words",
+        "svg gradient words",
+        "one clipped line words",
+        "half black words",
+    ):
+        assert words in markdown, words
+    assert set(result["removed"]) <= {"non_content"}, result["removed"]
+
+
+def test_a_dark_colour_scheme_page_is_judged_on_its_dark_canvas(page: Any) -> None:
+    """Review 3 F7: under color-scheme dark the canvas is #121212 and default text white."""
+    for head in (
+        '<meta name="color-scheme" content="dark">',
+        "<style>:root{color-scheme:dark}</style>",
+    ):
+        load(
+            page, f'<p>Visible default words</p><p style="color:#121212">{INJECTION}</p>', head=head
+        )
+        result = capture(page)
+        markdown = to_markdown(result["html"])
+        assert "Visible default words" in markdown, head
+        assert INJECTION not in markdown, head
+        assert result["removed"].get("same_color") == 1, result["removed"]
+
+
+def test_partly_clipped_text_keeps_only_the_words_that_show(page: Any) -> None:
+    """Review 3 F8: a box one line high keeps its first line's words, not the rest."""
+    load(
+        page,
+        '<p style="height:20px;width:220px;overflow:hidden;line-height:20px">Welcome to the '
+        f"site. {INJECTION} and a tail that nobody sees.</p>",
+    )
+    result = capture(page)
+    assert "Welcome to the" in result["html"]
+    assert "nobody sees" not in result["html"]
+    assert result["removed"].get("offscreen") == 1
+    assert result["removed_chars"] >= len("and a tail that nobody sees.")
+
+
+def test_svg_animation_never_reaches_the_cleaned_html(page: Any) -> None:
+    """Review 3 F16: SMIL can set href to javascript: or an on* attribute: never copied."""
+    load(
+        page,
+        '<svg width=200 height=50><a><animate attributeName="href" values="x;javascript:alert(1)"'
+        ' dur="1s" repeatCount="indefinite"/><text x=10 y=30>click me</text></a>'
+        '<set attributeName="onmouseover" to="alert(2)"/>'
+        '<animateTransform attributeName="transform" type="scale" from="1" to="2"/>'
+        '<animateMotion path="M0 0"/><discard/></svg>'
+        '<p data-x="x; javascript:alert(3)">para</p>',
+    )
+    for rules in ([], ["non_content"], ALL):
+        html = capture(page, rules=rules)["html"]
+        lowered = html.lower()
+        assert "javascript" not in lowered, rules
+        assert "<animate" not in lowered and "<set" not in lowered, rules
+        assert "attributename" not in lowered and "<discard" not in lowered, rules
+        assert "click me" in html and "para" in html, rules
+
+
+def test_what_the_work_limit_left_out_is_counted(page: Any, monkeypatch: Any) -> None:
+    """Review 3 F13: the text a bound left out is in removed_chars, not silently gone."""
+    load(page, "")
+    page.evaluate("() => { document.body.innerHTML = '<p>ten chars.</p>'.repeat(5000) }")
+    monkeypatch.setitem(_firewall.LIMITS, "nodes", 2000)
+    result = capture(page)
+    assert result["removed"].get("limit", 0) >= 1
+    kept = to_markdown(result["html"]).count("ten chars.")
+    assert kept < 5000
+    assert result["removed_chars"] >= (5000 - kept) * len("ten chars.")

@@ -15,7 +15,10 @@
 // (an inherited visibility, font size or colour) counts once per element where the hiding
 // starts. removed_chars: characters of text (and comments) left out, scripts' and styles'
 // source excepted. Work is bounded (limits.nodes, limits.ms, limits.chars): what is left
-// when a bound is hit is left out and counted under "limit" (fail closed).
+// when a bound is hit is left out, counted under "limit" (once per unfinished level) and
+// its text added to removed_chars (fail closed, and said so). Whatever the rules, the
+// copy never holds on* handlers, style attributes, javascript:/vbscript: anywhere in an
+// attribute, or SVG animation elements (which can set either).
 (function (rules, onlyMainContent, limits) {
   "use strict";
   var on = {};
@@ -32,12 +35,20 @@
   var HTML_NS = "http://www.w3.org/1999/xhtml";
   var NON_CONTENT = set("script style noscript template iframe frame frameset object embed " +
     "applet portal fencedframe head link meta base");
+  // Replaced elements whose children are fallback, never rendered when the element is
+  // (scripting is on, the element is supported): the element is kept, its children are not.
+  var FALLBACK = set("canvas video audio progress meter");
+  // SVG animation (SMIL) can set any attribute, an href to javascript: or an on* handler:
+  // never copied, whatever the rules (it carries no text).
+  var SMIL = set("animate set animateMotion animateTransform animateColor discard");
+  var SVG_NS = "http://www.w3.org/2000/svg";
   var VOID = set("area base br col embed hr img input link meta source track wbr param keygen");
   var CODE_SOURCE = set("script style");
   var URL_ATTRS = set("href src action formaction poster cite background longdesc");
   var SAFE_NAME = /^[A-Za-z][A-Za-z0-9_.:-]*$/;
   var SAFE_TAG = /^[A-Za-z][A-Za-z0-9-]*$/;
   var BAD_SCHEME = /^(javascript|vbscript):/i;
+  var BAD_SCHEME_ANYWHERE = /(javascript|vbscript):/i;
   var MAX_DEPTH = limits.depth;
   var MIN_FONT_PX = 2;
   var MIN_OPACITY = 0.05;
@@ -87,6 +98,25 @@
     return area;
   }
   var DOC_AREA = documentArea();
+
+  // The canvas under everything: Chromium paints it #121212 under a dark colour scheme
+  // (the root's color-scheme, else the color-scheme meta tag; "light dark" follows the
+  // reader's preference), white otherwise. The root's and body's backgrounds are laid over
+  // it by the walk (backgroundOf).
+  function canvasColor() {
+    var scheme = getComputedStyle(root).colorScheme || "normal";
+    if (scheme === "normal") {
+      var meta = document.querySelector("meta[name=color-scheme i]");
+      scheme = meta ? (meta.getAttribute("content") || "normal") : "normal";
+    }
+    var words = scheme.toLowerCase().split(/\s+/);
+    var dark = words.indexOf("dark") !== -1;
+    if (dark && words.indexOf("light") !== -1) {
+      dark = window.matchMedia("(prefers-color-scheme: dark)").matches;
+    }
+    return dark ? [18, 18, 18, 1] : [255, 255, 255, 1];
+  }
+  var CANVAS = canvasColor();
   // In-flow content's right edge: an absolutely positioned box wholly beyond it (and the
   // viewport) is reachable only by scrolling sideways to it, which no reader does.
   var FLOW_RIGHT_DOC = Math.max(vw, root.getBoundingClientRect().right + sx);
@@ -196,18 +226,66 @@
     return color[3] > 0 ? over(color, base) : base;
   }
 
-  // A gradient whose stops are all (nearly) one colour paints that colour.
+  // The one colour a gradient paints, or null when it paints several or cannot be read. In
+  // a single linear or radial gradient whose stops are placed in % (or at 0), a colour that
+  // covers no length (a hard edge at 100%) paints nothing and does not count; anything
+  // else (several layers, repeating, lengths) needs every stop to be the one colour.
   function solidGradient(image) {
     if (image.indexOf("url(") !== -1 || !/gradient\(/.test(image)) return null;
-    var stops = image.match(/rgba?\([^)]*\)/g);
-    if (!stops) return null;
-    var first = parseColor(stops[0]);
-    if (!first) return null;
-    for (var i = 1; i < stops.length; i++) {
-      var c = parseColor(stops[i]);
-      if (!c || Math.abs(c[3] - first[3]) > 0.05 || deltaE(c, first) > 2) return null;
+    var stops = [];
+    var re = /(rgba?\([^)]*\))((?:\s+-?[\d.]+(?:px|%))*)/g, m;
+    while ((m = re.exec(image))) {
+      var c = parseColor(m[1]);
+      if (!c) return null;
+      var positions = m[2].trim() ? m[2].trim().split(/\s+/) : [];
+      stops.push({color: c, positions: positions});
+    }
+    if (!stops.length) return null;
+    var simple = (image.match(/gradient\(/g) || []).length === 1 && !/repeating/.test(image) &&
+      /^(linear|radial)-gradient\(/.test(image);
+    var painting = simple ? paintingStops(stops) : null;
+    var colors = painting || stops.map(function (st) { return st.color; });
+    var first = colors[0];
+    for (var i = 1; i < colors.length; i++) {
+      var k = colors[i];
+      if (Math.abs(k[3] - first[3]) > 0.05 || deltaE(k, first) > 2) return null;
     }
     return first;
+  }
+
+  // The colours of a gradient's stops that paint some length of its line, or null when a
+  // position is not in % (or 0px).
+  function paintingStops(stops) {
+    var flat = [];
+    for (var i = 0; i < stops.length; i++) {
+      var ps = stops[i].positions;
+      if (!ps.length) { flat.push({color: stops[i].color, at: null}); continue; }
+      for (var j = 0; j < ps.length; j++) {
+        var v = ps[j];
+        var at = /%$/.test(v) ? parseFloat(v) : parseFloat(v) === 0 ? 0 : NaN;
+        if (isNaN(at)) return null;
+        flat.push({color: stops[i].color, at: at});
+      }
+    }
+    var n = flat.length;
+    if (flat[0].at === null) flat[0].at = 0;
+    if (flat[n - 1].at === null) flat[n - 1].at = 100;
+    for (i = 1; i < n; i++) { // unplaced stops share the space between placed ones
+      if (flat[i].at !== null) continue;
+      var next = i;
+      while (flat[next].at === null) next++;
+      var from = flat[i - 1].at, step = (flat[next].at - from) / (next - i + 1);
+      for (j = i; j < next; j++) flat[j].at = from + step * (j - i + 1);
+    }
+    for (i = 1; i < n; i++) flat[i].at = Math.max(flat[i].at, flat[i - 1].at);
+    var painting = [];
+    function covers(a, b) { return Math.min(b, 100) - Math.max(a, 0) > 0; }
+    if (covers(-Infinity, flat[0].at)) painting.push(flat[0].color);
+    for (i = 0; i + 1 < n; i++) {
+      if (covers(flat[i].at, flat[i + 1].at)) painting.push(flat[i].color, flat[i + 1].color);
+    }
+    if (covers(flat[n - 1].at, Infinity)) painting.push(flat[n - 1].color);
+    return painting.length ? painting : [flat[0].color];
   }
 
   // -- the rules, element by element ---------------------------------------------------------
@@ -324,7 +402,7 @@
   // The context an element's children inherit.
   function Ctx(parent) {
     this.opacity = parent ? parent.opacity : 1;
-    this.bg = parent ? parent.bg : [255, 255, 255, 1]; // the canvas: white
+    this.bg = parent ? parent.bg : CANVAS;
     this.clip = parent ? parent.clip : DOC_AREA;
     this.absClip = parent ? parent.absClip : DOC_AREA;
     this.containsFixed = parent ? parent.containsFixed : false;
@@ -400,10 +478,35 @@
     if (pos !== "static" || transformed) ctx.absClip = childClip;
     else ctx.absClip = parent ? parent.absClip : DOC_AREA;
     if (transformed) ctx.containsFixed = true;
-    if (box && on.same_color) ctx.bg = backgroundOf(cs, parent ? parent.bg : [255, 255, 255, 1]);
+    if (box && on.same_color) ctx.bg = backgroundOf(cs, parent ? parent.bg : CANVAS);
     ctx.cs = cs;
     ctx.rect = r;
+    ctx.closedDetails = el.localName === "details" && el.namespaceURI === HTML_NS && !el.open;
+    if (pseudoRules && box && display !== "inline" && (on.same_color || on.zero_size)) {
+      var lineRule = firstLineRule(el, cs, ctx);
+      if (lineRule && carriesText(el)) return ["remove", lineRule, ctx];
+    }
     return ["keep", null, ctx];
+  }
+
+  // ::first-line and ::first-letter restyle a block's first words (and its inline
+  // descendants'), which the element's own style does not show. When either hides its text
+  // (a colour its background swallows, a font too small), the whole block is judged
+  // hidden: which words the first line holds depends on the layout (with white-space:
+  // nowrap, all of them), so fail closed. Read only when some style sheet names them.
+  function firstLineRule(el, cs, ctx) {
+    for (var i = 0; i < FIRST_PSEUDOS.length; i++) {
+      var ps = getComputedStyle(el, FIRST_PSEUDOS[i]);
+      if (ps.color === cs.color && ps.webkitTextFillColor === cs.webkitTextFillColor &&
+          ps.fontSize === cs.fontSize) continue;
+      if (on.zero_size && px(ps.fontSize) < MIN_FONT_PX) return "zero_size";
+      if (!on.same_color) continue;
+      var fill = parseColor(ps.webkitTextFillColor || ps.color) || parseColor(ps.color);
+      var own = parseColor(ps.backgroundColor);
+      var base = own && own[3] >= 0.99 ? own : ctx.bg;
+      if (fill && base && !shows(fill, base, ctx.opacity)) return "same_color";
+    }
+    return null;
   }
 
   // Chromium's own answer for a box that is not painted though its style says display:
@@ -422,8 +525,13 @@
     }
     if (on.zero_size) {
       if (flattened(transform)) return "zero_size";
-      // A scroll container under 2 px shows no content, however far it scrolls.
+      // A scroll container under 2 px shows no content, however far it scrolls. A box that
+      // clips its overflow to less than half its font size on an axis (the 1x1 px
+      // screen-reader idiom without its clip, a 3 px box) shows at most a sliver of one
+      // glyph: less than an x-height high, or half a letter wide.
       if (scroller && (r.width < 2 || r.height < 2)) return "zero_size";
+      var sliver = Math.max(MIN_FONT_PX, px(cs.fontSize) / 2);
+      if ((ox && r.width < sliver) || (oy && r.height < sliver)) return "zero_size";
       if (r.width * r.height === 0) {
         if (isVoid(el) || el.getClientRects().length === 0) return "zero_size";
         if ((r.width === 0 && ox) || (r.height === 0 && oy)) return "zero_size";
@@ -437,6 +545,36 @@
     }
     return null;
   }
+
+  var FIRST_PSEUDOS = ["::first-line", "::first-letter"];
+  var PSEUDO_LINE = /:first-(line|letter)/i;
+  var rulesScanned = 0;
+
+  // Whether style sheets name ::first-line or ::first-letter (or cannot be read: a
+  // cross-origin sheet, too many rules), so firstLineRule must be asked.
+  function sheetsMention(sheets) {
+    if (!sheets) return false;
+    for (var i = 0; i < sheets.length; i++) {
+      var rules;
+      try { rules = sheets[i].cssRules; } catch (e) { return true; }
+      if (rules && rulesMention(rules)) return true;
+    }
+    return false;
+  }
+
+  function rulesMention(rules) {
+    for (var i = 0; i < rules.length; i++) {
+      if (++rulesScanned > 100000) return true;
+      var rule = rules[i];
+      if (rule.selectorText && PSEUDO_LINE.test(rule.selectorText)) return true;
+      if (rule.styleSheet && sheetsMention([rule.styleSheet])) return true; // @import
+      if (rule.cssRules && rulesMention(rule.cssRules)) return true; // @media, nesting
+    }
+    return false;
+  }
+
+  var pseudoRules = sheetsMention(document.styleSheets) ||
+    sheetsMention(document.adoptedStyleSheets);
 
   function isVoid(el) {
     return el.namespaceURI === HTML_NS && VOID[el.localName] === true;
@@ -455,21 +593,95 @@
       if (size < MIN_FONT_PX) return "zero_size";
     }
     if (on.same_color) {
-      var fill = parseColor(cs.webkitTextFillColor || cs.color) || parseColor(cs.color);
-      var textClip = cs.webkitBackgroundClip === "text" || cs.backgroundClip === "text";
-      var painted = textClip && cs.backgroundImage && cs.backgroundImage !== "none";
-      if (fill && !painted) {
+      var under;
+      var base = ctx.bg;
+      var paint = textPaint(el, cs);
+      if (paint === undefined) return null; // a paint that cannot be judged (an image)
+      if (paint) {
         // In the viewport, what is painted under the text decides (a box laid under it,
         // a picture); elsewhere, or when that is its ancestors, their background does.
-        var under = paintedUnder(el, ctx.rect, cs);
-        var base = under === undefined ? ctx.bg : under;
-        if (base) {
-          var seen = over([fill[0], fill[1], fill[2], fill[3] * ctx.opacity], base);
-          if (deltaE(seen, base) < SAME_COLOR_DELTA_E) return "same_color";
-        }
+        under = paintedUnder(el, ctx.rect, cs);
+        base = under === undefined ? ctx.bg : under;
+        if (!base || shows(paint, base, ctx.opacity)) return null;
       }
+      if (!base) return null;
+      // The fill does not show: another paint may draw the glyphs (a stroke, a shadow).
+      if (otherPaintShows(el, cs, base, ctx.opacity)) return null;
+      return "same_color";
     }
     return null;
+  }
+
+  function shows(color, base, opacity) {
+    var seen = over([color[0], color[1], color[2], color[3] * opacity], base);
+    return deltaE(seen, base) >= SAME_COLOR_DELTA_E;
+  }
+
+  // What fills an element's glyphs: a colour, null for no fill (SVG fill="none"), or
+  // undefined when it cannot be judged (an SVG paint server, a background image clipped to
+  // the text that is not one colour). SVG text is painted by fill and stroke, not color.
+  function textPaint(el, cs) {
+    if (el.namespaceURI === SVG_NS) {
+      var paint = svgPaint(cs.fill, cs.fillOpacity);
+      if (paint && paint[3] < MIN_OPACITY) return null;
+      return paint && svgShapesUnder(el) ? undefined : paint;
+    }
+    var fill = parseColor(cs.webkitTextFillColor || cs.color) || parseColor(cs.color);
+    var textClip = cs.webkitBackgroundClip === "text" || cs.backgroundClip === "text";
+    if (textClip && cs.backgroundImage && cs.backgroundImage !== "none") {
+      var solid = solidGradient(cs.backgroundImage);
+      if (!solid) return undefined;
+      // The fill is drawn over the clipped background: the background shows through it.
+      return fill && fill[3] >= 0.99 ? fill : solid;
+    }
+    return fill || undefined;
+  }
+
+  function svgPaint(value, opacity) {
+    if (!value || value === "none") return null;
+    if (value.indexOf("url(") !== -1) return undefined;
+    var c = parseColor(value);
+    if (!c) return undefined;
+    return [c[0], c[1], c[2], c[3] * px(opacity)];
+  }
+
+  // SVG text may lie on a shape of its own drawing (a chart's bar), which is no background:
+  // then only "no paint at all" is judged. Cached per outermost svg.
+  var svgShapes = new Map();
+  function svgShapesUnder(el) {
+    var svg = el.ownerSVGElement;
+    while (svg && svg.ownerSVGElement) svg = svg.ownerSVGElement;
+    if (!svg) return false;
+    if (!svgShapes.has(svg)) {
+      svgShapes.set(svg, !!svg.querySelector(
+        "rect, circle, ellipse, path, polygon, polyline, line, image, use, foreignObject"));
+    }
+    return svgShapes.get(svg);
+  }
+
+  // A stroke (-webkit-text-stroke, SVG stroke) or a sharp text shadow that shows on base.
+  function otherPaintShows(el, cs, base, opacity) {
+    var size = px(cs.fontSize);
+    if (el.namespaceURI === SVG_NS) {
+      var stroke = svgPaint(cs.stroke, cs.strokeOpacity);
+      if (stroke === undefined) return true;
+      var drawn = stroke && px(cs.strokeWidth) > 0;
+      if (drawn && (svgShapesUnder(el) || shows(stroke, base, opacity))) return true;
+    } else if (px(cs.webkitTextStrokeWidth) > 0) {
+      var sc = parseColor(cs.webkitTextStrokeColor);
+      if (sc && shows(sc, base, opacity)) return true;
+    }
+    var shadow = cs.textShadow;
+    if (!shadow || shadow === "none") return false;
+    var re = /(rgba?\([^)]*\))\s+(-?[\d.]+)px\s+(-?[\d.]+)px(?:\s+([\d.]+)px)?/g, m;
+    while ((m = re.exec(shadow))) {
+      // Readable: blurred by at most a quarter of the font size, drawn near the text.
+      var c = parseColor(m[1]);
+      var blur = m[4] === undefined ? 0 : parseFloat(m[4]);
+      var near = Math.abs(parseFloat(m[2])) <= 2 * size && Math.abs(parseFloat(m[3])) <= 2 * size;
+      if (c && near && blur <= size / 4 && shows(c, base, opacity)) return true;
+    }
+    return false;
   }
 
   var PICTURES = set("img video canvas svg picture object embed iframe input textarea select");
@@ -494,7 +706,7 @@
       if (below.contains(el) || (el.getRootNode() !== document && composedContains(below, el))) {
         return undefined;
       }
-      if (PICTURES[below.localName]) return null;
+      if (PICTURES[below.localName] || below.namespaceURI === SVG_NS) return null;
       var bcs = getComputedStyle(below);
       if (bcs.backgroundImage && bcs.backgroundImage !== "none") return null;
       var c = parseColor(bcs.backgroundColor);
@@ -529,19 +741,62 @@
     return inside;
   }
 
+  // A line box shows when at least half its height and 2 px of its width lie inside the
+  // clip: less than half a line shows no legible glyph (the bottom of a descender, the top
+  // of a capital). Wholly inside: shown, no need to measure its words.
+  function lineShows(q, clip) {
+    var i = intersect(q, clip);
+    return i.bottom - i.top >= q.height / 2 && i.right - i.left >= Math.min(2, q.width);
+  }
+
+  function wholly(q, clip) {
+    return q.left >= clip.left - 0.5 && q.right <= clip.right + 0.5 &&
+      q.top >= clip.top - 0.5 && q.bottom <= clip.bottom + 0.5;
+  }
+
+  // What clipping leaves of a text node: null (all of it shows), a rule (none of it does),
+  // or "split" (some of its lines do: emitVisibleWords keeps the words that show).
   function textGeometryRule(node, ctx) {
     if (!(on.offscreen || on.zero_size)) return null;
     range.selectNodeContents(node);
     var rects = range.getClientRects();
-    var anyArea = false;
+    var anyArea = false, anyShown = false, allWhole = true;
     for (var i = 0; i < rects.length; i++) {
       var q = rects[i];
       if (q.width * q.height <= 0) continue;
       anyArea = true;
-      if (!outside(q, ctx.clip)) return null;
+      if (!wholly(q, ctx.clip)) allWhole = false;
+      if (lineShows(q, ctx.clip)) anyShown = true;
     }
     if (!anyArea) return on.zero_size ? "zero_size" : null;
-    return on.offscreen ? "offscreen" : null;
+    if (!anyShown) return on.offscreen ? "offscreen" : null;
+    if (allWhole || !on.offscreen) return null;
+    return "split";
+  }
+
+  // The words of a partly clipped text node that show (more than half of a word's box
+  // inside the clip, each way); the others are counted, under offscreen, with ctx's origin.
+  function emitVisibleWords(node, ctx, origin) {
+    var data = node.data;
+    var re = /\s*\S+\s*/g, m, kept = "", left = 0;
+    while ((m = re.exec(data))) {
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      var rects = range.getClientRects(), shown = false;
+      for (var i = 0; i < rects.length && !shown; i++) {
+        var q = rects[i];
+        var x = intersect(q, ctx.clip);
+        shown = q.width * q.height > 0 && x.bottom - x.top >= q.height / 2 &&
+          x.right - x.left >= q.width / 2;
+      }
+      if (shown) kept += m[0];
+      else left += m[0].length;
+    }
+    if (left) {
+      if (!origin.counted) { count(origin.rule); origin.counted = true; }
+      removedChars += left;
+    }
+    emit(escapeText(kept));
   }
 
   // -- serialization -----------------------------------------------------------------------
@@ -615,7 +870,7 @@
         if (v === null) continue;
       } else if (an === "srcset" || an === "imagesrcset") {
         v = srcset(v);
-      } else if (BAD_SCHEME.test(v.replace(/[\s\u0000-\u001f]+/g, ""))) {
+      } else if (BAD_SCHEME_ANYWHERE.test(v.replace(/[\s\u0000-\u001f]+/g, ""))) {
         continue;
       }
       s += " " + a.name + '="' + escapeAttr(v) + '"';
@@ -672,6 +927,19 @@
     }
   }
 
+  // The text a work bound leaves out: this node's and its later siblings' (scripts' source
+  // included: an upper bound, cheap to take).
+  function leftOutChars(node, frame) {
+    var n = (node.textContent || "").length;
+    if (frame.list) {
+      var list = frame.list;
+      for (var i = frame.at; i < list.length; i++) n += (list[i].textContent || "").length;
+    } else {
+      for (var s = frame.next; s; s = s.nextSibling) n += (s.textContent || "").length;
+    }
+    return n;
+  }
+
   function overBudget() {
     return visited > limits.nodes || performance.now() - started > limits.ms;
   }
@@ -699,7 +967,8 @@
       }
       if (stopped || ((++visited & 255) === 0 && overBudget())) {
         stopped = true;
-        count("limit"); // this node and its later siblings: left out
+        count("limit"); // this node and its later siblings: left out, and counted
+        if (frame.scope) removedChars += leftOutChars(node, frame);
         frame.list = null;
         frame.next = null;
         continue;
@@ -710,6 +979,7 @@
       if (type === 3) { text(node, parent); continue; }
       if (type === 8) { comment(node); continue; }
       if (type !== 1) continue;
+      if (SMIL[node.localName] && node.namespaceURI === SVG_NS) continue;
       if (prune && prune(node)) continue;
       var verdict = judging ? judge(node, parent) : ["keep", null, new Ctx(parent)];
       var ctx = verdict[2];
@@ -722,6 +992,10 @@
       ctx.el = node;
       ctx.parent = parent;
       if (judging && node.shadowRoot) countUnslotted(node);
+      if (judging && node.shadowRoot && !pseudoRules) {
+        pseudoRules = sheetsMention(node.shadowRoot.styleSheets) ||
+          sheetsMention(node.shadowRoot.adoptedStyleSheets);
+      }
       var childScope = inScope || node === main;
       var close = null;
       if (childScope && ctx.depth <= MAX_DEPTH && SAFE_TAG.test(node.localName) &&
@@ -729,6 +1003,15 @@
         emit(openTag(node));
         if (isVoid(node)) continue;
         close = "</" + node.localName + ">";
+      }
+      if (judging && on.non_content && FALLBACK[node.localName] && node.namespaceURI === HTML_NS) {
+        // Fallback content, never rendered: the element stays, its children do not.
+        if (node.firstElementChild || visibleText(node.textContent || "")) {
+          count("non_content");
+          removedChars += (node.textContent || "").length;
+        }
+        if (close) emit(close);
+        continue;
       }
       var kids = childrenOf(node);
       if (Array.isArray(kids)) {
@@ -767,8 +1050,19 @@
     if (ctx && judging && ctx.textRule === undefined) settleTextRule(ctx);
     var rule = ctx ? ctx.textRule : null;
     var origin = ctx ? ctx.textOrigin : null;
+    if (!rule && ctx && ctx.closedDetails && on.hidden) {
+      // Text directly inside a closed <details>: only its summary is rendered.
+      rule = "hidden";
+      if (!ctx.detailsOrigin) ctx.detailsOrigin = {rule: rule, counted: false};
+      origin = ctx.detailsOrigin;
+    }
     if (!rule && ctx && ctx.cs && !textInside(ctx)) {
       rule = textGeometryRule(node, ctx);
+      if (rule === "split") {
+        if (!ctx.geometryOrigin) ctx.geometryOrigin = {rule: "offscreen", counted: false};
+        emitVisibleWords(node, ctx, ctx.geometryOrigin);
+        return;
+      }
       if (rule) {
         if (!ctx.geometryOrigin) ctx.geometryOrigin = {rule: rule, counted: false};
         origin = ctx.geometryOrigin;
