@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -197,3 +198,25 @@ async def test_a_caller_gone_mid_parse_holds_its_bytes_until_the_parse_ends(
         async with asyncio.timeout(30):
             while agent.buffered.held:
                 await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("value", "containers"),
+    [
+        ('"a\\\\"', 0),  # an escaped backslash, then the closing quote
+        ('"a\\\\\\"{"', 0),  # an escaped backslash and an escaped quote: one string
+        ('["\\\\", {}, "[{", []]', 3),
+        ('"' + "\\\\" * 1000 + '"', 0),
+    ],
+)
+def test_the_structure_count_ends_strings_where_json_does(
+    monkeypatch: pytest.MonkeyPatch, value: str, containers: int
+) -> None:
+    body = _result(value)
+    assert json.loads(body)  # the test's own JSON is JSON
+    own = 6  # the result's own objects and arrays around the value
+    monkeypatch.setattr(browser_agent, "_MAX_CONTAINERS", own + containers)
+    browser_agent._check_structure(_Daemon(), body, "/scrape")  # type: ignore[arg-type]
+    monkeypatch.setattr(browser_agent, "_MAX_CONTAINERS", own + containers - 1)
+    with pytest.raises(BrowserError, match="objects and arrays"):
+        browser_agent._check_structure(_Daemon(), body, "/scrape")  # type: ignore[arg-type]
