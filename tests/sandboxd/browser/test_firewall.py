@@ -910,3 +910,16 @@ def test_what_the_work_limit_left_out_is_counted(page: Any, monkeypatch: Any) ->
     kept = to_markdown(result["html"]).count("ten chars.")
     assert kept < 5000
     assert result["removed_chars"] >= (5000 - kept) * len("ten chars.")
+
+
+def test_splitting_a_huge_clipped_text_node_is_bounded(page: Any, monkeypatch: Any) -> None:
+    """Each word of partly clipped text is measured: a node of 100,000 words in a box one
+    line high must stop at the work bound (its rest counted), not run past it."""
+    load(page, '<div id=d style="height:20px;line-height:20px;overflow:hidden"></div>')
+    page.evaluate("() => { d.textContent = 'word '.repeat(100000) }")
+    monkeypatch.setitem(_firewall.LIMITS, "ms", 500)
+    result = capture(page)
+    kept = result["html"].count("word")
+    assert 0 < kept < 100000
+    assert result["removed"].get("limit") == 1, result["removed"]
+    assert result["removed_chars"] >= len("word ") * (100000 - kept) - 5

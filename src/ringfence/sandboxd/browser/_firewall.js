@@ -776,10 +776,17 @@
 
   // The words of a partly clipped text node that show (more than half of a word's box
   // inside the clip, each way); the others are counted, under offscreen, with ctx's origin.
+  // Each word is one Range measurement (about 0.1 ms): the work bound is checked here too.
   function emitVisibleWords(node, ctx, origin) {
     var data = node.data;
-    var re = /\s*\S+\s*/g, m, kept = "", left = 0;
+    var re = /\s*\S+\s*/g, m, kept = "", left = 0, words = 0;
     while ((m = re.exec(data))) {
+      if ((++words & 255) === 0 && overBudget()) { // a huge node: the rest is left out
+        stopped = true;
+        count("limit");
+        left += data.length - m.index;
+        break;
+      }
       range.setStart(node, m.index);
       range.setEnd(node, m.index + m[0].length);
       var rects = range.getClientRects(), shown = false;
