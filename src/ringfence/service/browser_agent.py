@@ -105,9 +105,6 @@ _MAX_DEPTH = 128  # containers in an answer's JSON (a script's value included)
 # (strings, containers, the commas between values) about 60 MiB, each well under a second.
 _MAX_CONTAINERS = 100_000
 _MAX_NODES = 1_000_000
-# What is counted: a string's start (its end found by bytes.find, at memchr's speed: a
-# screenshot's base64 is tens of MiB in one string), or one structural byte.
-_TOKEN = re.compile(rb'["{\[,]')
 BUFFER_WAIT_SECONDS = 10.0  # for room under max_browser_buffered_bytes, then a 503
 _CHUNK = 64 * 1024
 _CDP_PATH = re.compile(r"^/devtools/browser/[A-Za-z0-9._-]{1,128}$")
@@ -517,37 +514,29 @@ def _json(daemon: DaemonClient, answer: _Answer, path: str) -> dict[str, object]
 
 def _check_structure(daemon: DaemonClient, body: bytes, path: str) -> None:
     """Refuse JSON of more containers or nodes than a real answer holds, counted before
-    it is parsed (strings, however long, count one; what is not JSON is the parser's)."""
+    it is parsed, in C (``bytes.count``, ``find``, ``replace``: never a step per byte in
+    Python or a regex): strings, however long, count one; what is not JSON is the
+    parser's to refuse."""
+    # The escapes that could hide a quote gone: pairs of backslashes, then \" (a run of
+    # backslashes pairs from its start, as JSON reads it; valid JSON has none outside
+    # strings). What is left of each string is a quote, no quote, a quote.
+    plain = body.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in body else body
+    if plain.count(b'"') // 2 > _MAX_NODES:
+        raise _garbage(daemon, path, f"JSON of more than {_MAX_NODES} values")
     containers = nodes = at = 0
-    # A Python loop: the worker thread lets the event loop run between its steps.
-    while (token := _TOKEN.search(body, at)) is not None:
-        nodes += 1
+    while True:  # a gap between strings, then a string: at most _MAX_NODES rounds
+        quote = plain.find(b'"', at)
+        gap = len(plain) if quote < 0 else quote
+        opened = plain.count(b"{", at, gap) + plain.count(b"[", at, gap)
+        containers += opened
+        nodes += opened + plain.count(b",", at, gap) + (quote >= 0)
+        if containers > _MAX_CONTAINERS:
+            raise _garbage(daemon, path, f"JSON of more than {_MAX_CONTAINERS} objects and arrays")
         if nodes > _MAX_NODES:
             raise _garbage(daemon, path, f"JSON of more than {_MAX_NODES} values")
-        at = token.end()
-        if body[token.start()] == 0x22:  # a string: on past its closing quote
-            at = _string_end(body, at)
-            if at < 0:
-                return  # unterminated: the parser's to refuse
-        else:
-            containers += token[0] != b","
-            if containers > _MAX_CONTAINERS:
-                raise _garbage(
-                    daemon, path, f"JSON of more than {_MAX_CONTAINERS} objects and arrays"
-                )
-
-
-def _string_end(body: bytes, at: int) -> int:
-    """Where the JSON string whose content starts at ``at`` ends (past its closing quote),
-    or -1 when it does not: a quote ends it unless an odd run of backslashes escapes it."""
-    while (quote := body.find(b'"', at)) >= 0:
-        before = quote
-        while before > at and body[before - 1] == 0x5C:  # only backslashes just before
-            before -= 1
-        if (quote - before) % 2 == 0:
-            return quote + 1
-        at = quote + 1
-    return -1
+        if quote < 0 or (close := plain.find(b'"', quote + 1)) < 0:
+            return  # the end (or an unterminated string: the parser's)
+        at = close + 1
 
 
 class _NotFinite(ValueError):
