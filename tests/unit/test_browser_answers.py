@@ -207,6 +207,8 @@ async def test_a_caller_gone_mid_parse_holds_its_bytes_until_the_parse_ends(
         ('"a\\\\\\"{"', 0),  # an escaped backslash and an escaped quote: one string
         ('["\\\\", {}, "[{", []]', 3),
         ('"' + "\\\\" * 1000 + '"', 0),
+        ('"' + "\\\\" * 1000 + '\\"{"', 0),  # an escaped quote past a long run
+        ('["' + "\\\\" * 100 + '", {}]', 2),
     ],
 )
 def test_the_structure_count_ends_strings_where_json_does(
