@@ -12,11 +12,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from .conftest import PYTHON, Agent, Site, decode_png, error_of, free_port, pixel_at
+from .conftest import PYTHON, Agent, Site, decode_png, error_of, free_port, page, pixel_at
 
 
 def test_a_static_page_has_its_metadata_status_and_links(agent: Agent, site: Site) -> None:
@@ -628,3 +629,36 @@ def test_chromium_does_not_call_home_through_the_proxy(tmp_path: Path, site: Sit
         quiet.stop()
         stop.set()
         proxy.close()
+
+
+@page("/own-origin")
+def _own_origin(site: Site, request: Any, body: bytes) -> None:
+    other = f"http://localhost:{site.server.server_address[1]}"
+    site.send(request, 200, f"<!doctype html><p>Page</p><img src='{other}/third-party.png'>"
+                            f"<img src='/same-origin.png'>")  # fmt: skip
+
+
+@page("/hop")
+def _hop(site: Site, request: Any, body: bytes) -> None:
+    request.send_response(302)
+    request.send_header("Location", f"http://localhost:{site.server.server_address[1]}/landed")
+    request.send_header("Content-Length", "0")
+    request.end_headers()
+
+
+def test_headers_go_to_the_pages_own_origin_only(agent: Agent, site: Site) -> None:
+    """Review 3 (server) #2: a third-party subresource and a cross-origin redirect's next
+    hop get none of the caller's headers (often credentials); the page's origin does."""
+    secret = {"Authorization": "Bearer sk_live_SECRET", "X-Secret": "s3cr3t"}
+    agent.ok(url=f"{site.url}/own-origin", formats=["links"], headers=secret)
+    deadline = time.monotonic() + 30
+    while not site.requests_to("/third-party.png") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for path in ("/own-origin", "/same-origin.png"):
+        assert site.requests_to(path)[-1]["headers"].get("X-Secret") == "s3cr3t", path
+    third = site.requests_to("/third-party.png")[-1]["headers"]
+    assert "X-Secret" not in third and "Authorization" not in third, third
+    agent.ok(url=f"{site.url}/hop", formats=["links"], headers=secret)
+    assert site.requests_to("/hop")[-1]["headers"].get("Authorization") == secret["Authorization"]
+    landed = site.requests_to("/landed")[-1]["headers"]
+    assert "X-Secret" not in landed and "Authorization" not in landed, landed

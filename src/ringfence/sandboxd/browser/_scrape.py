@@ -22,7 +22,7 @@ from . import _scripts
 from ._cdp import Deadline, Expired, ProtocolError
 from ._errors import AgentError
 from ._request import Action, ScrapeRequest
-from ._tab import PageGone, ScriptError, Tab, encoded_size, navigated
+from ._tab import PageGone, ScriptError, Tab, encoded_size, navigated, origin
 
 MAX_SCRIPT_VALUE = 1024 * 1024
 KEY_BY_KEY = 256  # longer texts are inserted at once (two round trips a key add up)
@@ -39,8 +39,11 @@ def scrape(tab: Tab, request: ScrapeRequest, deadline: Deadline) -> dict[str, An
     """
     begun = time.monotonic()
     run = _Run(tab, request, deadline)
-    try:
-        tab.call("Network.setExtraHTTPHeaders", {"headers": request.headers}, deadline=deadline)
+    target = origin(request.url or tab.url or "")
+    if request.headers and target is None:
+        raise AgentError("invalid_request", "headers: no http(s) page to send them to")
+    try:  # only to the page's own origin (Tab.scope_headers): often they are credentials
+        tab.scope_headers(target, request.headers, deadline)
     except ProtocolError as refused:
         raise AgentError("invalid_request", f"headers: {refused.text}") from refused
     if request.cookies:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 from ._cdp import Connection, Deadline, Expired, Gone, ProtocolError
 from ._chromium import VIEWPORT
@@ -46,6 +47,7 @@ class Tab:
         self._lifecycle: tuple[str, set[str]] = ("", set())
         self._responses: dict[str, tuple[int, str, str | None]] = {}
         self._world: tuple[str | None, int] | None = None
+        self._headers: tuple[str, dict[str, str]] | None = None  # (origin, headers)
         connection.listen(session_id, self._on_event)
 
     @classmethod
@@ -99,6 +101,37 @@ class Tab:
         info = answer.get("targetInfo")
         return info if isinstance(info, dict) else {}
 
+    def scope_headers(self, own: str | None, headers: dict[str, str], deadline: Deadline) -> None:
+        """Add ``headers`` to the tab's requests for origin ``own`` (``scheme://host:port``) and
+        to no other: every request pauses (``Fetch.requestPaused``, on the reader thread)
+        and goes on with them only when its own URL has that origin. A request to another
+        origin (a third-party image, a redirect's next hop) goes on without them, names
+        matched in any case, even when Chromium carried them across a redirect. No
+        headers or no origin: nothing is intercepted."""
+        wanted = (own, dict(headers)) if own and headers else None
+        with self._changed:
+            self._headers = wanted
+        if wanted is None:
+            self.call("Fetch.disable", deadline=deadline)
+        else:
+            self.call("Fetch.enable", {"patterns": [{"urlPattern": "*"}]}, deadline=deadline)
+
+    def _continue(self, params: dict[str, Any]) -> None:
+        request_id = params.get("requestId")
+        request = params.get("request") or {}
+        scoped = self._headers
+        sent = {str(k): str(v) for k, v in (request.get("headers") or {}).items()}
+        go: dict[str, Any] = {"requestId": request_id}
+        if scoped is not None:
+            own, extra = scoped
+            names = {name.lower() for name in extra}
+            kept = {k: v for k, v in sent.items() if k.lower() not in names}
+            if origin(str(request.get("url", ""))) == own:
+                kept.update(extra)
+            if kept != sent:
+                go["headers"] = [{"name": k, "value": v} for k, v in kept.items()]
+        self.connection.send("Fetch.continueRequest", go, session=self.session_id)
+
     # What the main frame did
 
     def status(self) -> tuple[int | None, str | None]:
@@ -145,6 +178,9 @@ class Tab:
             return True
 
     def _on_event(self, method: str, params: dict[str, Any]) -> None:
+        if method == "Fetch.requestPaused":
+            self._continue(params)
+            return
         main = params.get("frameId") == self.target_id
         with self._changed:
             if method == "Network.responseReceived":
@@ -318,8 +354,22 @@ def _value(answer: dict[str, Any]) -> Any:
     return None
 
 
+def origin(url: str) -> str | None:
+    """``url``'s origin as ``scheme://host:port`` (the port always written), or ``None``
+    for a URL with no network origin."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if scheme not in ("http", "https") or not host:
+        return None
+    return f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"
+
+
 def encoded_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False).encode())
 
 
-__all__ = ["MAX_SCREENSHOT_HEIGHT", "Expired", "Gone", "PageGone", "ScriptError", "Tab"]
+__all__ = ["MAX_SCREENSHOT_HEIGHT", "Expired", "Gone", "PageGone", "ScriptError", "Tab", "origin"]
