@@ -833,7 +833,8 @@ def test_text_shown_only_by_its_shadow_stroke_or_svg_stroke_is_kept(page: Any) -
         '<text y=70 fill="url(#g)">svg gradient words</text></svg>'
         '<p style="height:20px;line-height:20px;overflow:hidden">one clipped line words</p>'
         '<p style="color:white;background:linear-gradient(to right, white 0 50%, black 50%)">'
-        "half black words</p>",
+        "half black words</p>"
+        '<p>inline clip: <span style="overflow:hidden">l</span> letter</p>',
     )
     result = capture(page)
     markdown = to_markdown(result["html"])
@@ -845,6 +846,7 @@ def test_text_shown_only_by_its_shadow_stroke_or_svg_stroke_is_kept(page: Any) -
         "svg gradient words",
         "one clipped line words",
         "half black words",
+        "inline clip: l letter",
     ):
         assert words in markdown, words
     assert set(result["removed"]) <= {"non_content"}, result["removed"]

@@ -439,7 +439,7 @@
     var ox = false, oy = false, scrollX = false, scrollY = false;
     // The root and the body: their overflow is the viewport's (DOC_AREA has it).
     var canvas = el === root || el === document.body;
-    if (box && !canvas) {
+    if (box && !canvas && display !== "inline") { // overflow does not apply to inline boxes
       var overflowX = cs.overflowX, overflowY = cs.overflowY;
       ox = clipsOverflow(overflowX);
       oy = clipsOverflow(overflowY);
