@@ -231,3 +231,50 @@ async def _until_none_run(service: SandboxService) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("a sandbox runs unrecorded")
+
+
+async def test_a_pause_right_after_a_claim_waits_for_its_init(
+    pooled: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flake of tests/e2b/test_pooled_kill.py (a pause to disk just after a pooled
+    create answered 404): the claim is answered with its ``/init`` in flight, and a pause
+    that froze the sandbox before its daemon had read it got it killed with the ``/init``
+    unread: the reset failed the claim's environment, so the sandbox ended failed, not
+    paused. Here the daemon reads ``/init`` only once a freeze was asked for (a daemon
+    slow to be scheduled, as it was on a loaded host)."""
+    await _until_ready(pooled, 1)
+    readable = asyncio.Event()  # the daemon gets to read /init
+    freezing = asyncio.Event()
+    inits: list[asyncio.Task[None]] = []
+    frozen_before_init: list[bool] = []
+    start_init, init, freeze = DaemonClient.start_init, DaemonClient.init, LocalSandbox.freeze
+
+    def started(self: DaemonClient, env: Mapping[str, str]) -> asyncio.Task[None]:
+        inits.append(start_init(self, env))
+        return inits[-1]
+
+    async def late(self: DaemonClient, env: Mapping[str, str]) -> None:
+        await readable.wait()
+        await init(self, env)
+
+    async def frozen(self: LocalSandbox) -> None:
+        frozen_before_init.append(not all(task.done() for task in inits))
+        await freeze(self)
+        freezing.set()
+        readable.set()
+
+    monkeypatch.setattr(DaemonClient, "start_init", started)
+    monkeypatch.setattr(DaemonClient, "init", late)
+    monkeypatch.setattr(LocalSandbox, "freeze", frozen)
+    sandbox = await pooled.create("acme", SandboxSpec(env={"MINE": "1"}))
+    assert inits and not inits[0].done(), "the claim was answered after its /init"
+    pausing = asyncio.create_task(pooled.pause("acme", sandbox.id, memory=False))
+    # A pause that does not wait for the /init freezes at once, and only then lets the
+    # daemon read it; one that waits freezes only after it, so it is let in here.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(freezing.wait()), 2)
+    readable.set()
+    paused = await asyncio.wait_for(pausing, 60)
+    assert paused.sandbox.state is SandboxState.PAUSED
+    assert frozen_before_init == [False], "frozen with the claim's /init unread"
+    assert (await pooled.get("acme", sandbox.id)).state is SandboxState.PAUSED

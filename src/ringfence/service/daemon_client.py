@@ -184,6 +184,15 @@ class DaemonClient:
         self._initializing = asyncio.create_task(self.init(env))
         return self._initializing
 
+    async def initialized(self) -> None:
+        """Wait for a ``start_init`` under way (at once when there is none, or it is done).
+
+        Raises:
+            SandboxNotRunning: it failed (the claim that started it kills the sandbox).
+        """
+        if self._initializing is not None:
+            await asyncio.shield(self._initializing)
+
     async def init(self, env: Mapping[str, str]) -> None:
         """Set the environment every later process of the sandbox starts with.
 
@@ -220,8 +229,7 @@ class DaemonClient:
             SandboxError: it is reached but gives no answer within a minute.
             InvalidRequest: a header cannot be sent as HTTP/1.1.
         """
-        if self._initializing is not None:
-            await asyncio.shield(self._initializing)
+        await self.initialized()
         return await self._send(method, path, params=params, headers=headers, content=content)
 
     async def _send(

@@ -175,6 +175,13 @@ class Pausing:
             if sandbox.state is SandboxState.PAUSED and (memory or not sandbox.memory):
                 return Paused(sandbox=sandbox, memory=bool(sandbox.memory))
             entry = await self._running(tenant, sandbox_id)
+            # A claim from the warm pool is answered with its /init in flight. Frozen
+            # before its daemon has read it, the sandbox could not answer it: paused to
+            # disk, the kill resets that /init and the claim then ends the sandbox failed
+            # (the pause answers "ended while it was being paused"); frozen in memory, the
+            # /init times out and the claim kills the frozen sandbox. So the environment
+            # is set first (SandboxNotRunning when it failed: the sandbox is being killed).
+            await entry.daemon.initialized()
             left = _time_left(sandbox)
             if reason == "timeout":  # nothing was left: its resume gets a new lifetime
                 fresh = min(self._config.default_sandbox_timeout, self._config.max_timeout)
