@@ -14,6 +14,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -254,10 +255,12 @@ async def test_the_mcp_tool_wraps_the_page_and_returns_its_screenshot(
         )  # fmt: skip
         answer = structured(result)
         content = answer["content"]
-        assert content.startswith(f'<untrusted-web-content source="{base}/closing-tag"')
-        assert content.count("</untrusted-web-content>") == 1
-        assert content.endswith("</untrusted-web-content>")
-        assert content.index("rm -rf") < content.index("</untrusted-web-content>")
+        name = content[1:].split(" ")[0]  # untrusted-web-content-NONCE
+        assert re.fullmatch("untrusted-web-content-[0-9a-f]{16}", name), name
+        assert content.startswith(f'<{name} source="{base}/closing-tag"')
+        assert content.count(f"</{name}>") == 1 and content.endswith(f"</{name}>")
+        assert "</untrusted-web-content>" not in content  # the page's own: defused
+        assert content.index("rm -rf") < content.index(f"</{name}>")
         (image,) = [c for c in result.content if c.type == "image"]
         assert image.mime_type == "image/png"
         assert read_png(base64.b64decode(image.data))[:2] == (1280, 800)

@@ -249,20 +249,25 @@ class WebPage(BaseModel):
     sandbox_id: str | None = Field(
         description="The sandbox whose browser rendered it (a one-shot one is gone)."
     )
-    url: str = Field(description="The final URL, after redirects.")
+    url: str | None = Field(
+        description="The URL asked for (the page's final URL, its choice, is inside content)."
+    )
     status_code: int | None = Field(description="The main document's HTTP status.")
     error: str | None = Field(
         description="Why the page did not load (refused by the egress policy, DNS, ...)."
     )
     content: str = Field(
-        description="The page's Markdown inside <untrusted-web-content source=...>...</...>; "
-        "a tag of that name inside the page is escaped, so the page cannot end it early."
+        description="The page's final URL, title, Markdown and (when asked) links inside "
+        "<untrusted-web-content-NONCE source=...>...</untrusted-web-content-NONCE>, NONCE "
+        "fresh and random per call; a tag like that name inside the page is escaped too."
     )
     content_truncated: bool = Field(description="The middle of a longer page was cut.")
     firewall: FirewallReport = Field(
         description="What the semantic firewall left out: elements per rule, characters."
     )
-    links: list[str] | None = Field(description="The page's links, absolute, when asked.")
+    links: list[str] | None = Field(
+        None, description="Always null: the links, page text, are listed inside content."
+    )
     links_truncated: bool = False
     screenshot_dropped: bool = Field(
         False, description="The screenshot was too large to return as an image."

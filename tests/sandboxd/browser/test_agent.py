@@ -662,3 +662,29 @@ def test_headers_go_to_the_pages_own_origin_only(agent: Agent, site: Site) -> No
     assert site.requests_to("/hop")[-1]["headers"].get("Authorization") == secret["Authorization"]
     landed = site.requests_to("/landed")[-1]["headers"]
     assert "X-Secret" not in landed and "Authorization" not in landed, landed
+
+
+@page("/hidden-links")
+def _hidden_links(site: Site, request: Any, body: bytes) -> None:
+    site.send(request, 200, "<!doctype html><title>" + "T" * 20_000 + "</title>"
+              "<meta name=description content='" + "D" * 20_000 + "'>"
+              "<main><p>Read <a href='/shown'>this</a>.</p>"
+              "<a style='display:none' href='https://evil.test/IGNORE-ALL-PREVIOUS'>x</a>"
+              "<div aria-hidden=true><a href='https://evil.test/?q=SYSTEM'>y</a></div></main>"
+              "<script>history.replaceState(null, '', '/SECRET-' + 'A'.repeat(1e5))"
+              "</script>")  # fmt: skip
+
+
+def test_links_are_what_the_firewall_kept_and_page_strings_are_bounded(
+    agent: Agent, site: Site
+) -> None:
+    """Review 3 F2: a hidden link's URL is not listed (the firewall removed it), and a URL,
+    title or description the page made huge comes back bounded."""
+    result = agent.ok(url=f"{site.url}/hidden-links", formats=["links"])
+    assert result["links"] == [f"{site.url}/shown"]
+    assert result["firewall"]["removed"]["hidden"] >= 1
+    metadata = result["metadata"]
+    assert metadata["url"].startswith(f"{site.url}/SECRET-AAAA") and len(metadata["url"]) == 8192
+    assert len(metadata["title"]) == len(metadata["description"]) == 4096
+    everything = agent.ok(formats=["links"], firewall=[])  # the firewall off: every link
+    assert "https://evil.test/?q=SYSTEM" in everything["links"]

@@ -257,7 +257,8 @@ class _Run:
     def capture(self, formats: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any] | None]:
         out: dict[str, Any] = {}
         report: dict[str, Any] | None = None
-        if any(f in _FIREWALLED for f in formats):
+        firewalled = "links" in formats and bool(self.request.firewall)
+        if firewalled or any(f in _FIREWALLED for f in formats):
             cleaned, report = self.firewall()
             if "html" in formats:
                 out["html"] = cleaned
@@ -265,7 +266,9 @@ class _Run:
                 out["markdown"] = _markdown(cleaned)
         if "raw_html" in formats:
             out["raw_html"] = self.evaluate(_scripts.RAW_HTML, "raw_html")
-        if "links" in formats:
+        if "links" in formats and firewalled:  # only the links a person could see
+            out["links"] = _scripts.links_in(cleaned)
+        elif "links" in formats:
             out["links"] = self.evaluate(_scripts.LINKS, "links")
         if "screenshot@full_page" in formats or "screenshot" in formats:
             full = "screenshot@full_page" in formats
@@ -300,13 +303,14 @@ class _Run:
         found = self.evaluate(_scripts.METADATA, "metadata")
         found = found if isinstance(found, dict) else {}
         status, response_url = self.tab.status()
-        return {
-            "url": found.get("url") or response_url or self.tab.url or "about:blank",
+        url = found.get("url") or response_url or self.tab.url or "about:blank"
+        return {  # every string the page set is bounded (_scripts.MAX_*)
+            "url": _scripts.bounded(url, _scripts.MAX_URL),
             "source_url": self.request.url,
             "status_code": status,
-            "title": found.get("title"),
-            "description": found.get("description"),
-            "language": found.get("language"),
+            "title": _scripts.bounded(found.get("title"), _scripts.MAX_TEXT),
+            "description": _scripts.bounded(found.get("description"), _scripts.MAX_TEXT),
+            "language": _scripts.bounded(found.get("language"), _scripts.MAX_LANGUAGE),
             "error": None,
         }
 

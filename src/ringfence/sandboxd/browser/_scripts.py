@@ -7,19 +7,28 @@ pasted as code.
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 
 MAX_LINKS = 10_000
+MAX_URL = 8192  # characters of a URL the page set (pushState allows megabytes)
+MAX_TEXT = 4096  # characters of the title and the description
+MAX_LANGUAGE = 64
 
-METADATA = """(() => {
+METADATA = (
+    """(() => {
   const meta = document.querySelector('meta[name="description" i]');
-  const text = (value) => (typeof value === "string" && value.trim()) ? value.trim() : null;
+  const text = (value, most) =>
+    (typeof value === "string" && value.trim()) ? value.trim().slice(0, most) : null;
   return {
-    url: location.href,
-    title: text(document.title),
-    description: meta ? text(meta.getAttribute("content")) : null,
-    language: document.documentElement ? text(document.documentElement.lang) : null,
+    url: String(location.href).slice(0, MAX_URL),
+    title: text(document.title, MAX_TEXT),
+    description: meta ? text(meta.getAttribute("content"), MAX_TEXT) : null,
+    language: document.documentElement ? text(document.documentElement.lang, MAX_LANGUAGE) : null,
   };
-})()"""
+})()""".replace("MAX_URL", str(MAX_URL))
+    .replace("MAX_TEXT", str(MAX_TEXT))
+    .replace("MAX_LANGUAGE", str(MAX_LANGUAGE))
+)
 
 RAW_HTML = """(() => {
   const root = document.documentElement;
@@ -35,13 +44,13 @@ LINKS = """(() => {
     if (typeof href !== "string") {
       try { href = new URL(a.getAttribute("href"), document.baseURI).href; } catch (e) { continue; }
     }
-    if (!href || /^javascript:/i.test(href) || seen.has(href)) continue;
+    if (!href || href.length > MAX_URL || /^javascript:/i.test(href) || seen.has(href)) continue;
     seen.add(href);
     out.push(href);
     if (out.length >= MAX_LINKS) break;
   }
   return out;
-})()""".replace("MAX_LINKS", str(MAX_LINKS))
+})()""".replace("MAX_LINKS", str(MAX_LINKS)).replace("MAX_URL", str(MAX_URL))
 
 _FIND = """(async (selector, milliseconds, scroll) => {
   const end = performance.now() + milliseconds;
@@ -71,6 +80,35 @@ _SCROLL = """((selector, direction) => {
   else window.scrollBy({top: sign * window.innerHeight, behavior: "instant"});
   return true;
 })(%s, %s)"""
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: dict[str, None] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag != "a" or len(self.found) >= MAX_LINKS:
+            return
+        href = dict(attrs).get("href") or ""
+        if href and len(href) <= MAX_URL and href.lower().startswith(("http:", "https:")):
+            self.found.setdefault(href, None)
+
+
+def links_in(cleaned_html: str) -> list[str]:
+    """The links of the firewall's cleaned HTML (absolute already), in order, once each:
+    a link the firewall removed (hidden, off-screen...) is not among them. At most
+    ``MAX_LINKS``, each at most ``MAX_URL`` characters (longer ones are left out)."""
+    parser = _Anchors()
+    parser.feed(cleaned_html)
+    parser.close()
+    return list(parser.found)
+
+
+def bounded(value: object, most: int) -> str | None:
+    """``value`` as a string of at most ``most`` characters, or ``None``."""
+    return str(value)[:most] if value else None
+
 
 SETTLE = "new Promise((resolve) => setTimeout(resolve, 50))"
 
