@@ -688,3 +688,36 @@ def test_links_are_what_the_firewall_kept_and_page_strings_are_bounded(
     assert len(metadata["title"]) == len(metadata["description"]) == 4096
     everything = agent.ok(formats=["links"], firewall=[])  # the firewall off: every link
     assert "https://evil.test/?q=SYSTEM" in everything["links"]
+
+
+@page("/downloads")
+def _downloads(site: Site, request: Any, body: bytes) -> None:
+    site.send(request, 200, """<!doctype html><p>Nothing to see.</p><script>
+const save = (name, size) => {
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(new Blob([new Uint8Array(size)]));
+  a.download = name;
+  document.body.append(a);
+  a.click();
+};
+save("big.bin", 80 * 1024 * 1024);
+setTimeout(() => save("small.bin", 1024), 3000);
+</script>""")  # fmt: skip
+
+
+def test_a_download_past_the_bound_is_cancelled(agent: Agent, site: Site) -> None:
+    """Review 3 F14: a page downloads at load with no action; one past
+    ``MAX_DOWNLOAD_BYTES`` is cancelled and leaves no file, a small one is kept."""
+    downloads = agent.home / "Downloads"
+    agent.ok(url=f"{site.url}/downloads", formats=["links"], wait_for=100)
+    deadline = time.monotonic() + 60
+
+    def settled() -> bool:
+        names = {p.name for p in downloads.iterdir()} if downloads.is_dir() else set()
+        return "small.bin" in names and not any(n.endswith(".crdownload") for n in names)
+
+    while not settled() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert settled(), list(downloads.iterdir()) if downloads.is_dir() else "no Downloads"
+    assert (downloads / "small.bin").stat().st_size == 1024
+    assert not (downloads / "big.bin").exists()

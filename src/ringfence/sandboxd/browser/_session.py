@@ -23,6 +23,7 @@ from ._scrape import scrape
 from ._tab import Tab
 
 START_SECONDS = 60.0
+MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024  # one download past it is cancelled (its file removed)
 _RECOVER_SECONDS = 5.0
 
 
@@ -152,11 +153,12 @@ class Session:
         downloads = f"{self.env.get('HOME') or chromium.profile}/Downloads"
         connection.call(
             "Browser.setDownloadBehavior",
-            {"behavior": "allow", "downloadPath": downloads},
+            {"behavior": "allow", "downloadPath": downloads, "eventsEnabled": True},
             deadline=deadline,
         )
         connection.listen("", lambda method, params: self._on_browser_event(connection, params)
-                          if method == "Target.targetCreated" else None)  # fmt: skip
+                          if method == "Target.targetCreated" else _cap_download(connection, params)
+                          if method == "Browser.downloadProgress" else None)  # fmt: skip
         connection.call("Target.setDiscoverTargets", {"discover": True}, deadline=deadline)
 
     def _on_browser_event(self, connection: Connection, params: dict[str, Any]) -> None:
@@ -177,3 +179,14 @@ class Session:
                 why += " (Chromium's last words: " + " | ".join(tail)[-600:] + ")"
         self.end()
         return AgentError("browser_failed", f"Chromium failed: {why}")
+
+
+def _cap_download(connection: Connection, params: dict[str, Any]) -> None:
+    """Cancel a download once it passes ``MAX_DOWNLOAD_BYTES`` (a page can start downloads
+    with no action at all: five blobs of 20 MiB at load filled ``~/Downloads``). Chromium
+    deletes a cancelled download's partial file. The sandbox's disk limit bounds the sum."""
+    received = params.get("receivedBytes")
+    total = params.get("totalBytes")
+    too_big = any(isinstance(n, (int, float)) and n > MAX_DOWNLOAD_BYTES for n in (received, total))
+    if params.get("state") == "inProgress" and too_big:
+        connection.send("Browser.cancelDownload", {"guid": params.get("guid")})
