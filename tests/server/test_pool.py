@@ -8,6 +8,7 @@ import contextlib
 import json
 import struct
 from collections.abc import AsyncIterator, Mapping
+from typing import Any, TypeVar
 
 import pytest
 
@@ -243,38 +244,88 @@ async def test_a_pause_right_after_a_claim_waits_for_its_init(
     paused. Here the daemon reads ``/init`` only once a freeze was asked for (a daemon
     slow to be scheduled, as it was on a loaded host)."""
     await _until_ready(pooled, 1)
-    readable = asyncio.Event()  # the daemon gets to read /init
-    freezing = asyncio.Event()
-    inits: list[asyncio.Task[None]] = []
-    frozen_before_init: list[bool] = []
-    start_init, init, freeze = DaemonClient.start_init, DaemonClient.init, LocalSandbox.freeze
-
-    def started(self: DaemonClient, env: Mapping[str, str]) -> asyncio.Task[None]:
-        inits.append(start_init(self, env))
-        return inits[-1]
-
-    async def late(self: DaemonClient, env: Mapping[str, str]) -> None:
-        await readable.wait()
-        await init(self, env)
-
-    async def frozen(self: LocalSandbox) -> None:
-        frozen_before_init.append(not all(task.done() for task in inits))
-        await freeze(self)
-        freezing.set()
-        readable.set()
-
-    monkeypatch.setattr(DaemonClient, "start_init", started)
-    monkeypatch.setattr(DaemonClient, "init", late)
-    monkeypatch.setattr(LocalSandbox, "freeze", frozen)
+    late = _InitReadLate(monkeypatch)
     sandbox = await pooled.create("acme", SandboxSpec(env={"MINE": "1"}))
-    assert inits and not inits[0].done(), "the claim was answered after its /init"
+    assert late.inits and not late.inits[0].done(), "the claim was answered after its /init"
     pausing = asyncio.create_task(pooled.pause("acme", sandbox.id, memory=False))
-    # A pause that does not wait for the /init freezes at once, and only then lets the
-    # daemon read it; one that waits freezes only after it, so it is let in here.
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.shield(freezing.wait()), 2)
-    readable.set()
-    paused = await asyncio.wait_for(pausing, 60)
+    paused = await late.let_in(pausing)
     assert paused.sandbox.state is SandboxState.PAUSED
-    assert frozen_before_init == [False], "frozen with the claim's /init unread"
+    assert late.frozen_before_init, "it never froze"
+    assert not any(late.frozen_before_init), "frozen with the claim's /init unread"
     assert (await pooled.get("acme", sandbox.id)).state is SandboxState.PAUSED
+
+
+async def test_a_state_operation_right_after_a_claim_waits_for_its_init(
+    pooled: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for what freezes through ``SandboxService.live`` (a checkpoint here; a
+    rollback, a fork and an export take the same way): never with the claim's ``/init``
+    unread, which the freeze's kill of a rollback or a failure would turn into a reset."""
+    await _until_ready(pooled, 1)
+    late = _InitReadLate(monkeypatch)
+    sandbox = await pooled.create("acme", SandboxSpec(env={"MINE": "1"}))
+    assert late.inits and not late.inits[0].done(), "the claim was answered after its /init"
+
+    async def checkpointed() -> str:
+        live = await pooled.live("acme", sandbox.id)
+        return (await live.checkpoint()).id
+
+    assert await late.let_in(asyncio.create_task(checkpointed()))
+    assert late.frozen_before_init, "it never froze"
+    assert not any(late.frozen_before_init), "frozen with the claim's /init unread"
+    assert (await pooled.get("acme", sandbox.id)).state is SandboxState.RUNNING
+
+
+_T = TypeVar("_T")
+
+
+class _InitReadLate:
+    """A daemon that reads a claim's ``/init`` only once a freeze was asked for (a daemon
+    slow to be scheduled, as on a loaded host), recording whether each freeze came before
+    the ``/init`` was done."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.readable = asyncio.Event()  # the daemon gets to read /init
+        self.freezing = asyncio.Event()
+        self.inits: list[asyncio.Task[None]] = []
+        self.frozen_before_init: list[bool] = []
+        start_init, init, freeze = DaemonClient.start_init, DaemonClient.init, LocalSandbox.freeze
+
+        def started(client: DaemonClient, env: Mapping[str, str]) -> asyncio.Task[None]:
+            self.inits.append(start_init(client, env))
+            return self.inits[-1]
+
+        async def late(client: DaemonClient, env: Mapping[str, str]) -> None:
+            await self.readable.wait()
+            await init(client, env)
+
+        async def frozen(sandbox: LocalSandbox) -> None:
+            self.frozen_before_init.append(not all(task.done() for task in self.inits))
+            await freeze(sandbox)
+            self.freezing.set()
+            self.readable.set()
+
+        loop, in_frozen = asyncio.get_running_loop(), LocalSandbox._in_frozen
+
+        def frozen_for(sandbox: LocalSandbox, *args: Any, **kwargs: Any) -> Any:
+            # A checkpoint's or a rollback's own freeze, in a worker thread.
+            self.frozen_before_init.append(not all(task.done() for task in self.inits))
+            try:
+                return in_frozen(sandbox, *args, **kwargs)
+            finally:
+                loop.call_soon_threadsafe(self.freezing.set)
+                loop.call_soon_threadsafe(self.readable.set)
+
+        monkeypatch.setattr(DaemonClient, "start_init", started)
+        monkeypatch.setattr(DaemonClient, "init", late)
+        monkeypatch.setattr(LocalSandbox, "freeze", frozen)
+        monkeypatch.setattr(LocalSandbox, "_in_frozen", frozen_for)
+
+    async def let_in(self, operation: asyncio.Task[_T]) -> _T:
+        """``operation``'s result. One that does not wait for the ``/init`` freezes at once,
+        and only then lets the daemon read it; one that waits freezes only after it, so it
+        is let in here, bounded."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.freezing.wait()), 2)
+        self.readable.set()
+        return await asyncio.wait_for(operation, 60)

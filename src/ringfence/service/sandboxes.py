@@ -740,7 +740,12 @@ class SandboxService(Pausing):
         Raises:
             SandboxNotFound, SandboxNotRunning: as ``daemon``.
         """
-        return (await self._awake(tenant, sandbox_id, actor)).live
+        entry = await self._awake(tenant, sandbox_id, actor)
+        # What it is for freezes the sandbox (a checkpoint, a rollback, a fork, an export):
+        # never with a claim's /init unread, which a kill while frozen turns into a reset
+        # that fails the claim (a pause waits the same way, design 6).
+        await entry.daemon.initialized()
+        return entry.live
 
     async def running_live(self, tenant: str, sandbox_id: str) -> LiveSandbox:
         """The runtime's handle on a sandbox running here, frozen or not, to read (its
